@@ -1,0 +1,163 @@
+// Package entry owns the stored form of a cached response: the Entry model
+// and its versioned, checksummed binary codec. Every layer (L1 bigcache, L2
+// Redis) stores exactly these bytes, so an entry written by one sidecar can
+// be read by any other, and a corrupt or foreign value is detected rather
+// than served.
+//
+// The package imports nothing of ours. Decoding is on the cache-hit path, so
+// Decode allocates as little as it can: strings and the body alias the input
+// buffer instead of being copied.
+package entry
+
+import (
+	"maps"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"time"
+)
+
+// Kind says what an entry stored under a primary key is.
+type Kind uint8
+
+const (
+	// KindResponse is a complete stored response.
+	KindResponse Kind = 1
+	// KindVary is a marker stored under a primary key whose response
+	// varies: it lists the selecting header names and a nonce that every
+	// variant's key includes. Writing a new marker (new nonce) orphans all
+	// older variants at once, which is how a purge or a change of Vary on
+	// the origin retires them.
+	KindVary Kind = 2
+	// KindUncacheable remembers for a short time that the origin answered
+	// this key with something that cannot be stored (Varnish's
+	// "hit-for-miss"), so later requests go straight to the origin instead
+	// of queueing behind one another in a collapsed fetch.
+	KindUncacheable Kind = 3
+)
+
+// Flag bits carried by an entry.
+type Flag uint16
+
+const (
+	// FlagMustRevalidate: must-revalidate, proxy-revalidate or s-maxage was
+	// present; a stale entry is never served (no stale-while-revalidate,
+	// no stale-if-error, no client max-stale).
+	FlagMustRevalidate Flag = 1 << iota
+	// FlagNoCache: unqualified no-cache; stored, but validated with the
+	// origin before every use.
+	FlagNoCache
+)
+
+// Field is one stored header field line. Name is in canonical form
+// (textproto.CanonicalMIMEHeaderKey).
+type Field struct {
+	Name  string
+	Value string
+}
+
+// Entry is one stored object. For KindVary and KindUncacheable only the
+// identity fields, Vary/Nonce (KindVary) and the times matter.
+type Entry struct {
+	Kind  Kind
+	Flags Flag
+
+	// Identity, as keyed. Scans that purge by prefix, URL or tag match on
+	// these without needing the key.
+	Host   string   // lowercase host[:port]
+	Target string   // path?query after the tier's key shaping
+	Tags   []string // from Surrogate-Key / Cache-Tag, deduplicated
+
+	// KindVary only: lowercase selecting header names, sorted, and the
+	// nonce that the keys of this marker's variants include.
+	Vary  []string
+	Nonce uint64
+
+	Status int
+	Header []Field // end-to-end header fields, in the origin's order
+	Body   []byte
+
+	// RFC 9111 §4.2.3 inputs, fixed when the entry was stored or last
+	// revalidated.
+	RequestTime  time.Time     // when the request that produced it was sent
+	ResponseTime time.Time     // when the response was received
+	InitialAge   time.Duration // corrected_initial_age
+	Lifetime     time.Duration // freshness lifetime
+
+	// Stale windows after the freshness lifetime ends (RFC 5861), already
+	// combining the origin's directives with the tier's defaults.
+	StaleWhileRevalidate time.Duration
+	StaleIfError         time.Duration
+}
+
+// Has reports whether f is set.
+func (e *Entry) Has(f Flag) bool { return e.Flags&f != 0 }
+
+// Get returns the first value of the named header field, or "".
+func (e *Entry) Get(name string) string {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	for i := range e.Header {
+		if e.Header[i].Name == name {
+			return e.Header[i].Value
+		}
+	}
+	return ""
+}
+
+// Values returns every value of the named header field in order. It
+// allocates only when the field is present.
+func (e *Entry) Values(name string) []string {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	var out []string
+	for i := range e.Header {
+		if e.Header[i].Name == name {
+			out = append(out, e.Header[i].Value)
+		}
+	}
+	return out
+}
+
+// HTTPHeader returns the stored fields as a new http.Header.
+func (e *Entry) HTTPHeader() http.Header {
+	h := make(http.Header, len(e.Header))
+	for _, f := range e.Header {
+		h[f.Name] = append(h[f.Name], f.Value)
+	}
+	return h
+}
+
+// FieldsFrom converts an http.Header to stored fields with canonical names.
+// Order follows sorted names so that encoding the same header twice gives
+// the same bytes.
+func FieldsFrom(h http.Header) []Field {
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	out := make([]Field, 0, n)
+	for _, name := range sortedKeys(h) {
+		cname := textproto.CanonicalMIMEHeaderKey(name)
+		for _, v := range h[name] {
+			out = append(out, Field{Name: cname, Value: v})
+		}
+	}
+	return out
+}
+
+// StaleDeadline is the last instant at which any stale use of the entry
+// could still be allowed: the end of freshness plus the longer stale
+// window. Stores use it to expire entries.
+func (e *Entry) StaleDeadline() time.Time {
+	w := max(e.StaleWhileRevalidate, e.StaleIfError)
+	return e.FreshUntil().Add(w)
+}
+
+// FreshUntil is the instant the entry stops being fresh:
+// response_time + (lifetime - corrected_initial_age).
+func (e *Entry) FreshUntil() time.Time {
+	return e.ResponseTime.Add(e.Lifetime - e.InitialAge)
+}
+
+func sortedKeys(h http.Header) []string {
+	return slices.Sorted(maps.Keys(h))
+}

@@ -1,0 +1,159 @@
+// Package tierconfig owns the sidecar's configuration model: the one
+// structure that a --config file, the operator's rendered CacheTier and the
+// xDS push all carry. It provides defaults, validation with errors that name
+// the field, compilation of path rules, and an atomic holder so a new
+// config swaps in while requests are being served.
+//
+// The same Validate runs in the sidecar, the operator's admission webhook
+// and its controller, so a bad config is refused once, early, the same way.
+package tierconfig
+
+// Config is the sidecar configuration. Its JSON form is the wire form
+// (sizes and durations as strings: "512Mi", "30s").
+type Config struct {
+	// L1 is the in-process cache.
+	L1 L1 `json:"l1"`
+	// L2 is the shared Redis tier; empty Addresses means L1 only.
+	L2 L2 `json:"l2,omitempty"`
+	// Origin is how the sidecar talks to the application it fronts.
+	Origin Origin `json:"origin"`
+	// Defaults apply when the origin's headers say nothing more specific.
+	Defaults Defaults `json:"defaults"`
+	// Rules are matched in order against the request path; the first match
+	// applies.
+	Rules []Rule `json:"rules,omitempty"`
+	// Coalescing collapses concurrent misses for one key into one fetch.
+	Coalescing Coalescing `json:"coalescing"`
+	// Purge guards the admin purge endpoint.
+	Purge Purge `json:"purge,omitempty"`
+}
+
+// L1 sizes the in-process cache.
+type L1 struct {
+	// MaxSize bounds the memory L1 holds for entries (default 256Mi).
+	MaxSize Size `json:"maxSize"`
+	// MaxEntrySize is the largest stored response (headers + body);
+	// larger responses stream through uncached (default 1Mi). Must not
+	// exceed MaxSize / shards.
+	MaxEntrySize Size `json:"maxEntrySize"`
+	// Shards is the number of bigcache shards, a power of two (default 256;
+	// lowered automatically? no: validated).
+	Shards int `json:"shards"`
+}
+
+// L2 configures Redis. Filled in by the L2 issue; validated only when
+// Addresses is not empty.
+type L2 struct {
+	Addresses  []string `json:"addresses,omitempty"`
+	Mode       string   `json:"mode,omitempty"` // standalone | sentinel | cluster
+	MasterName string   `json:"masterName,omitempty"`
+	Username   string   `json:"username,omitempty"`
+	Password   string   `json:"password,omitempty"`
+	TLS        bool     `json:"tls,omitempty"`
+	CACert     string   `json:"caCert,omitempty"` // PEM
+	KeyPrefix  string   `json:"keyPrefix,omitempty"`
+	Timeout    Duration `json:"timeout,omitempty"`
+}
+
+// Origin configures requests to the application.
+type Origin struct {
+	// Timeout bounds one origin fetch from request to end of body
+	// (default 30s).
+	Timeout Duration `json:"timeout"`
+}
+
+// Defaults are the tier-wide caching defaults.
+type Defaults struct {
+	// FallbackTTL is the lifetime of a heuristically cacheable response
+	// without explicit freshness (Varnish default_ttl); 0 = RFC heuristics
+	// only (default 0).
+	FallbackTTL Duration `json:"fallbackTTL"`
+	// StaleWhileRevalidate and StaleIfError apply when the origin does
+	// not send them (default 0 and 0).
+	StaleWhileRevalidate Duration `json:"staleWhileRevalidate"`
+	StaleIfError         Duration `json:"staleIfError"`
+	// NegativeTTL is the lifetime of a 404/410 without explicit freshness
+	// (default 0: not stored unless the origin says so).
+	NegativeTTL Duration `json:"negativeTTL"`
+	// HeuristicFraction of (Date - Last-Modified) used as lifetime when
+	// nothing explicit is given (default 0.1), capped at HeuristicMaxTTL
+	// (default 24h).
+	HeuristicFraction float64  `json:"heuristicFraction"`
+	HeuristicMaxTTL   Duration `json:"heuristicMaxTTL"`
+	// AllowSetCookie stores responses that carry Set-Cookie (the
+	// Set-Cookie field itself is never stored). Default false.
+	AllowSetCookie bool `json:"allowSetCookie,omitempty"`
+	// HitForMissTTL is how long an uncacheable answer is remembered so
+	// requests for that key skip coalescing (default 2m; Varnish's
+	// hit-for-miss).
+	HitForMissTTL Duration `json:"hitForMissTTL"`
+	// IgnoreRequestCacheControl makes the cache ignore the client's
+	// Cache-Control and Pragma (as Varnish and nginx do by default) so
+	// clients cannot force origin fetches. Default false (RFC behaviour).
+	IgnoreRequestCacheControl bool `json:"ignoreRequestCacheControl,omitempty"`
+}
+
+// Rule applies to requests whose path matches. The first matching rule
+// wins.
+type Rule struct {
+	// Name identifies the rule in errors and metrics.
+	Name string `json:"name"`
+	// Match selects requests by path.
+	Match Match `json:"match"`
+	// Bypass sends matching requests straight to the origin, uncached.
+	Bypass bool `json:"bypass,omitempty"`
+	// TTL, when set, replaces the origin's freshness lifetime for storable
+	// responses (no-store and private still win).
+	TTL Duration `json:"ttl,omitempty"`
+	// MaxTTL caps the freshness lifetime.
+	MaxTTL Duration `json:"maxTTL,omitempty"`
+	// StaleWhileRevalidate and StaleIfError override the tier defaults.
+	StaleWhileRevalidate *Duration `json:"staleWhileRevalidate,omitempty"`
+	StaleIfError         *Duration `json:"staleIfError,omitempty"`
+	// CacheKey shapes the key of matching requests.
+	CacheKey CacheKey `json:"cacheKey,omitempty"`
+}
+
+// Match selects a request path. Exactly one field must be set.
+type Match struct {
+	// PathPrefix matches paths starting with it ("/static/").
+	PathPrefix string `json:"pathPrefix,omitempty"`
+	// Path matches one exact path.
+	Path string `json:"path,omitempty"`
+	// Regex matches paths with a Go (RE2) regular expression.
+	Regex string `json:"regex,omitempty"`
+}
+
+// CacheKey shapes the cache key.
+type CacheKey struct {
+	// QueryInclude keeps only these query parameters (a trailing * is a
+	// prefix wildcard); empty keeps all.
+	QueryInclude []string `json:"queryInclude,omitempty"`
+	// QueryExclude drops these query parameters ("utm_*").
+	QueryExclude []string `json:"queryExclude,omitempty"`
+	// SortQuery sorts parameters so order does not split the cache.
+	SortQuery bool `json:"sortQuery,omitempty"`
+	// Headers adds these request header values to the key.
+	Headers []string `json:"headers,omitempty"`
+	// Cookies adds these cookie values to the key.
+	Cookies []string `json:"cookies,omitempty"`
+}
+
+// Coalescing collapses concurrent misses.
+type Coalescing struct {
+	// Enabled (default true).
+	Enabled *bool `json:"enabled,omitempty"`
+	// Timeout is how long a waiter waits for the leader's fetch before
+	// fetching itself (default 10s).
+	Timeout Duration `json:"timeout"`
+	// ClusterWide coalesces across replicas through a Redis lease (L2
+	// issue; default true when L2 is configured).
+	ClusterWide *bool `json:"clusterWide,omitempty"`
+}
+
+// Purge guards POST /purge.
+type Purge struct {
+	// Token, when set, is required as "Authorization: Bearer <token>";
+	// without it purges are accepted only from loopback.
+	Token string `json:"token,omitempty"`
+}
