@@ -33,19 +33,21 @@ type L1 struct {
 	// MaxSize bounds the memory L1 holds for entries (default 256Mi).
 	MaxSize Size `json:"maxSize"`
 	// MaxEntrySize is the largest stored response (headers + body);
-	// larger responses stream through uncached (default 1Mi). Must not
-	// exceed MaxSize / shards.
+	// larger responses stream through uncached (default 1Mi, or
+	// MaxSize/Shards when that is smaller). Must not exceed
+	// MaxSize/Shards.
 	MaxEntrySize Size `json:"maxEntrySize"`
-	// Shards is the number of bigcache shards, a power of two (default 256;
-	// lowered automatically? no: validated).
+	// Shards is the number of bigcache shards, a power of two in
+	// [1, 8192] (default 256). It is validated, never adjusted.
 	Shards int `json:"shards"`
 }
 
-// L2 configures Redis. Filled in by the L2 issue; validated only when
-// Addresses is not empty.
+// L2 configures Redis. Filled in by the L2 issue; defaulted and validated
+// only when Addresses is not empty (Mode defaults to standalone, Timeout to
+// 50ms).
 type L2 struct {
 	Addresses  []string `json:"addresses,omitempty"`
-	Mode       string   `json:"mode,omitempty"` // standalone | sentinel | cluster
+	Mode       string   `json:"mode,omitempty"` // L2Standalone | L2Sentinel | L2Cluster
 	MasterName string   `json:"masterName,omitempty"`
 	Username   string   `json:"username,omitempty"`
 	Password   string   `json:"password,omitempty"`
@@ -77,7 +79,7 @@ type Defaults struct {
 	NegativeTTL Duration `json:"negativeTTL"`
 	// HeuristicFraction of (Date - Last-Modified) used as lifetime when
 	// nothing explicit is given (default 0.1), capped at HeuristicMaxTTL
-	// (default 24h).
+	// (default 24h). 0 counts as unset and becomes 0.1.
 	HeuristicFraction float64  `json:"heuristicFraction"`
 	HeuristicMaxTTL   Duration `json:"heuristicMaxTTL"`
 	// AllowSetCookie stores responses that carry Set-Cookie (the
@@ -96,7 +98,9 @@ type Defaults struct {
 // Rule applies to requests whose path matches. The first matching rule
 // wins.
 type Rule struct {
-	// Name identifies the rule in errors and metrics.
+	// Name identifies the rule in errors and metrics: a DNS label
+	// (lowercase letters, digits, '-', at most 63), unique, not "default"
+	// (the name of the implicit rule for unmatched requests).
 	Name string `json:"name"`
 	// Match selects requests by path.
 	Match Match `json:"match"`
@@ -120,14 +124,17 @@ type Match struct {
 	PathPrefix string `json:"pathPrefix,omitempty"`
 	// Path matches one exact path.
 	Path string `json:"path,omitempty"`
-	// Regex matches paths with a Go (RE2) regular expression.
+	// Regex matches paths with a Go (RE2) regular expression, unanchored
+	// as regexp.MatchString: write ^ and $ to match the whole path. At most
+	// 1024 bytes.
 	Regex string `json:"regex,omitempty"`
 }
 
 // CacheKey shapes the cache key.
 type CacheKey struct {
 	// QueryInclude keeps only these query parameters (a trailing * is a
-	// prefix wildcard); empty keeps all.
+	// prefix wildcard; names compare percent-decoded and case-sensitively);
+	// empty keeps all. Not together with QueryExclude.
 	QueryInclude []string `json:"queryInclude,omitempty"`
 	// QueryExclude drops these query parameters ("utm_*").
 	QueryExclude []string `json:"queryExclude,omitempty"`
@@ -135,7 +142,8 @@ type CacheKey struct {
 	SortQuery bool `json:"sortQuery,omitempty"`
 	// Headers adds these request header values to the key.
 	Headers []string `json:"headers,omitempty"`
-	// Cookies adds these cookie values to the key.
+	// Cookies adds these cookie values to the key (an absent cookie and an
+	// empty one make different keys).
 	Cookies []string `json:"cookies,omitempty"`
 }
 

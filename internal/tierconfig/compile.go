@@ -1,0 +1,161 @@
+package tierconfig
+
+import (
+	"net/textproto"
+	"regexp"
+	"strings"
+
+	"github.com/tiercache/tiercache/internal/httpcache"
+)
+
+// Compiled is a validated config ready for the request path: rules
+// compiled, per-rule caching policy precomputed. It is immutable and safe
+// for concurrent use. Settings that are not per rule (HitForMissTTL,
+// coalescing, timeouts, L2) are read from Config.
+type Compiled struct {
+	// Config is the config with defaults filled in; Hash is its Hash().
+	Config Config
+	Hash   string
+	// Default is the rule applied when no rule matches (no key shaping,
+	// tier defaults).
+	Default *CompiledRule
+	rules   []*CompiledRule
+}
+
+// CompiledRule is one rule ready for the request path.
+type CompiledRule struct {
+	Name   string
+	Bypass bool
+	// Policy is the httpcache policy for responses under this rule.
+	Policy httpcache.Policy
+	// ShapesQuery is true when the rule changes the query part of the key.
+	ShapesQuery bool
+	// HasKeyExtras is true when headers or cookies join the key.
+	HasKeyExtras bool
+
+	match      matcher
+	query      queryFilter
+	headers    []keyHeader
+	headerKeys []string // canonical names of headers, for KeyHeaders
+	cookies    []string
+}
+
+// matcher is a compiled Match.
+type matcher struct {
+	kind    matchKind
+	literal string         // path or prefix
+	re      *regexp.Regexp // regex
+}
+
+type matchKind uint8
+
+const (
+	matchNone matchKind = iota // the default rule: matched by Match's fallback only
+	matchPath
+	matchPrefix
+	matchRegex
+)
+
+func (m *matcher) matches(path string) bool {
+	switch m.kind {
+	case matchPath:
+		return path == m.literal
+	case matchPrefix:
+		return strings.HasPrefix(path, m.literal)
+	case matchRegex:
+		return m.re.MatchString(path)
+	}
+	return false
+}
+
+// keyHeader is a header that joins the key: canonical for the lookup in
+// http.Header without allocating, lowercase for the key bytes.
+type keyHeader struct {
+	canonical string
+	lower     string
+}
+
+// Compile fills defaults into c, validates it and compiles it.
+func Compile(c Config) (*Compiled, error) {
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	d := c.Defaults
+	base := httpcache.Policy{
+		AllowSetCookie:       d.AllowSetCookie,
+		FallbackTTL:          d.FallbackTTL.Std(),
+		NegativeTTL:          d.NegativeTTL.Std(),
+		HeuristicFraction:    d.HeuristicFraction,
+		HeuristicMax:         d.HeuristicMaxTTL.Std(),
+		StaleWhileRevalidate: d.StaleWhileRevalidate.Std(),
+		StaleIfError:         d.StaleIfError.Std(),
+	}
+	out := &Compiled{
+		Config:  c,
+		Hash:    c.Hash(),
+		Default: &CompiledRule{Name: defaultRuleName, Policy: base},
+		rules:   make([]*CompiledRule, 0, len(c.Rules)),
+	}
+	for _, r := range c.Rules {
+		cr, err := compileRule(r, base)
+		if err != nil { // Validate compiled the regex already
+			return nil, err
+		}
+		out.rules = append(out.rules, cr)
+	}
+	return out, nil
+}
+
+func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
+	p := base
+	p.ForceTTL = r.TTL.Std()
+	p.MaxTTL = r.MaxTTL.Std()
+	if r.StaleWhileRevalidate != nil {
+		p.StaleWhileRevalidate = r.StaleWhileRevalidate.Std()
+	}
+	if r.StaleIfError != nil {
+		p.StaleIfError = r.StaleIfError.Std()
+	}
+	cr := &CompiledRule{Name: r.Name, Bypass: r.Bypass, Policy: p}
+	switch {
+	case r.Match.Path != "":
+		cr.match = matcher{kind: matchPath, literal: r.Match.Path}
+	case r.Match.PathPrefix != "":
+		cr.match = matcher{kind: matchPrefix, literal: r.Match.PathPrefix}
+	default:
+		re, err := regexp.Compile(r.Match.Regex)
+		if err != nil {
+			return nil, err
+		}
+		cr.match = matcher{kind: matchRegex, re: re}
+	}
+	k := r.CacheKey
+	cr.query = newQueryFilter(k.QueryInclude, k.QueryExclude, k.SortQuery)
+	cr.ShapesQuery = cr.query.shapes()
+	for _, h := range k.Headers {
+		canonical := textproto.CanonicalMIMEHeaderKey(h)
+		cr.headers = append(cr.headers, keyHeader{canonical: canonical, lower: strings.ToLower(h)})
+		cr.headerKeys = append(cr.headerKeys, canonical)
+	}
+	cr.cookies = append([]string(nil), k.Cookies...)
+	cr.HasKeyExtras = len(cr.headers)+len(cr.cookies) > 0
+	return cr, nil
+}
+
+// Match returns the first rule matching path, or c.Default. It does not
+// allocate. path is matched as given; the caller decides whether that is
+// the request's escaped or decoded path.
+func (c *Compiled) Match(path string) *CompiledRule {
+	for _, r := range c.rules {
+		if r.match.matches(path) {
+			return r
+		}
+	}
+	return c.Default
+}
+
+// Rules returns the compiled rules in match order (not including Default).
+func (c *Compiled) Rules() []*CompiledRule {
+	return append([]*CompiledRule(nil), c.rules...)
+}

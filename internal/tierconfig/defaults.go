@@ -1,0 +1,140 @@
+package tierconfig
+
+import "time"
+
+// Built-in values. Default() and WithDefaults use them; validation limits
+// live in validate.go.
+const (
+	defaultL1MaxSize         = 256 * Mi
+	defaultL1MaxEntrySize    = 1 * Mi
+	defaultL1Shards          = 256
+	defaultOriginTimeout     = Duration(30 * time.Second)
+	defaultHeuristicFraction = 0.1
+	defaultHeuristicMaxTTL   = Duration(24 * time.Hour)
+	defaultHitForMissTTL     = Duration(2 * time.Minute)
+	defaultCoalesceTimeout   = Duration(10 * time.Second)
+	defaultL2Timeout         = Duration(50 * time.Millisecond)
+	defaultL2Mode            = L2Standalone
+)
+
+// L2 modes.
+const (
+	L2Standalone = "standalone"
+	L2Sentinel   = "sentinel"
+	L2Cluster    = "cluster"
+)
+
+// Default returns the built-in config: the one the sidecar runs with when
+// nothing else is given. It is complete and valid: L1 only, no rules, no
+// purge token, RFC 9111 behaviour with a 10% Last-Modified heuristic.
+func Default() Config {
+	return Config{}.WithDefaults()
+}
+
+// WithDefaults returns c with every unset field set to its default. A zero
+// value counts as unset, except where zero is itself the default and means
+// something (the fallback, negative and stale TTLs). So a partial config
+// gets defaults for everything it did not say, and WithDefaults is
+// idempotent. L2 defaults are filled only when L2 has addresses.
+//
+// l1.maxEntrySize defaults to 1Mi, or to l1.maxSize/l1.shards when that is
+// smaller, so that setting only a small l1.maxSize yields a valid config.
+//
+// Note that heuristicFraction 0 is "unset" and becomes 0.1; to weaken the
+// heuristic set a small fraction or a short heuristicMaxTTL.
+//
+// c is not modified; the result shares no slices or pointers with c.
+func (c Config) WithDefaults() Config {
+	c = c.clone()
+	if c.L1.MaxSize == 0 {
+		c.L1.MaxSize = defaultL1MaxSize
+	}
+	if c.L1.Shards == 0 {
+		c.L1.Shards = defaultL1Shards
+	}
+	if c.L1.MaxEntrySize == 0 {
+		c.L1.MaxEntrySize = defaultL1MaxEntrySize
+		if c.L1.Shards > 0 {
+			if limit := c.L1.MaxSize / Size(c.L1.Shards); limit > 0 && limit < c.L1.MaxEntrySize {
+				c.L1.MaxEntrySize = limit
+			}
+		}
+	}
+	if len(c.L2.Addresses) > 0 {
+		if c.L2.Mode == "" {
+			c.L2.Mode = defaultL2Mode
+		}
+		if c.L2.Timeout == 0 {
+			c.L2.Timeout = defaultL2Timeout
+		}
+	}
+	if c.Origin.Timeout == 0 {
+		c.Origin.Timeout = defaultOriginTimeout
+	}
+	if c.Defaults.HeuristicFraction == 0 {
+		c.Defaults.HeuristicFraction = defaultHeuristicFraction
+	}
+	if c.Defaults.HeuristicMaxTTL == 0 {
+		c.Defaults.HeuristicMaxTTL = defaultHeuristicMaxTTL
+	}
+	if c.Defaults.HitForMissTTL == 0 {
+		c.Defaults.HitForMissTTL = defaultHitForMissTTL
+	}
+	if c.Coalescing.Enabled == nil {
+		c.Coalescing.Enabled = ptr(true)
+	}
+	if c.Coalescing.Timeout == 0 {
+		c.Coalescing.Timeout = defaultCoalesceTimeout
+	}
+	return c
+}
+
+// IsEnabled reports whether coalescing is on (unset means on).
+func (c Coalescing) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
+// CoalesceClusterWide reports whether misses are coalesced across replicas
+// through a Redis lease: coalescing on, L2 configured, and clusterWide not
+// set to false.
+func (c Config) CoalesceClusterWide() bool {
+	return c.Coalescing.IsEnabled() && len(c.L2.Addresses) > 0 &&
+		(c.Coalescing.ClusterWide == nil || *c.Coalescing.ClusterWide)
+}
+
+// clone returns a deep copy of c, so that a Compiled config cannot be
+// changed through slices or pointers its caller still holds.
+func (c Config) clone() Config {
+	c.L2.Addresses = cloneSlice(c.L2.Addresses)
+	if c.Rules != nil {
+		rules := make([]Rule, len(c.Rules))
+		for i, r := range c.Rules {
+			r.StaleWhileRevalidate = clonePtr(r.StaleWhileRevalidate)
+			r.StaleIfError = clonePtr(r.StaleIfError)
+			r.CacheKey.QueryInclude = cloneSlice(r.CacheKey.QueryInclude)
+			r.CacheKey.QueryExclude = cloneSlice(r.CacheKey.QueryExclude)
+			r.CacheKey.Headers = cloneSlice(r.CacheKey.Headers)
+			r.CacheKey.Cookies = cloneSlice(r.CacheKey.Cookies)
+			rules[i] = r
+		}
+		c.Rules = rules
+	}
+	c.Coalescing.Enabled = clonePtr(c.Coalescing.Enabled)
+	c.Coalescing.ClusterWide = clonePtr(c.Coalescing.ClusterWide)
+	return c
+}
+
+func cloneSlice[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return append(make([]T, 0, len(s)), s...)
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func ptr[T any](v T) *T { return &v }

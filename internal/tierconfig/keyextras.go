@@ -1,0 +1,57 @@
+package tierconfig
+
+import (
+	"net/http"
+	"strings"
+)
+
+// AppendKeyExtras appends the rule's extra key parts to dst, in the order
+// configured: for each header "\x00h:<lowercase name>=<values joined by
+// ','>", for each cookie "\x00c:<name>=<value as received>", or
+// "\x00c:<name>\x01" when the request has no such cookie, so that an absent
+// cookie and an empty one make different keys. It does not allocate beyond
+// growing dst. (Host is not a header here: net/http moves it to req.Host,
+// and the key has the host already.)
+func (r *CompiledRule) AppendKeyExtras(dst []byte, req *http.Request) []byte {
+	for _, h := range r.headers {
+		dst = append(dst, "\x00h:"...)
+		dst = append(dst, h.lower...)
+		dst = append(dst, '=')
+		for i, v := range req.Header[h.canonical] {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, v...)
+		}
+	}
+	for _, name := range r.cookies {
+		dst = append(dst, "\x00c:"...)
+		dst = append(dst, name...)
+		if v, ok := findCookie(req.Header["Cookie"], name); ok {
+			dst = append(dst, '=')
+			dst = append(dst, v...)
+		} else {
+			dst = append(dst, '\x01')
+		}
+	}
+	return dst
+}
+
+// findCookie returns the value of the first cookie called name in the
+// Cookie field lines, as net/http's Request.Cookie would find it, but
+// without parsing every cookie into a new value. The value is returned as
+// received (surrounding double quotes included).
+func findCookie(lines []string, name string) (string, bool) {
+	for _, line := range lines {
+		for rest := line; rest != ""; {
+			var part string
+			part, rest, _ = strings.Cut(rest, ";")
+			part = strings.Trim(part, " \t")
+			n, v, _ := strings.Cut(part, "=")
+			if n == name {
+				return v, true
+			}
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package tierconfig
+
+const raceEnabled = false

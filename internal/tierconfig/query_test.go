@@ -1,0 +1,142 @@
+package tierconfig
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// queryRule compiles a one-rule config with the given cache key and
+// returns that rule.
+func queryRule(t testing.TB, k CacheKey) *CompiledRule {
+	t.Helper()
+	c := Default()
+	c.Rules = []Rule{{Name: "r", Match: Match{PathPrefix: "/"}, CacheKey: k}}
+	cc, err := Compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc.Match("/")
+}
+
+func TestAppendQuery(t *testing.T) {
+	utm := CacheKey{QueryExclude: []string{"utm_*", "fbclid"}}
+	tests := map[string]struct {
+		key  CacheKey
+		in   string
+		want string
+	}{
+		"without shaping the query is kept byte for byte": {
+			CacheKey{}, "b=2&&a=1&a=%41", "b=2&&a=1&a=%41",
+		},
+		"utm_* parameters are dropped": {
+			utm, "id=7&utm_source=x&utm_medium=y&page=2", "id=7&page=2",
+		},
+		"an exact exclude pattern drops only that name": {
+			utm, "fbclid=1&fbclid2=2", "fbclid2=2",
+		},
+		"the prefix of a wildcard alone is matched too": {
+			utm, "utm_=1&utm=2", "utm=2",
+		},
+		"only included parameters are kept": {
+			CacheKey{QueryInclude: []string{"id", "page"}}, "id=7&session=abc&page=2&x", "id=7&page=2",
+		},
+		"an include wildcard keeps every name with the prefix": {
+			CacheKey{QueryInclude: []string{"f_*"}}, "f_color=red&q=1&f_size=m", "f_color=red&f_size=m",
+		},
+		"names compare case-sensitively": {
+			utm, "UTM_source=x&utm_source=y", "UTM_source=x",
+		},
+		"an encoded name is matched decoded": {
+			utm, "utm%5Fsource=x&%75tm_medium=y&id=1", "id=1",
+		},
+		"a plus in a name is a space": {
+			CacheKey{QueryExclude: []string{"a b"}}, "a+b=1&a%20b=2&ab=3", "ab=3",
+		},
+		"a malformed escape stands for itself": {
+			CacheKey{QueryExclude: []string{"%zz"}}, "%zz=1&%z=2", "%z=2",
+		},
+		"kept pairs keep their original encoding": {
+			CacheKey{QueryExclude: []string{"x"}}, "q=a%20b+c&x=1&r=%E2%82%AC", "q=a%20b+c&r=%E2%82%AC",
+		},
+		"a parameter without a value is decided by its name": {
+			utm, "utm_flag&debug", "debug",
+		},
+		"empty parts are left out": {
+			utm, "&&a=1&&b=2&", "a=1&b=2",
+		},
+		"dropping every parameter leaves nothing": {
+			utm, "utm_a=1&utm_b=2", "",
+		},
+		"an empty query stays empty": {
+			utm, "", "",
+		},
+		"sorting makes parameter order irrelevant": {
+			CacheKey{SortQuery: true}, "c=3&a=1&b=2", "a=1&b=2&c=3",
+		},
+		"sorting orders by name, then value": {
+			CacheKey{SortQuery: true}, "a=2&ab=0&a=1&a=10", "a=1&a=10&a=2&ab=0",
+		},
+		"sorting compares the name before the '='": {
+			CacheKey{SortQuery: true}, "a-b=1&a=2", "a=2&a-b=1",
+		},
+		"sorting is stable for equal pairs": {
+			CacheKey{SortQuery: true}, "b=1&a&a=&b=1", "a&a=&b=1&b=1",
+		},
+		"sorting and filtering combine": {
+			CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true}, "z=1&utm_source=x&a=2", "a=2&z=1",
+		},
+		"sorting drops empty parts too": {
+			CacheKey{SortQuery: true}, "b=1&&a=1&", "a=1&b=1",
+		},
+		"more than 16 parameters are sorted too": {
+			CacheKey{SortQuery: true},
+			"p19&p18&p17&p16&p15&p14&p13&p12&p11&p10&p09&p08&p07&p06&p05&p04&p03&p02&p01&p00",
+			"p00&p01&p02&p03&p04&p05&p06&p07&p08&p09&p10&p11&p12&p13&p14&p15&p16&p17&p18&p19",
+		},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := queryRule(t, tt.key)
+			got := r.AppendQuery([]byte("prefix?"), tt.in)
+			if string(got) != "prefix?"+tt.want {
+				t.Fatalf("AppendQuery(%q) = %q, want %q", tt.in, strings.TrimPrefix(string(got), "prefix?"), tt.want)
+			}
+		})
+	}
+}
+
+func TestAppendQueryDoesNotAllocate(t *testing.T) {
+	sixteen := make([]string, 16)
+	for i := range sixteen {
+		sixteen[i] = fmt.Sprintf("p%02d=%d", 15-i, i)
+	}
+	tests := map[string]struct {
+		key CacheKey
+		in  string
+	}{
+		"an unshaped query":            {CacheKey{}, "a=1&b=2"},
+		"an excluded parameter":        {CacheKey{QueryExclude: []string{"utm_*"}}, "utm_source=x&id=1&page=2"},
+		"an encoded name":              {CacheKey{QueryExclude: []string{"utm_*"}}, "utm%5Fsource=x&id=1"},
+		"sorting 16 parameters":        {CacheKey{SortQuery: true, QueryExclude: []string{"x"}}, strings.Join(sixteen, "&")},
+		"an include list with sorting": {CacheKey{SortQuery: true, QueryInclude: []string{"p0*"}}, strings.Join(sixteen, "&")},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := queryRule(t, tt.key)
+			dst := make([]byte, 0, 512)
+			if n := testing.AllocsPerRun(200, func() { dst = r.AppendQuery(dst[:0], tt.in) }); n != 0 {
+				t.Fatalf("AppendQuery allocates %v times", n)
+			}
+		})
+	}
+}
+
+func BenchmarkAppendQuerySorted(b *testing.B) {
+	r := queryRule(b, CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true})
+	dst := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = r.AppendQuery(dst[:0], "q=shoes&utm_source=news&page=2&sort=price&utm_medium=mail&size=42")
+	}
+}
