@@ -1,0 +1,140 @@
+package httpcache
+
+import (
+	"strconv"
+	"time"
+)
+
+// Stored is what freshness evaluation needs of a stored entry.
+type Stored struct {
+	ResponseTime         time.Time
+	InitialAge           time.Duration
+	Lifetime             time.Duration
+	StaleWhileRevalidate time.Duration
+	StaleIfError         time.Duration
+	MustRevalidate       bool
+	NoCache              bool
+}
+
+// Use is how a stored entry may answer a request.
+type Use uint8
+
+const (
+	// UseFresh: serve it as is.
+	UseFresh Use = iota
+	// UseStaleRevalidate: stale but within stale-while-revalidate: serve
+	// it and refresh it in the background.
+	UseStaleRevalidate
+	// UseStale: stale but the request's max-stale accepts it: serve it,
+	// no refresh needed.
+	UseStale
+	// UseValidate: validate (conditional request) before use.
+	UseValidate
+)
+
+// String names the Use for logs and test failures.
+func (u Use) String() string {
+	switch u {
+	case UseFresh:
+		return "UseFresh"
+	case UseStaleRevalidate:
+		return "UseStaleRevalidate"
+	case UseStale:
+		return "UseStale"
+	case UseValidate:
+		return "UseValidate"
+	}
+	return "Use(" + strconv.Itoa(int(u)) + ")"
+}
+
+// AgeValue returns the Age field's value (RFC 9111 §5.1): the first member
+// of a list, ignored (0) when invalid, clamped to 2^31 seconds.
+func AgeValue(h Header) time.Duration {
+	vs := values(h, "Age")
+	if len(vs) == 0 {
+		return 0
+	}
+	e, _ := cutElem(vs[0])
+	d, ok := parseDelta(e)
+	if !ok {
+		return 0
+	}
+	return d
+}
+
+// CurrentAge is current_age of RFC 9111 §4.2.3 at now (never negative).
+// A now before ResponseTime (a clock that stepped back) adds no resident
+// time; every term is clamped to 2^31 s so the sum cannot overflow.
+func CurrentAge(s Stored, now time.Time) time.Duration {
+	resident := clampDelta(now.Sub(s.ResponseTime))
+	return clampDelta(s.InitialAge) + resident
+}
+
+// Evaluate decides how s may answer a request with directives req at now,
+// and returns the entry's current age. NoCache on either side means
+// UseValidate. Request max-age, min-fresh and max-stale are honoured;
+// MustRevalidate forbids every stale use.
+//
+// A fresh entry is one whose Lifetime exceeds its age (an entry exactly at
+// its lifetime is stale by 0). When the request's max-age or min-fresh is
+// what rules the entry out, nothing stale is served: the client asked for
+// something fresher. stale-while-revalidate is used only when the request
+// sets no freshness constraint of its own.
+func Evaluate(s Stored, req RequestCC, now time.Time) (Use, time.Duration) {
+	age := CurrentAge(s, now)
+	if s.NoCache || req.NoCache {
+		return UseValidate, age
+	}
+	lifetime := clampDelta(s.Lifetime)
+	if req.MaxAge.Valid && age > req.MaxAge.Seconds {
+		return UseValidate, age
+	}
+	if req.MinFresh.Valid && lifetime-age < req.MinFresh.Seconds {
+		return UseValidate, age
+	}
+	if lifetime > age {
+		return UseFresh, age
+	}
+	if s.MustRevalidate {
+		return UseValidate, age
+	}
+	staleness := age - lifetime
+	if req.MaxStaleAny || (req.MaxStale.Valid && staleness <= req.MaxStale.Seconds) {
+		return UseStale, age
+	}
+	if swr := clampDelta(s.StaleWhileRevalidate); swr > 0 && staleness <= swr && !req.MaxAge.Valid && !req.MinFresh.Valid {
+		return UseStaleRevalidate, age
+	}
+	return UseValidate, age
+}
+
+// StaleOnErrorOK reports whether a stale s may answer a request at now
+// because the origin failed (RFC 5861 §4): within the entry's
+// stale-if-error window, or the request's stale-if-error, and not
+// MustRevalidate.
+//
+// The window is the larger of the two and must be > 0; an entry that is
+// still fresh (the fetch was forced by the request) has staleness 0 and
+// qualifies whenever some window exists. NoCache entries never qualify:
+// RFC 9111 §4.2.4 forbids serving a no-cache response stale.
+func StaleOnErrorOK(s Stored, req RequestCC, now time.Time) bool {
+	if s.MustRevalidate || s.NoCache {
+		return false
+	}
+	window := clampDelta(s.StaleIfError)
+	if req.StaleIfError.Valid {
+		window = max(window, clampDelta(req.StaleIfError.Seconds))
+	}
+	if window <= 0 {
+		return false
+	}
+	staleness := max(0, CurrentAge(s, now)-clampDelta(s.Lifetime))
+	return staleness <= window
+}
+
+// AgeHeader formats an age as the Age field value (whole seconds, rounded
+// down; negative ages are 0 and ages past 2^31 s are 2147483648, as RFC
+// 9111 §1.2.2 asks).
+func AgeHeader(age time.Duration) string {
+	return strconv.FormatInt(int64(clampDelta(age)/time.Second), 10)
+}
