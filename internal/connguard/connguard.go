@@ -1,0 +1,120 @@
+// Package connguard refuses HTTP/1.1 requests whose message framing is
+// ambiguous, the raw material of request smuggling (RFC 9112 §6.3, §11.2).
+//
+// net/http cannot do this on its own terms: when a request carries both
+// Content-Length and Transfer-Encoding: chunked it silently drops
+// Content-Length, and it removes Transfer-Encoding from the Header map, so
+// a handler never sees the conflict. connguard therefore watches the bytes
+// before net/http parses them. Listener wraps each accepted connection
+// with a small framing tracker that follows request boundaries exactly as
+// net/http does and records, per request header block, whether the block
+// was suspicious. ConnContext hands the tracker to the request context and
+// Middleware answers a suspicious request with 400 and Connection: close
+// instead of calling the next handler.
+//
+// Wiring:
+//
+//	srv := &http.Server{
+//		Handler:     connguard.Middleware(h), // outermost, so RequestURI is untouched
+//		ConnContext: connguard.ConnContext,
+//	}
+//	srv.Serve(connguard.Listener(ln)) // ln is the plaintext TCP listener
+//
+// The tracker inspects the caller's buffer in place and never copies it.
+// Whatever it cannot follow (malformed framing, an HTTP/2 preface, too
+// many pipelined requests) makes it give up on the connection: every later
+// request on that connection is refused, so a misunderstanding fails
+// closed.
+//
+// Listener must wrap a plaintext listener: wrapping a TLS listener would
+// hide the *tls.Conn from net/http (no r.TLS, no ALPN).
+package connguard
+
+import (
+	"context"
+	"io"
+	"net"
+)
+
+// Listener returns a listener whose connections pass every byte read
+// through a request-framing tracker. Use it with ConnContext and
+// Middleware; on its own it changes nothing a handler can see.
+func Listener(l net.Listener) net.Listener {
+	return &listener{Listener: l}
+}
+
+type listener struct {
+	net.Listener
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &conn{Conn: c, t: tracker{limit: noLimit}}, nil
+}
+
+// conn is a net.Conn whose reads feed its tracker. Only Read is
+// intercepted; writes go straight through.
+type conn struct {
+	net.Conn
+	t tracker
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.t.feed(p[:n])
+	}
+	return n, err
+}
+
+// CloseWrite keeps net/http's graceful close (closeWriteAndWait) working
+// as it does on a bare *net.TCPConn: half-close, linger, then close, so
+// that unread request bytes are less likely to make the kernel reset the
+// connection before the client has read the answer.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// ReadFrom keeps the sendfile/splice path of the underlying connection
+// available to response writers; it only writes, so the tracker is not
+// involved.
+func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(writerOnly{c.Conn}, r)
+}
+
+// net/http looks for these on the connection it is given.
+var (
+	_ interface{ CloseWrite() error } = (*conn)(nil)
+	_ io.ReaderFrom                   = (*conn)(nil)
+)
+
+// writerOnly hides every method but Write, so io.Copy cannot recurse into
+// conn.ReadFrom.
+type writerOnly struct{ io.Writer }
+
+type trackerKey struct{}
+
+// ConnContext is meant for http.Server.ConnContext. It makes the
+// connection's tracker available to Middleware; for a connection that did
+// not come from Listener it returns ctx unchanged.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	gc, ok := c.(*conn)
+	if !ok {
+		return ctx
+	}
+	return context.WithValue(ctx, trackerKey{}, &gc.t)
+}
+
+func trackerFrom(ctx context.Context) *tracker {
+	t, _ := ctx.Value(trackerKey{}).(*tracker)
+	return t
+}

@@ -1,0 +1,375 @@
+package connguard
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// outcome is what the tracker recorded for a byte stream.
+type outcome struct {
+	verdicts []verdict
+	dead     bool
+	preface  bool
+}
+
+func outcomeOf(t *tracker) outcome {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o := outcome{dead: t.st == stDead, preface: t.preface}
+	for _, r := range t.q[t.head:] {
+		o.verdicts = append(o.verdicts, r.verdict)
+	}
+	return o
+}
+
+func feedString(t *tracker, s string) { t.feed([]byte(s)) }
+
+const (
+	getA    = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+	chunked = "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		"5;name=val\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 1\r\nX-Other: two\r\n\r\n"
+)
+
+var trackerCases = []struct {
+	name   string
+	stream string
+	want   outcome
+}{
+	{
+		name:   "a GET without a body is allowed",
+		stream: getA,
+		want:   outcome{verdicts: []verdict{allowed}},
+	},
+	{
+		name: "a Content-Length body is skipped by its length, even when it looks like a request",
+		stream: "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 27\r\n\r\n" +
+			"GET /b HTTP/1.1\r\nHost: x\r\n\r\n" + getA,
+		want: outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "a chunked body with extensions and trailers is followed to its end",
+		stream: chunked + getA,
+		want:   outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "a chunked body without trailers is followed to its end",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "Transfer-Encoding matching is case-insensitive and trims whitespace, as net/http's",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\ntransfer-ENCODING: \tChunked \r\n\r\n0\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "bare LF line endings in the header block are accepted, as net/http accepts them",
+		stream: "GET / HTTP/1.1\nHost: x\nContent-Length: 2\n\nhi" + getA,
+		want:   outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "repeated identical Content-Length lines are allowed",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length:  3 \r\n\r\nabc" + getA,
+		want:   outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "obs-fold in an unrelated field is allowed",
+		stream: "GET / HTTP/1.1\r\nHost: x\r\nX-Long: a\r\n b\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "after a POST up to four CR or LF bytes before the next request are skipped",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "after a GET an empty line before the next request is malformed",
+		stream: getA + "\r\n" + getA,
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "Content-Length with Transfer-Encoding is suspicious",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{bothLengths, allowed}},
+	},
+	{
+		name:   "Transfer-Encoding before Content-Length, in odd capitals, is suspicious",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTRANSFER-encoding: chunked\r\ncontent-LENGTH: 3\r\n\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{bothLengths}},
+	},
+	{
+		name:   "Content-Length 0 with Transfer-Encoding is suspicious",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{bothLengths}},
+	},
+	{
+		name:   "two Transfer-Encoding lines are suspicious and end tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{multipleTE}, dead: true},
+	},
+	{
+		name:   "a Transfer-Encoding list is suspicious and ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{unsupportedTE}, dead: true},
+	},
+	{
+		name:   "differing Content-Length lines are suspicious and end tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd" + getA,
+		want:   outcome{verdicts: []verdict{conflictingCL}, dead: true},
+	},
+	{
+		name:   "an invalid Content-Length ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +3\r\n\r\nabc" + getA,
+		want:   outcome{verdicts: []verdict{unverifiable}, dead: true},
+	},
+	{
+		name:   "an HTTP/1.0 request with Transfer-Encoding is suspicious and framed by Content-Length",
+		stream: "POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{teInHTTP10, allowed}},
+	},
+	{
+		name:   "obs-fold in Transfer-Encoding ends tracking before the verdict",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n",
+		want:   outcome{dead: true},
+	},
+	{
+		name: "a smuggled request inside a conflicting body is seen as net/http sees it",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"0\r\n\r\nGET /admin HTTP/1.1\r\nHost: x\r\n\r\n",
+		want: outcome{verdicts: []verdict{bothLengths, allowed}},
+	},
+	{
+		name:   "a chunk-size line ending in bare LF ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "a chunk size with leading whitespace ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n 3\r\nabc\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "whitespace between chunk size and extension ends tracking, as in net/http",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3 ;a\r\nabc\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "trailing whitespace after a chunk size is accepted",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3 \t\r\nabc\r\n0\r\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{allowed, allowed}},
+	},
+	{
+		name:   "a chunk size of seventeen hex digits ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n00000000000000003\r\nabc\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "chunk data not followed by CRLF ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcd\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "a trailer line ending in bare LF ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: y\n\r\n" + getA,
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "a trailer line without a colon ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nGET /admin HTTP/1.1\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name: "a trailer section longer than net/http's buffer ends tracking",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: " +
+			strings.Repeat("a", maxTrailer) + "\r\n\r\n" + getA,
+		want: outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name: "too much chunk overhead ends tracking, as net/http's limit does",
+		stream: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			strings.Repeat("1;"+strings.Repeat("e", 200)+"\r\nA\r\n", 100) + "0\r\n\r\n",
+		want: outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "the HTTP/2 preface ends tracking and marks the connection as HTTP/2",
+		stream: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\x00\x00\x00\x00\x00",
+		want:   outcome{dead: true, preface: true},
+	},
+	{
+		name:   "PRI with header fields ends tracking without marking HTTP/2",
+		stream: "PRI * HTTP/2.0\r\nHost: x\r\n\r\n",
+		want:   outcome{dead: true},
+	},
+	{
+		name:   "an invalid method ends tracking",
+		stream: "G(T / HTTP/1.1\r\nHost: x\r\n\r\n",
+		want:   outcome{dead: true},
+	},
+	{
+		name:   "an unsupported protocol version ends tracking",
+		stream: "GET / HTTP/3.0\r\nHost: x\r\n\r\n",
+		want:   outcome{dead: true},
+	},
+	{
+		name:   "a CR inside a header line ends tracking",
+		stream: "GET / HTTP/1.1\r\nContent-Length: 1\r2\r\n\r\n",
+		want:   outcome{dead: true},
+	},
+	{
+		name:   "a header block over the bound stops tracking without a suspicious verdict",
+		stream: "GET / HTTP/1.1\r\nX: " + strings.Repeat("a", maxHeaderBlock) + "\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "more pipelined requests than the queue holds end tracking",
+		stream: strings.Repeat(getA, maxPending+1),
+		want:   outcome{verdicts: repeatVerdict(allowed, maxPending), dead: true},
+	},
+}
+
+func repeatVerdict(v verdict, n int) []verdict {
+	vs := make([]verdict, n)
+	for i := range vs {
+		vs[i] = v
+	}
+	return vs
+}
+
+func TestTrackerVerdicts(t *testing.T) {
+	for _, tc := range trackerCases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker()
+			feedString(tr, tc.stream)
+			if got := outcomeOf(tr); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// feedSplit feeds s in pieces whose lengths next chooses.
+func feedSplit(tr *tracker, s []byte, next func() int) {
+	for len(s) > 0 {
+		n := min(max(next(), 1), len(s))
+		tr.feed(s[:n])
+		s = s[n:]
+	}
+}
+
+// TestTrackerIsResumableAtAnyByte checks the whole tracker state, not
+// just the verdicts: however the stream is split, the tracker ends in the
+// same place.
+func TestTrackerIsResumableAtAnyByte(t *testing.T) {
+	var conversation strings.Builder
+	for _, tc := range trackerCases {
+		if !tc.want.dead {
+			conversation.WriteString(tc.stream)
+		}
+	}
+	streams := map[string]string{"every live case in one conversation": conversation.String()}
+	for _, tc := range trackerCases {
+		streams[tc.name] = tc.stream
+	}
+	for name, s := range streams {
+		t.Run(name, func(t *testing.T) {
+			whole := newTracker()
+			whole.feed([]byte(s))
+
+			bytewise := newTracker()
+			feedSplit(bytewise, []byte(s), func() int { return 1 })
+
+			rng := rand.New(rand.NewPCG(1, 2))
+			random := newTracker()
+			feedSplit(random, []byte(s), func() int { return 1 + rng.IntN(64) })
+
+			for split, tr := range map[string]*tracker{"byte by byte": bytewise, "random chunks": random} {
+				if !reflect.DeepEqual(tr, whole) {
+					t.Errorf("%s: state %+v differs from one read: %+v", split, outcomeOf(tr), outcomeOf(whole))
+				}
+			}
+		})
+	}
+	if o := outcomeOf(func() *tracker { tr := newTracker(); feedString(tr, conversation.String()); return tr }()); o.dead {
+		t.Fatalf("the combined conversation should stay tracked, got %+v", o)
+	}
+}
+
+func TestTakeMatchesRequestsToHeaderBlocks(t *testing.T) {
+	line := func(m, u, p string) uint64 { return requestLineHash(m, u, p) }
+	tests := []struct {
+		name   string
+		stream string
+		takes  []uint64
+		want   []verdict
+	}{
+		{
+			name:   "requests are matched in order",
+			stream: getA + "GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
+			takes:  []uint64{line("GET", "/a", "HTTP/1.1"), line("GET", "/b", "HTTP/1.1")},
+			want:   []verdict{allowed, allowed},
+		},
+		{
+			name:   "a request net/http did not announce to the tracker is unverifiable",
+			stream: getA,
+			takes:  []uint64{line("GET", "/b", "HTTP/1.1")},
+			want:   []verdict{unverifiable},
+		},
+		{
+			name:   "a request after the tracker gave up is unverifiable",
+			stream: getA + "\r\n" + getA,
+			takes:  []uint64{line("GET", "/a", "HTTP/1.1"), line("GET", "/a", "HTTP/1.1")},
+			want:   []verdict{allowed, unverifiable},
+		},
+		{
+			name:   "an OPTIONS * answered by net/http itself is skipped",
+			stream: "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n" + getA,
+			takes:  []uint64{line("GET", "/a", "HTTP/1.1")},
+			want:   []verdict{allowed},
+		},
+		{
+			name:   "an OPTIONS * that reaches the middleware is matched",
+			stream: "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n" + getA,
+			takes:  []uint64{line("OPTIONS", "*", "HTTP/1.1"), line("GET", "/a", "HTTP/1.1")},
+			want:   []verdict{allowed, allowed},
+		},
+		{
+			name: "a suspicious OPTIONS * answered by net/http refuses the next request",
+			stream: "OPTIONS * HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+				getA,
+			takes: []uint64{line("GET", "/a", "HTTP/1.1")},
+			want:  []verdict{bothLengths},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker()
+			feedString(tr, tc.stream)
+			for i, h := range tc.takes {
+				if got := tr.take(1, h); got != tc.want[i] {
+					t.Errorf("take %d = %v, want %v", i, got, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestTakeHTTP2(t *testing.T) {
+	tests := []struct {
+		name   string
+		stream string
+		want   verdict
+	}{
+		{"an HTTP/2 request on a connection that sent the preface is allowed", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", allowed},
+		{"an HTTP/2 request without the preface is unverifiable", "PRI * HTTP/2.0\r\nHost: x\r\n\r\n", unverifiable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker()
+			feedString(tr, tc.stream)
+			if got := tr.take(2, requestLineHash("PRI", "*", "HTTP/2.0")); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
