@@ -9,8 +9,8 @@ import (
 
 // Delta is an optional delta-seconds value (RFC 9111 §1.2.2).
 type Delta struct {
-	Valid   bool          // present (with a usable or clamped value)
-	Seconds time.Duration // the value as a duration; 0 when !Valid
+	Valid bool          // present (with a usable or clamped value)
+	Value time.Duration // the value as a duration; 0 when !Valid
 }
 
 // ResponseCC holds the response Cache-Control directives (RFC 9111 §5.2.2)
@@ -33,7 +33,7 @@ type ResponseCC struct {
 // field at all (RFC 9111 §5.4).
 type RequestCC struct {
 	MaxAge, MinFresh, StaleIfError Delta
-	MaxStale                       Delta // Valid with Seconds when a value was given
+	MaxStale                       Delta // Valid with Value when a value was given
 	MaxStaleAny                    bool  // max-stale without a value: any staleness
 	NoCache, NoStore, OnlyIfCached bool
 	NoTransform                    bool
@@ -122,12 +122,12 @@ func ParseRequestCC(h Header) RequestCC {
 				if !ok {
 					v = 0
 				}
-				if !cc.MaxAge.Valid || v < cc.MaxAge.Seconds {
-					cc.MaxAge = Delta{Valid: true, Seconds: v}
+				if !cc.MaxAge.Valid || v < cc.MaxAge.Value {
+					cc.MaxAge = Delta{Valid: true, Value: v}
 				}
 			case strings.EqualFold(d.name, "min-fresh"):
-				if v, ok := parseDelta(d.value); ok && (!cc.MinFresh.Valid || v > cc.MinFresh.Seconds) {
-					cc.MinFresh = Delta{Valid: true, Seconds: v}
+				if v, ok := parseDelta(d.value); ok && (!cc.MinFresh.Valid || v > cc.MinFresh.Value) {
+					cc.MinFresh = Delta{Valid: true, Value: v}
 				}
 			case strings.EqualFold(d.name, "max-stale"):
 				if !d.hasValue {
@@ -192,7 +192,7 @@ func (f *freshnessDelta) result(invalid *bool) Delta {
 		*invalid = true
 		return Delta{Valid: true}
 	}
-	return Delta{Valid: true, Seconds: f.v}
+	return Delta{Valid: true, Value: f.v}
 }
 
 // minDelta records a valid value of d in dst, keeping the smaller of
@@ -202,8 +202,8 @@ func minDelta(dst *Delta, d directive) {
 	if !ok {
 		return
 	}
-	if !dst.Valid || v < dst.Seconds {
-		*dst = Delta{Valid: true, Seconds: v}
+	if !dst.Valid || v < dst.Value {
+		*dst = Delta{Valid: true, Value: v}
 	}
 }
 

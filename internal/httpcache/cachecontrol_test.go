@@ -8,7 +8,7 @@ import (
 	"github.com/tiercache/tiercache/internal/httpcache"
 )
 
-func d(n int64) httpcache.Delta { return httpcache.Delta{Valid: true, Seconds: sec(n)} }
+func d(n int64) httpcache.Delta { return httpcache.Delta{Valid: true, Value: sec(n)} }
 
 func TestParseResponseCC(t *testing.T) {
 	tests := []struct {
@@ -33,9 +33,9 @@ func TestParseResponseCC(t *testing.T) {
 		{"whitespace around = and values is tolerated", []string{"max-age = 60 ,\tpublic"},
 			httpcache.ResponseCC{MaxAge: d(60), Public: true}},
 		{"max-age past 2^31 clamps to 2^31 seconds", []string{"max-age=99999999999999999999999999"},
-			httpcache.ResponseCC{MaxAge: httpcache.Delta{Valid: true, Seconds: maxDelta}}},
+			httpcache.ResponseCC{MaxAge: httpcache.Delta{Valid: true, Value: maxDelta}}},
 		{"max-age of exactly 2^31 is kept", []string{"max-age=2147483648"},
-			httpcache.ResponseCC{MaxAge: httpcache.Delta{Valid: true, Seconds: maxDelta}}},
+			httpcache.ResponseCC{MaxAge: httpcache.Delta{Valid: true, Value: maxDelta}}},
 		{"a negative max-age is invalid and treated as 0", []string{"max-age=-1"},
 			httpcache.ResponseCC{MaxAge: d(0), Invalid: true}},
 		{"a non-integer max-age is invalid", []string{"max-age=1.5"}, httpcache.ResponseCC{MaxAge: d(0), Invalid: true}},
@@ -63,7 +63,7 @@ func TestParseResponseCC(t *testing.T) {
 		{"duplicate stale windows keep the smallest", []string{"stale-while-revalidate=30, stale-while-revalidate=10"},
 			httpcache.ResponseCC{StaleWhileRevalidate: d(10)}},
 		{"a stale window past 2^31 clamps", []string{"stale-if-error=4294967296"},
-			httpcache.ResponseCC{StaleIfError: httpcache.Delta{Valid: true, Seconds: maxDelta}}},
+			httpcache.ResponseCC{StaleIfError: httpcache.Delta{Valid: true, Value: maxDelta}}},
 		{"qualified private lists canonical field names", []string{`private="set-cookie, x-user"`},
 			httpcache.ResponseCC{PrivateFields: []string{"Set-Cookie", "X-User"}}},
 		{"qualified no-cache lists canonical field names", []string{`no-cache="Set-Cookie"`},
@@ -140,7 +140,7 @@ func TestParseRequestCC(t *testing.T) {
 		{"duplicate max-stale keeps the smallest", hdr("Cache-Control", "max-stale=50, max-stale=5"),
 			httpcache.RequestCC{MaxStale: d(5)}},
 		{"a huge max-age clamps to 2^31 seconds", hdr("Cache-Control", "max-age=1000000000000"),
-			httpcache.RequestCC{MaxAge: httpcache.Delta{Valid: true, Seconds: maxDelta}}},
+			httpcache.RequestCC{MaxAge: httpcache.Delta{Valid: true, Value: maxDelta}}},
 		{"a quoted value is tolerated", hdr("Cache-Control", `max-age="0"`), httpcache.RequestCC{MaxAge: d(0)}},
 		{"directive names are case-insensitive", hdr("Cache-Control", "NO-CACHE, Max-Age=3"),
 			httpcache.RequestCC{NoCache: true, MaxAge: d(3)}},

@@ -172,9 +172,9 @@ func Decide(x Exchange, p Policy) Decision {
 	case cc.Invalid:
 		source = sourceExplicit
 	case cc.SMaxAge.Valid:
-		lifetime, source = cc.SMaxAge.Seconds, sourceExplicit
+		lifetime, source = cc.SMaxAge.Value, sourceExplicit
 	case cc.MaxAge.Valid:
-		lifetime, source = cc.MaxAge.Seconds, sourceExplicit
+		lifetime, source = cc.MaxAge.Value, sourceExplicit
 	case len(expires) > 0:
 		lifetime, source = expiresLifetime(expires, date), sourceExplicit
 	case p.NegativeTTL > 0 && (x.Status == http.StatusNotFound || x.Status == http.StatusGone):
@@ -267,7 +267,7 @@ func heuristicLifetime(sinceModified time.Duration, p Policy) time.Duration {
 // default as long as the response has some freshness source.
 func staleWindow(origin Delta, def time.Duration, source freshSource) time.Duration {
 	if origin.Valid {
-		return clampDelta(origin.Seconds)
+		return clampDelta(origin.Value)
 	}
 	if source == sourceNone {
 		return 0

@@ -86,10 +86,10 @@ func Evaluate(s Stored, req RequestCC, now time.Time) (Use, time.Duration) {
 		return UseValidate, age
 	}
 	lifetime := clampDelta(s.Lifetime)
-	if req.MaxAge.Valid && age > req.MaxAge.Seconds {
+	if req.MaxAge.Valid && age > req.MaxAge.Value {
 		return UseValidate, age
 	}
-	if req.MinFresh.Valid && lifetime-age < req.MinFresh.Seconds {
+	if req.MinFresh.Valid && lifetime-age < req.MinFresh.Value {
 		return UseValidate, age
 	}
 	if lifetime > age {
@@ -99,7 +99,7 @@ func Evaluate(s Stored, req RequestCC, now time.Time) (Use, time.Duration) {
 		return UseValidate, age
 	}
 	staleness := age - lifetime
-	if req.MaxStaleAny || (req.MaxStale.Valid && staleness <= req.MaxStale.Seconds) {
+	if req.MaxStaleAny || (req.MaxStale.Valid && staleness <= req.MaxStale.Value) {
 		return UseStale, age
 	}
 	if swr := clampDelta(s.StaleWhileRevalidate); swr > 0 && staleness <= swr && !req.MaxAge.Valid && !req.MinFresh.Valid {
@@ -123,7 +123,7 @@ func StaleOnErrorOK(s Stored, req RequestCC, now time.Time) bool {
 	}
 	window := clampDelta(s.StaleIfError)
 	if req.StaleIfError.Valid {
-		window = max(window, clampDelta(req.StaleIfError.Seconds))
+		window = max(window, clampDelta(req.StaleIfError.Value))
 	}
 	if window <= 0 {
 		return false

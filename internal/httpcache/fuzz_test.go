@@ -21,7 +21,7 @@ var ccSeeds = []string{
 }
 
 func validDelta(d httpcache.Delta) bool {
-	return d.Seconds >= 0 && d.Seconds <= time.Duration(1<<31)*time.Second && (d.Valid || d.Seconds == 0)
+	return d.Value >= 0 && d.Value <= time.Duration(1<<31)*time.Second && (d.Valid || d.Value == 0)
 }
 
 func FuzzParseCacheControl(f *testing.F) {
@@ -37,7 +37,7 @@ func FuzzParseCacheControl(f *testing.F) {
 				t.Errorf("response delta %+v out of range for %q %q", d, line1, line2)
 			}
 		}
-		if r.Invalid && r.MaxAge.Seconds != 0 && r.SMaxAge.Seconds != 0 {
+		if r.Invalid && r.MaxAge.Value != 0 && r.SMaxAge.Value != 0 {
 			t.Errorf("Invalid with non-zero freshness: %+v", r)
 		}
 		for _, f := range append(r.PrivateFields, r.NoCacheFields...) {

@@ -178,7 +178,8 @@ func TestExampleFileIsCanonicalAfterParse(t *testing.T) {
 func TestHashOfAnUnmarshalableConfigIsStillStable(t *testing.T) {
 	c := Default()
 	c.Defaults.HeuristicFraction = math.NaN()
-	if c.Hash() != c.Hash() || c.Hash() == Default().Hash() {
+	first, second := c.Hash(), c.Hash()
+	if first != second || first == Default().Hash() {
 		t.Fatal("a NaN heuristicFraction must hash stably and unlike the default")
 	}
 }

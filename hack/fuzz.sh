@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# hack/fuzz.sh — run every `func Fuzz*` target in the module, one at a time,
+# for FUZZTIME each (default 8s). Targets are found by grepping *_test.go, so
+# a new fuzz test is picked up without editing anything. A failure leaves its
+# reproducer under the package's testdata/fuzz/ and fails the run.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$TC_ROOT"
+
+FUZZTIME="${FUZZTIME:-8s}"
+GO="${GO:-go}"
+
+# "<package dir> <target>" lines, sorted, from test files outside testdata,
+# vendor and hidden directories.
+targets="$(
+  find . \( -path './.?*' -o -path ./bin -o -name testdata -o -name vendor \) -prune -o \
+    -name '*_test.go' -print0 |
+    xargs -0 -r grep -H -o -E '^func Fuzz[A-Za-z0-9_]*\(' |
+    sed -E 's#^(.*)/[^/]+_test\.go:func (Fuzz[A-Za-z0-9_]*)\($#\1 \2#' |
+    sort -u
+)"
+
+if [[ -z "$targets" ]]; then
+  echo "fuzz: no Fuzz* targets found"
+  exit 0
+fi
+
+count=$(wc -l <<<"$targets")
+echo "fuzz: $count target(s), $FUZZTIME each"
+failed=()
+while read -r dir name; do
+  echo "--- go test -run='^\$' -fuzz='^${name}\$' -fuzztime=$FUZZTIME $dir/"
+  if ! "$GO" test -run='^$' -fuzz="^${name}\$" -fuzztime="$FUZZTIME" "$dir/" </dev/null; then
+    failed+=("$dir $name")
+  fi
+done <<<"$targets"
+
+if ((${#failed[@]})); then
+  echo "fuzz: ${#failed[@]} target(s) failed:"
+  printf '  %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "fuzz: all $count target(s) passed"

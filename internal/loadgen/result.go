@@ -1,0 +1,231 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// maxXCacheValues bounds the distinct X-Cache values kept per worker, so a
+// misbehaving server cannot grow the maps without limit.
+const maxXCacheValues = 32
+
+// NoXCache stands for a response without an X-Cache header.
+const NoXCache = "(none)"
+
+// workerStats is what one worker saw; it is merged into a Result at the end.
+type workerStats struct {
+	hist       Histogram
+	requests   int64 // completed: a response or a transport error
+	responses  int64
+	errors     int64
+	fromCache  int64
+	errKinds   map[string]int64
+	errSamples map[string]string
+	status     map[int]int64
+	xcache     map[string]int64
+}
+
+func newWorkerStats() *workerStats {
+	return &workerStats{
+		errKinds:   map[string]int64{},
+		errSamples: map[string]string{},
+		status:     map[int]int64{},
+		xcache:     map[string]int64{},
+	}
+}
+
+func (ws *workerStats) transportError(err error) {
+	ws.requests++
+	ws.errors++
+	kind := classify(err)
+	ws.errKinds[kind]++
+	if _, ok := ws.errSamples[kind]; !ok {
+		ws.errSamples[kind] = err.Error()
+	}
+}
+
+func (ws *workerStats) response(resp *http.Response, missing bool, latency time.Duration) {
+	ws.requests++
+	ws.responses++
+	ws.hist.RecordDuration(latency)
+	ws.status[resp.StatusCode]++
+	ok := resp.StatusCode >= 200 && resp.StatusCode < 400 ||
+		missing && resp.StatusCode == http.StatusNotFound
+	if !ok {
+		ws.errors++
+		ws.errKinds["status_"+strconv.Itoa(resp.StatusCode)]++
+	}
+	xc := XCacheToken(resp.Header.Get("X-Cache"))
+	if _, seen := ws.xcache[xc]; !seen && len(ws.xcache) >= maxXCacheValues {
+		xc = "(other)"
+	}
+	ws.xcache[xc]++
+	if ServedFromCache(xc) {
+		ws.fromCache++
+	}
+}
+
+// XCacheToken is the first token of an X-Cache header value, upper-cased:
+// "HIT; layer=l2" → "HIT". An empty value gives NoXCache.
+func XCacheToken(v string) string {
+	v = strings.TrimSpace(v)
+	if i := strings.IndexAny(v, ";, \t"); i >= 0 {
+		v = v[:i]
+	}
+	if v == "" {
+		return NoXCache
+	}
+	return strings.ToUpper(v)
+}
+
+// ServedFromCache reports whether an X-Cache token means the answer came
+// from the cache without waiting for the origin.
+func ServedFromCache(token string) bool { return token == "HIT" || token == "STALE" }
+
+// classify names the kind of a transport error.
+func classify(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, ErrNotLoopback):
+		return "not_loopback"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection_reset"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "no_local_port"
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return "too_many_open_files"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "eof"
+	default:
+		return "other"
+	}
+}
+
+// Result is what a run measured. Its JSON form is what --json prints.
+type Result struct {
+	Scenario    string  `json:"scenario"`
+	Concurrency int     `json:"concurrency"`
+	Targets     int     `json:"targets"`
+	DurationS   float64 `json:"duration_s"`
+	// StoppedBy is "duration", "max-requests" or "cancelled".
+	StoppedBy string `json:"stopped_by"`
+	// Requests counts completed requests: answered, or failed in transport.
+	Requests  int64   `json:"requests"`
+	Responses int64   `json:"responses"`
+	QPS       float64 `json:"qps"`
+	// Errors counts transport errors and statuses other than 2xx/3xx (a 404
+	// from a target meant to be missing is not an error).
+	Errors       int64             `json:"errors"`
+	ErrorsByKind map[string]int64  `json:"errors_by_kind"`
+	ErrorSamples map[string]string `json:"error_samples,omitempty"`
+	Status       map[string]int64  `json:"status"`
+	// XCache counts responses by the first token of their X-Cache header.
+	XCache map[string]int64 `json:"x_cache"`
+	// FromCache counts responses with X-Cache HIT or STALE; HitRate is
+	// FromCache / Responses.
+	FromCache int64        `json:"from_cache"`
+	HitRate   float64      `json:"hit_rate"`
+	Latency   Latency      `json:"latency_ms"`
+	Origin    *OriginStats `json:"origin,omitempty"`
+
+	hist Histogram
+}
+
+// Latency summarises response times in milliseconds.
+type Latency struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+func newResult() *Result {
+	return &Result{
+		ErrorsByKind: map[string]int64{},
+		ErrorSamples: map[string]string{},
+		Status:       map[string]int64{},
+		XCache:       map[string]int64{},
+	}
+}
+
+func (r *Result) add(ws *workerStats) {
+	r.hist.Merge(&ws.hist)
+	r.Requests += ws.requests
+	r.Responses += ws.responses
+	r.Errors += ws.errors
+	r.FromCache += ws.fromCache
+	for k, v := range ws.errKinds {
+		r.ErrorsByKind[k] += v
+	}
+	for k, v := range ws.errSamples {
+		if _, ok := r.ErrorSamples[k]; !ok {
+			r.ErrorSamples[k] = v
+		}
+	}
+	for k, v := range ws.status {
+		r.Status[strconv.Itoa(k)] += v
+	}
+	for k, v := range ws.xcache {
+		r.XCache[k] += v
+	}
+}
+
+func (r *Result) finish(elapsed time.Duration) {
+	r.DurationS = elapsed.Seconds()
+	if r.DurationS > 0 {
+		r.QPS = float64(r.Requests) / r.DurationS
+	}
+	if r.Responses > 0 {
+		r.HitRate = float64(r.FromCache) / float64(r.Responses)
+	}
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+	r.Latency = Latency{
+		P50:  ms(r.hist.Quantile(0.50)),
+		P90:  ms(r.hist.Quantile(0.90)),
+		P99:  ms(r.hist.Quantile(0.99)),
+		Max:  ms(r.hist.Max()),
+		Mean: r.hist.Mean() / 1e6,
+	}
+}
+
+// WriteText prints the result for a person.
+func (r *Result) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "scenario      %s (%d targets, concurrency %d, stopped by %s)\n",
+		r.Scenario, r.Targets, r.Concurrency, r.StoppedBy)
+	fmt.Fprintf(w, "requests      %d in %.2fs = %.0f req/s\n", r.Requests, r.DurationS, r.QPS)
+	fmt.Fprintf(w, "errors        %d%s\n", r.Errors, formatCounts(r.ErrorsByKind))
+	for _, k := range slices.Sorted(maps.Keys(r.ErrorSamples)) {
+		fmt.Fprintf(w, "  e.g. %-18s %s\n", k+":", r.ErrorSamples[k])
+	}
+	fmt.Fprintf(w, "status       %s\n", formatCounts(r.Status))
+	fmt.Fprintf(w, "x-cache      %s\n", formatCounts(r.XCache))
+	fmt.Fprintf(w, "from cache    %.2f%% (HIT or STALE)\n", 100*r.HitRate)
+	fmt.Fprintf(w, "latency ms    p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  mean %.3f\n",
+		r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.Max, r.Latency.Mean)
+	if o := r.Origin; o != nil {
+		fmt.Fprintf(w, "origin        %d requests (max in flight %d)\n", o.Requests, o.MaxInflight)
+	}
+}
+
+func formatCounts(m map[string]int64) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, " %s=%d", k, m[k])
+	}
+	return b.String()
+}
