@@ -72,8 +72,8 @@ start_pair() {
   bin/demo-origin --listen "127.0.0.1:$op" "$@" >"$out/$PAIR_LABEL-origin.log" 2>&1 &
   ORIGIN_PID=$!
   pids+=("$ORIGIN_PID")
-  record bin/tiercache-sidecar --upstream "$ORIGIN" --listen "127.0.0.1:$pp" --admin-listen "127.0.0.1:$ap"
-  bin/tiercache-sidecar --upstream "$ORIGIN" --listen "127.0.0.1:$pp" --admin-listen "127.0.0.1:$ap" \
+  record bin/tiercache-sidecar --upstream "$ORIGIN" --listen "127.0.0.1:$pp" --admin-listen "127.0.0.1:$ap" ${SIDECAR_CONFIG:+--config "$SIDECAR_CONFIG"}
+  bin/tiercache-sidecar --upstream "$ORIGIN" --listen "127.0.0.1:$pp" --admin-listen "127.0.0.1:$ap" ${SIDECAR_CONFIG:+--config "$SIDECAR_CONFIG"} \
     >"$out/$PAIR_LABEL-sidecar.log" 2>&1 &
   SIDECAR_PID=$!
   pids+=("$SIDECAR_PID")
@@ -129,7 +129,7 @@ fi
 
 # 2. HTTP throughput through a warm cache.
 step "2. HTTP throughput, warm cache, concurrency 32, $DURATION per size"
-PAIR_LABEL=throughput start_pair
+SIDECAR_CONFIG=hack/bench-tier.yaml PAIR_LABEL=throughput start_pair
 sizes=("1 KiB:b1k:1024" "100 KiB:b100k:102400" "1 MiB:b1m:1048576")
 for s in "${sizes[@]}"; do
   IFS=: read -r label key bytes <<<"$s"

@@ -147,27 +147,35 @@ func (c *Cache) MaxEntrySize() int64 { return c.limit }
 // strings and body alias a buffer of its own that nothing else uses. Get
 // does not retain key.
 func (c *Cache) Get(key string) (entry.Entry, error) {
+	var e entry.Entry
+	err := c.GetInto(key, &e)
+	return e, err
+}
+
+// GetInto is Get decoding into e, reusing e's header slice, so that a
+// caller that keeps a scratch Entry pays no allocation for decoding. On a
+// miss e is left in an unspecified state.
+func (c *Cache) GetInto(key string, e *entry.Entry) error {
 	sk := storedKey(key)
 	// bigcache v3.1.0 has no callback-style get. It copies the value, and
 	// also copies the stored key to compare it (the copy escapes through
-	// its collision log call): two allocations, plus Decode's header slice.
+	// its collision log call): two allocations we cannot avoid.
 	v, info, err := c.bc.GetWithInfo(sk)
 	if err != nil {
-		return entry.Entry{}, ErrNotFound
+		return ErrNotFound
 	}
 	if info.EntryStatus == bigcache.Expired {
 		c.falseHits.Add(1)
-		return entry.Entry{}, ErrNotFound
+		return ErrNotFound
 	}
-	var e entry.Entry
-	if err := entry.Decode(v, &e); err != nil {
+	if err := entry.Decode(v, e); err != nil {
 		// Never serve it, and do not trip over it again. (Should a fresh
 		// value have replaced it in between, that one goes too: a miss.)
 		c.falseHits.Add(1)
 		c.deleteStored(sk)
-		return entry.Entry{}, ErrNotFound
+		return ErrNotFound
 	}
-	return e, nil
+	return nil
 }
 
 // Set stores e under key, replacing what was there. It returns ErrTooLarge

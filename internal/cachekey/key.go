@@ -1,0 +1,74 @@
+// Package cachekey owns the textual form of cache keys, so that the proxy
+// (which stores under them) and the purger (which deletes by them) can never
+// disagree. Keys are opaque to the stores: L1 uses them as they are (or a
+// digest when long), L2 hashes them into its Redis key names.
+//
+// Primary key:  "GET " scheme "://" host target [extras]
+// Variant key:  primary 0x00 'v' nonce(16 hex) 0x00 vary-values
+//
+// The method class is always GET: HEAD is answered from GET entries and
+// nothing else is stored.
+package cachekey
+
+import (
+	"strings"
+)
+
+const variantTag = "\x00v"
+
+// AppendPrimary appends the primary key for scheme, host and target
+// (path?query, already shaped by the tier's rules) plus the rule's extra key
+// parts, which the caller appends after this returns.
+func AppendPrimary(dst []byte, scheme, host, target string) []byte {
+	dst = append(dst, "GET "...)
+	dst = append(dst, scheme...)
+	dst = append(dst, "://"...)
+	dst = append(dst, host...)
+	dst = append(dst, target...)
+	return dst
+}
+
+// AppendVariant appends to dst (which holds the primary key) the variant
+// part for a Vary marker's nonce. The caller then appends the request's
+// normalized values of the marker's selecting headers.
+func AppendVariant(dst []byte, nonce uint64) []byte {
+	dst = append(dst, variantTag...)
+	const hexdigits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, hexdigits[(nonce>>uint(shift))&0xf])
+	}
+	return append(dst, 0)
+}
+
+// Scheme returns the scheme a request is keyed under: the client-facing
+// scheme as told by X-Forwarded-Proto when it is exactly http or https
+// (an ingress in front of the pod sets it), else https for TLS, else http.
+// Because the scheme is part of the key, a forged X-Forwarded-Proto can
+// only ever select its own cache entries, never poison another's.
+func Scheme(forwardedProto string, tls bool) string {
+	switch {
+	case strings.EqualFold(forwardedProto, "https"):
+		return "https"
+	case strings.EqualFold(forwardedProto, "http"):
+		return "http"
+	case tls:
+		return "https"
+	}
+	return "http"
+}
+
+// Host normalizes a Host header value for keying: lowercase, and without
+// the scheme's default port. It allocates only when it has to change s.
+func Host(s, scheme string) string {
+	if scheme == "http" && strings.HasSuffix(s, ":80") {
+		s = s[:len(s)-3]
+	} else if scheme == "https" && strings.HasSuffix(s, ":443") {
+		s = s[:len(s)-4]
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}

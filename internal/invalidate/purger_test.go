@@ -1,0 +1,186 @@
+package invalidate
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/cachekey"
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/store/l1"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+func newPurger(t *testing.T, cfgYAML string) (*Purger, *l1.Cache, *tierconfig.Compiled) {
+	t.Helper()
+	cfg, err := tierconfig.Parse([]byte(cfgYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tierconfig.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cache, err := l1.New(ctx, l1.Config{MaxSize: 16 << 20, MaxEntrySize: 64 << 10, Shards: 16, LifeWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cache.Close() })
+	return NewPurger(cache, tierconfig.NewHolder(c)), cache, c
+}
+
+// put stores a response entry under the key the proxy would use.
+func put(t *testing.T, cache *l1.Cache, scheme, host, target string, tags ...string) string {
+	t.Helper()
+	key := string(cachekey.AppendPrimary(nil, scheme, host, target))
+	e := &entry.Entry{Kind: entry.KindResponse, Host: host, Target: target, Tags: tags, Status: 200,
+		Body: []byte("x"), ResponseTime: time.Now(), Lifetime: time.Hour}
+	if err := cache.Set(key, e); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func present(cache *l1.Cache, key string) bool {
+	_, err := cache.Get(key)
+	return err == nil
+}
+
+func TestPurgeByURLPrefixAndTag(t *testing.T) {
+	cases := []struct {
+		name   string
+		req    Request
+		gone   []string // targets expected gone (on every host)
+		purged int
+	}{
+		{"an origin-form URL purges that path on every host", Request{URLs: []string{"/a?x=1"}}, []string{"a.example/a?x=1", "b.example/a?x=1"}, 2},
+		{"an absolute URL purges one host only", Request{URLs: []string{"http://a.example/a?x=1"}}, []string{"a.example/a?x=1"}, 1},
+		{"a default port in the URL does not matter", Request{URLs: []string{"https://a.example:443/a?x=1"}}, []string{"a.example/a?x=1"}, 1},
+		{"a prefix purges everything under it", Request{Prefix: "/api/"}, []string{"a.example/api/1", "a.example/api/2"}, 2},
+		{"a tag purges every tagged entry", Request{Tags: []string{"blue"}}, []string{"a.example/api/1", "b.example/a?x=1"}, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, cache, _ := newPurger(t, "")
+			all := map[string]string{
+				"a.example/a?x=1": put(t, cache, "http", "a.example", "/a?x=1"),
+				"b.example/a?x=1": put(t, cache, "http", "b.example", "/a?x=1", "blue"),
+				"a.example/api/1": put(t, cache, "http", "a.example", "/api/1", "blue"),
+				"a.example/api/2": put(t, cache, "http", "a.example", "/api/2"),
+				"a.example/a?x=2": put(t, cache, "http", "a.example", "/a?x=2"),
+			}
+			gen := p.Generation()
+			if n := p.Purge(context.Background(), c.req); n != c.purged {
+				t.Fatalf("purged %d, want %d", n, c.purged)
+			}
+			if p.Generation() == gen {
+				t.Fatal("the generation did not change")
+			}
+			for name, key := range all {
+				want := true
+				for _, g := range c.gone {
+					if g == name {
+						want = false
+					}
+				}
+				if present(cache, key) != want {
+					t.Errorf("%s present = %v, want %v", name, !want, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPurgeShapesTheURLLikeTheProxyKeysIt(t *testing.T) {
+	p, cache, _ := newPurger(t, `
+rules:
+- name: strip-utm
+  match: {pathPrefix: /}
+  cacheKey: {queryExclude: ["utm_*"], sortQuery: true}
+`)
+	key := put(t, cache, "http", "a.example", "/page?a=1&b=2")
+	if n := p.Purge(context.Background(), Request{URLs: []string{"/page?utm_source=x&b=2&a=1"}}); n != 1 || present(cache, key) {
+		t.Fatalf("purged %d, entry present %v", n, present(cache, key))
+	}
+}
+
+func TestInvalidateDeletesBothSchemesWithoutScanning(t *testing.T) {
+	p, cache, _ := newPurger(t, "")
+	k1 := put(t, cache, "http", "a.example", "/x")
+	k2 := put(t, cache, "https", "a.example", "/x")
+	k3 := put(t, cache, "http", "a.example", "/y")
+	u, _ := url.Parse("https://A.example/x")
+	p.Invalidate(context.Background(), []*url.URL{u})
+	if present(cache, k1) || present(cache, k2) || !present(cache, k3) {
+		t.Fatalf("after invalidate: http %v https %v other %v", present(cache, k1), present(cache, k2), present(cache, k3))
+	}
+}
+
+func TestInvalidateWithKeyedHeadersFallsBackToMatching(t *testing.T) {
+	p, cache, _ := newPurger(t, `
+rules:
+- name: by-lang
+  match: {pathPrefix: /}
+  cacheKey: {headers: [Accept-Language]}
+`)
+	e := &entry.Entry{Kind: entry.KindResponse, Host: "a.example", Target: "/x", Status: 200, ResponseTime: time.Now(), Lifetime: time.Hour}
+	key := "GET http://a.example/x\x00h:accept-language=en"
+	if err := cache.Set(key, e); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("http://a.example/x")
+	p.Invalidate(context.Background(), []*url.URL{u})
+	if present(cache, key) {
+		t.Fatal("an entry keyed on a header survived invalidation")
+	}
+}
+
+func TestValidateNamesWhatIsWrong(t *testing.T) {
+	cases := map[string]struct {
+		req  Request
+		want string
+	}{
+		"an empty request":         {Request{}, "nothing to purge"},
+		"a relative URL":           {Request{URLs: []string{"x/y"}}, "urls[0]: must be absolute"},
+		"a foreign scheme":         {Request{URLs: []string{"/ok", "ftp://h/x"}}, "urls[1]: scheme must be http or https"},
+		"a host without a path":    {Request{URLs: []string{"http://h"}}, "urls[0]: URL without a path"},
+		"a prefix without a slash": {Request{Prefix: "api"}, "prefix: must start with /"},
+		"a tag with a space":       {Request{Tags: []string{"a b"}}, "tags[0]"},
+		"too many URLs":            {Request{URLs: make([]string, maxURLs+1)}, "urls: at most"},
+	}
+	for name, c := range cases {
+		err := c.req.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+	if err := (Request{URLs: []string{"/a?b=c", "https://h/x"}, Prefix: "/p/", Tags: []string{"t"}}).Validate(); err != nil {
+		t.Fatalf("a valid request was refused: %v", err)
+	}
+}
+
+func TestWithoutATokenPurgesComeOnlyFromLoopback(t *testing.T) {
+	cases := map[string]struct {
+		remote, token, auth string
+		want                int
+	}{
+		"a pod-network peer without a token is refused": {"10.1.2.3:5555", "", "", http.StatusForbidden},
+		"IPv4 loopback is accepted":                     {"127.0.0.1:5555", "", "", 0},
+		"IPv6 loopback is accepted":                     {"[::1]:5555", "", "", 0},
+		"with a token, loopback needs it too":           {"127.0.0.1:5555", "0123456789abcdef", "", http.StatusUnauthorized},
+		"with a token, any peer holding it is accepted": {"10.1.2.3:5555", "0123456789abcdef", "Bearer 0123456789abcdef", 0},
+	}
+	for name, c := range cases {
+		r := &http.Request{RemoteAddr: c.remote, Header: http.Header{}}
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		if status, _ := authorize(r, c.token); status != c.want {
+			t.Errorf("%s: got %d, want %d", name, status, c.want)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+// Package metrics owns the sidecar's Prometheus collectors, named as
+// DESIGN.md fixes them (prefix tiercache_). Nothing registers globally: New
+// takes the Registerer to use. Counters on the request path are resolved to
+// their label values once, here, so the hit path does no label lookups.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Result and layer label values of requests_total.
+const (
+	ResultHit         = "hit"
+	ResultMiss        = "miss"
+	ResultStale       = "stale"
+	ResultRevalidated = "revalidated"
+	ResultBypass      = "bypass"
+	ResultError       = "error"
+
+	LayerL1     = "l1"
+	LayerL2     = "l2"
+	LayerOrigin = "origin"
+	LayerNone   = "none"
+)
+
+var (
+	results = []string{ResultHit, ResultMiss, ResultStale, ResultRevalidated, ResultBypass, ResultError}
+	layers  = []string{LayerL1, LayerL2, LayerOrigin, LayerNone}
+)
+
+// Metrics holds the sidecar's collectors.
+type Metrics struct {
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	OriginRequests  *prometheus.CounterVec
+	OriginDuration  prometheus.Histogram
+	Coalesced       prometheus.Counter
+	L2Errors        *prometheus.CounterVec
+	L2Dropped       prometheus.Counter
+	L2CircuitOpen   prometheus.Gauge
+	Purges          prometheus.Counter
+	ConfigInfo      *prometheus.GaugeVec
+
+	reqByLabel map[[2]string]prometheus.Counter
+	durByRes   map[string]prometheus.Observer
+}
+
+// L1Stats is what the L1 gauges read at scrape time.
+type L1Stats struct {
+	Entries, Bytes, Evictions uint64
+}
+
+// New creates the collectors and registers them with reg. l1 is called at
+// scrape time for the L1 gauges (nil: no L1 gauges).
+func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_requests_total",
+			Help: "Requests served, by result (hit, miss, stale, revalidated, bypass, error) and the layer that answered.",
+		}, []string{"result", "layer"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tiercache_request_duration_seconds",
+			Help:    "Time from request to the end of the response, by result.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"result"}),
+		OriginRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_origin_requests_total",
+			Help: "Requests sent to the origin, by status code (or \"error\" when none came back).",
+		}, []string{"code"}),
+		OriginDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tiercache_origin_duration_seconds",
+			Help:    "Time from sending a request to the origin to its response headers.",
+			Buckets: prometheus.DefBuckets,
+		}),
+		Coalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_coalesced_requests_total",
+			Help: "Requests that waited for another request's origin fetch instead of making their own.",
+		}),
+		L2Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_l2_errors_total",
+			Help: "Failed L2 (Redis) operations, by operation.",
+		}, []string{"op"}),
+		L2Dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_l2_dropped_writes_total",
+			Help: "L2 writes dropped because the write queue was full.",
+		}),
+		L2CircuitOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tiercache_l2_circuit_open",
+			Help: "1 while the L2 circuit breaker is open (L2 skipped).",
+		}),
+		Purges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_purges_total",
+			Help: "Purge requests and unsafe-method invalidations applied.",
+		}),
+		ConfigInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tiercache_config_info",
+			Help: "1 for the config version (hash) in effect.",
+		}, []string{"version"}),
+		reqByLabel: make(map[[2]string]prometheus.Counter),
+		durByRes:   make(map[string]prometheus.Observer),
+	}
+	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
+		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.ConfigInfo}
+	if l1 != nil {
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "tiercache_l1_entries", Help: "Entries in L1.",
+			}, func() float64 { return float64(l1().Entries) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "tiercache_l1_bytes", Help: "Bytes of entry data held in L1.",
+			}, func() float64 { return float64(l1().Bytes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "tiercache_l1_evictions_total", Help: "Entries L1 removed for age or for lack of space.",
+			}, func() float64 { return float64(l1().Evictions) }),
+		)
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range results {
+		m.durByRes[r] = m.requestDuration.WithLabelValues(r)
+		for _, l := range layers {
+			m.reqByLabel[[2]string{r, l}] = m.requests.WithLabelValues(r, l)
+		}
+	}
+	for _, op := range []string{"get", "set", "delete", "publish", "subscribe", "lease"} {
+		m.L2Errors.WithLabelValues(op)
+	}
+	return m, nil
+}
+
+// Request counts one served request and its duration in seconds.
+func (m *Metrics) Request(result, layer string, seconds float64) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.reqByLabel[[2]string{result, layer}]; ok {
+		c.Inc()
+	} else {
+		m.requests.WithLabelValues(result, layer).Inc()
+	}
+	if o, ok := m.durByRes[result]; ok {
+		o.Observe(seconds)
+	}
+}
+
+// SetConfig records the config version in effect (and drops the old one).
+func (m *Metrics) SetConfig(version string) {
+	if m == nil {
+		return
+	}
+	m.ConfigInfo.Reset()
+	m.ConfigInfo.WithLabelValues(version).Set(1)
+}

@@ -1,0 +1,119 @@
+package proxy
+
+import (
+	"bytes"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/metrics"
+)
+
+// flightGroup tracks the origin fetches in progress, one per key.
+type flightGroup struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+// flight is one origin fetch that other requests for the same key wait on.
+type flight struct {
+	done chan struct{}
+	once sync.Once
+	// Set before done is closed. e is nil when waiters must fetch for
+	// themselves (uncacheable, too large, failed).
+	e      *entry.Entry
+	xcache []string // what waiters report
+	result string
+	// The leader's request values of the response's Vary fields: a waiter
+	// whose values differ cannot use e.
+	vary    []string
+	varyKey []byte
+}
+
+// join returns the flight for key and whether the caller leads it.
+func (g *flightGroup) join(key string) (*flight, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f, ok := g.m[key]; ok {
+		return f, false
+	}
+	f := &flight{done: make(chan struct{})}
+	g.m[key] = f
+	return f, true
+}
+
+// finish publishes the flight's outcome (only the first call counts) and
+// removes it from the group so later requests start afresh.
+func (g *flightGroup) finish(key string, f *flight, e *entry.Entry, xcache []string, result string, vary []string, varyKey []byte) {
+	f.once.Do(func() {
+		f.e, f.xcache, f.result, f.vary, f.varyKey = e, xcache, result, vary, varyKey
+		g.mu.Lock()
+		if g.m[key] == f {
+			delete(g.m, key)
+		}
+		g.mu.Unlock()
+		close(f.done)
+	})
+}
+
+// coalesce makes concurrent misses for one key share one origin fetch.
+func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcome {
+	f, leader := p.flights.join(c.key)
+	if !leader {
+		return p.wait(w, r, c, f)
+	}
+	defer p.flights.finish(c.key, f, nil, nil, "", nil, nil)
+
+	// Re-check inside the flight: another flight for this key may have
+	// stored a response between our lookup and our joining.
+	kb := p.keys.Get().(*keyBuf)
+	defer p.keys.Put(kb)
+	kb.build(r, c.rule)
+	if again := p.lookup(r.Context(), kb, r); again.ok {
+		if use, age := httpcache.Evaluate(stored(again.e), c.rcc, p.now()); use == httpcache.UseFresh {
+			x := pick(again.layer, xHitL1, xHitL2)
+			p.flights.finish(c.key, f, detach(again.e), x, metrics.ResultHit, nil, nil)
+			p.serveEntry(w, r, again.e, age, x)
+			return outcome{metrics.ResultHit, again.layer, false}
+		}
+	}
+	return p.fill(w, r, c, f)
+}
+
+// wait waits for the leader's fetch and serves its response, or fetches
+// for itself when the response cannot be shared or the wait times out. A
+// waiter that gives up never affects the leader's fetch.
+func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight) outcome {
+	p.m.Coalesced.Inc()
+	timer := time.NewTimer(c.cfg.Config.Coalescing.Timeout.Std())
+	defer timer.Stop()
+	select {
+	case <-f.done:
+	case <-timer.C:
+		return p.fill(w, r, c, nil)
+	case <-r.Context().Done():
+		return outcome{metrics.ResultError, metrics.LayerNone, false}
+	}
+	if f.e == nil || !sameVariant(f, r) {
+		return p.fill(w, r, c, nil)
+	}
+	age := httpcache.CurrentAge(stored(f.e), p.now())
+	p.serveEntry(w, r, f.e, age, f.xcache)
+	layer := metrics.LayerOrigin
+	if f.result == metrics.ResultHit {
+		layer = metrics.LayerL1
+	}
+	return outcome{f.result, layer, false}
+}
+
+// sameVariant reports whether r selects the same variant as the leader's
+// request did.
+func sameVariant(f *flight, r *http.Request) bool {
+	if len(f.vary) == 0 {
+		return true
+	}
+	var buf [256]byte
+	return bytes.Equal(httpcache.AppendVaryKey(buf[:0], f.vary, r.Header), f.varyKey)
+}

@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"unsafe"
+
+	"github.com/tiercache/tiercache/internal/cachekey"
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// keyBuf builds a request's keys in a reused buffer so that the hit path
+// does not allocate for them.
+type keyBuf struct {
+	b                      []byte
+	resp, mark             entry.Entry // scratch entries lookups decode into
+	scheme, host           string
+	targetStart, targetEnd int // b[targetStart:targetEnd] is path?query as keyed
+	primaryLen             int // b[:primaryLen] is the primary key
+}
+
+// build writes the primary key of r under rule into kb.
+func (kb *keyBuf) build(r *http.Request, rule *tierconfig.CompiledRule) {
+	kb.scheme = cachekey.Scheme(forwardedProto(r.Header), r.TLS != nil)
+	kb.host = cachekey.Host(r.Host, kb.scheme)
+	b := cachekey.AppendPrimary(kb.b[:0], kb.scheme, kb.host, "")
+	kb.targetStart = len(b)
+	b = append(b, r.URL.EscapedPath()...)
+	if r.URL.RawQuery != "" {
+		q := len(b)
+		b = append(b, '?')
+		b = rule.AppendQuery(b, r.URL.RawQuery)
+		if len(b) == q+1 { // every parameter was dropped
+			b = b[:q]
+		}
+	}
+	kb.targetEnd = len(b)
+	if rule.HasKeyExtras {
+		b = rule.AppendKeyExtras(b, r)
+	}
+	kb.primaryLen = len(b)
+	kb.b = b
+}
+
+// forwardedProto reads X-Forwarded-Proto without canonicalizing the name
+// (the server stores it canonical).
+func forwardedProto(h http.Header) string {
+	if v := h["X-Forwarded-Proto"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// primary returns the primary key without copying; valid until kb changes.
+func (kb *keyBuf) primary() string { return unsafeString(kb.b[:kb.primaryLen]) }
+
+// variant appends the variant part for marker m and returns the variant key
+// (without copying; valid until kb changes).
+func (kb *keyBuf) variant(m *entry.Entry, req http.Header) string {
+	b := cachekey.AppendVariant(kb.b[:kb.primaryLen], m.Nonce)
+	b = httpcache.AppendVaryKey(b, m.Vary, req)
+	kb.b = b
+	return unsafeString(b)
+}
+
+// target returns a copy of path?query as keyed.
+func (kb *keyBuf) target() string { return string(kb.b[kb.targetStart:kb.targetEnd]) }
+
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// found is the result of a lookup. Its entries point into the key
+// buffer's scratch space: valid until the buffer goes back to its pool;
+// detach them to keep them longer.
+type found struct {
+	e      *entry.Entry // the stored response, when ok
+	ok     bool
+	layer  string
+	marker *entry.Entry // the Vary marker under the primary key, when not nil
+	// hitForMiss: the origin recently answered this key with something
+	// uncacheable; skip coalescing.
+	hitForMiss bool
+}
+
+// lookup finds the stored response for r, following a Vary marker to the
+// request's variant. kb must hold r's primary key; afterwards kb.b holds the
+// variant key when there was a marker.
+func (p *Proxy) lookup(ctx context.Context, kb *keyBuf, r *http.Request) found {
+	var f found
+	layer, err := p.store.Get(ctx, kb.primary(), &kb.resp)
+	if err != nil {
+		return f
+	}
+	switch kb.resp.Kind {
+	case entry.KindResponse:
+		f.e, f.ok, f.layer = &kb.resp, true, layer
+	case entry.KindUncacheable:
+		f.hitForMiss = p.now().Before(kb.resp.FreshUntil())
+	case entry.KindVary:
+		kb.mark, kb.resp = kb.resp, kb.mark // keep the marker, reuse the other's slices
+		f.marker = &kb.mark
+		layer, err := p.store.Get(ctx, kb.variant(f.marker, r.Header), &kb.resp)
+		if err == nil && kb.resp.Kind == entry.KindResponse {
+			f.e, f.ok, f.layer = &kb.resp, true, layer
+		}
+	}
+	return f
+}
+
+// detach returns a copy of e that shares nothing with a scratch entry
+// (strings and the body alias the store's own copy of the value, which is
+// never reused, so only the slices need copying).
+func detach(e *entry.Entry) *entry.Entry {
+	c := *e
+	c.Header = slices.Clone(e.Header)
+	c.Tags = slices.Clone(e.Tags)
+	c.Vary = slices.Clone(e.Vary)
+	return &c
+}
+
+// stored converts an entry to what httpcache's freshness rules read.
+func stored(e *entry.Entry) httpcache.Stored {
+	return httpcache.Stored{
+		ResponseTime:         e.ResponseTime,
+		InitialAge:           e.InitialAge,
+		Lifetime:             e.Lifetime,
+		StaleWhileRevalidate: e.StaleWhileRevalidate,
+		StaleIfError:         e.StaleIfError,
+		MustRevalidate:       e.Has(entry.FlagMustRevalidate),
+		NoCache:              e.Has(entry.FlagNoCache),
+	}
+}

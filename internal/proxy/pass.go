@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/cachekey"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// pass forwards r to the origin and streams the answer back, storing
+// nothing. It is tied to the client's context: when the client leaves, the
+// origin request is cancelled.
+func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, xcache []string, result string) outcome {
+	ctx, cancel := context.WithTimeout(r.Context(), cfg.Config.Origin.Timeout.Std())
+	defer cancel()
+	// Nothing pass fetches is stored, so the client's forwarding headers
+	// cannot poison anything and go to the origin as they are.
+	resp, err := p.roundTrip(p.outbound(ctx, r, nil, false), w)
+	if err != nil {
+		p.originError(w, r, err)
+		return outcome{metrics.ResultError, metrics.LayerOrigin, false}
+	}
+	defer resp.Body.Close()
+	h := w.Header()
+	copyHeader(h, resp.Header)
+	h["X-Cache"] = xcache
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// Invalidate before the client sees the answer, so that a client
+		// that reads its write back never gets the old entry.
+		p.invalidateAfter(r, resp)
+	}
+	w.WriteHeader(resp.StatusCode)
+	err = p.stream(w, resp.Body)
+	return outcome{result, metrics.LayerOrigin, err != nil}
+}
+
+// serveUnsafe forwards methods other than GET and HEAD.
+func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
+	return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+}
+
+// invalidateAfter applies RFC 9111 §4.4: a non-error response to an unsafe
+// method invalidates the target URI and same-origin Location and
+// Content-Location, under both schemes (a write through https must not
+// leave the http entry behind).
+func (p *Proxy) invalidateAfter(r *http.Request, resp *http.Response) {
+	scheme := cachekey.Scheme(forwardedProto(r.Header), r.TLS != nil)
+	target := &url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+	urls := httpcache.InvalidationTargets(r.Method, resp.StatusCode, target, resp.Header)
+	if len(urls) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+	defer cancel()
+	p.inval.Invalidate(ctx, urls)
+}

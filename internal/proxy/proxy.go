@@ -1,0 +1,195 @@
+// Package proxy is the sidecar's HTTP handler: the request path of
+// DESIGN.md. It asks internal/httpcache for every caching rule, keeps
+// entries in a Store (L1, later L1+L2), collapses concurrent misses for one
+// key into one origin fetch, streams origin bodies to the client as they
+// arrive, and serves stale content when the rules allow it.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// Store keeps entries by key. Get decodes into e (reusing its slices) and
+// reports which layer answered ("l1", "l2"); any error is a miss. Keys
+// passed to Get may alias a reused buffer: a Store must not retain them.
+type Store interface {
+	Get(ctx context.Context, key string, e *entry.Entry) (string, error)
+	Set(ctx context.Context, key string, e *entry.Entry) error
+	Delete(ctx context.Context, key string) error
+}
+
+// Invalidator removes entries when an unsafe request changes a resource
+// (RFC 9111 §4.4) and counts purges, so that a fill that started before a
+// purge is not stored after it.
+type Invalidator interface {
+	// Invalidate removes every stored variant of each absolute URL.
+	Invalidate(ctx context.Context, urls []*url.URL)
+	// Generation changes whenever anything is purged or invalidated.
+	Generation() uint64
+}
+
+// Options configure a Proxy. Upstream, Config and Store are required.
+type Options struct {
+	// Upstream is the origin's base URL (scheme and host; a path is not
+	// supported).
+	Upstream *url.URL
+	// Config is the tier config in effect; it may be swapped while serving.
+	Config *tierconfig.Holder
+	// Store holds entries.
+	Store Store
+	// Invalidator handles unsafe-method invalidation.
+	Invalidator Invalidator
+	// Metrics; default: collectors on a private registry.
+	Metrics *metrics.Metrics
+	// Logger; default: slog.Default().
+	Logger *slog.Logger
+	// Transport to the origin; default: a keep-alive transport that never
+	// compresses or decompresses on its own.
+	Transport http.RoundTripper
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Proxy is the caching reverse proxy. It is safe for concurrent use.
+type Proxy struct {
+	upstream *url.URL
+	cfg      *tierconfig.Holder
+	store    Store
+	inval    Invalidator
+	m        *metrics.Metrics
+	log      *slog.Logger
+	rt       http.RoundTripper
+	now      func() time.Time
+
+	flights flightGroup
+	keys    sync.Pool // *keyBuf
+	bufs    sync.Pool // *[]byte copy buffers
+
+	// Background refreshes are owned by the Proxy: they stop when ctx is
+	// cancelled by Close and Close waits for them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+}
+
+// New checks o and returns a Proxy.
+func New(o Options) (*Proxy, error) {
+	if o.Upstream == nil || (o.Upstream.Scheme != "http" && o.Upstream.Scheme != "https") || o.Upstream.Host == "" {
+		return nil, errors.New("proxy: upstream must be an absolute http or https URL")
+	}
+	if o.Upstream.Path != "" && o.Upstream.Path != "/" {
+		return nil, fmt.Errorf("proxy: upstream %q: a path prefix is not supported", o.Upstream)
+	}
+	if o.Config == nil || o.Config.Load() == nil {
+		return nil, errors.New("proxy: a config is required")
+	}
+	if o.Store == nil {
+		return nil, errors.New("proxy: a store is required")
+	}
+	if o.Invalidator == nil {
+		return nil, errors.New("proxy: an invalidator is required")
+	}
+	p := &Proxy{
+		upstream: o.Upstream,
+		cfg:      o.Config,
+		store:    o.Store,
+		inval:    o.Invalidator,
+		m:        o.Metrics,
+		log:      o.Logger,
+		rt:       o.Transport,
+		now:      o.Now,
+	}
+	if p.m == nil {
+		m, err := metrics.New(prometheus.NewRegistry(), nil)
+		if err != nil {
+			return nil, err
+		}
+		p.m = m
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.rt == nil {
+		p.rt = NewTransport()
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.flights.m = make(map[string]*flight)
+	p.keys.New = func() any { return &keyBuf{b: make([]byte, 0, 256)} }
+	p.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// NewTransport returns the origin transport the proxy uses by default:
+// keep-alive connections sized for a sidecar, no transparent compression
+// (the proxy must see and store exactly what the origin sends), and bounded
+// response headers.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:            (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    1024,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+}
+
+// Close stops background refreshes, waits for them to end (bounded by ctx)
+// and closes idle origin connections.
+func (p *Proxy) Close(ctx context.Context) error {
+	p.cancel()
+	done := make(chan struct{})
+	go func() { p.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		if t, ok := p.rt.(interface{ CloseIdleConnections() }); ok {
+			t.CloseIdleConnections()
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("proxy: background refreshes still running: %w", ctx.Err())
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := p.now()
+	cfg := p.cfg.Load()
+	var out outcome
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		out = p.serveCacheable(w, r, cfg)
+	default:
+		out = p.serveUnsafe(w, r, cfg)
+	}
+	p.m.Request(out.result, out.layer, p.now().Sub(start).Seconds())
+	if out.abort {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// outcome is what happened to one request, for metrics.
+type outcome struct {
+	result, layer string
+	// abort: the origin broke off mid-body; the client must see a broken
+	// response rather than a complete-looking short one.
+	abort bool
+}

@@ -1,0 +1,191 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// X-Cache values; shared slices so that setting the header does not
+// allocate.
+var (
+	xHitL1         = []string{"HIT; layer=l1"}
+	xHitL2         = []string{"HIT; layer=l2"}
+	xStaleL1       = []string{"STALE; layer=l1"}
+	xStaleL2       = []string{"STALE; layer=l2"}
+	xRevalidated   = []string{"REVALIDATED"}
+	xMiss          = []string{"MISS"}
+	xBypass        = []string{"BYPASS"}
+	xMissCoalesced = []string{"MISS; coalesced"}
+	xStaleCoal     = []string{"STALE; coalesced"}
+	xRevalCoal     = []string{"REVALIDATED; coalesced"}
+	viaValue       = "1.1 tiercache"
+)
+
+// call carries what one cacheable request needs through the miss path.
+type call struct {
+	cfg   *tierconfig.Compiled
+	rule  *tierconfig.CompiledRule
+	rcc   httpcache.RequestCC
+	reqH  httpcache.Header // request header as the caching rules see it
+	host  string
+	tgt   string
+	prim  string       // primary key (owned copy)
+	key   string       // storage key of the response: primary or variant (owned copy)
+	mark  *entry.Entry // Vary marker under prim, if any
+	stale *entry.Entry // stored response to validate or fall back to, if any
+	layer string       // where stale came from
+	// background: a stale-while-revalidate refresh, owned by the Proxy.
+	background bool
+}
+
+// serveCacheable handles GET and HEAD.
+func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
+	rule := cfg.Match(r.URL.Path)
+	if rule.Bypass || hasPrecondition(r.Header) {
+		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+	}
+	var rcc httpcache.RequestCC
+	var reqH httpcache.Header = r.Header
+	if cfg.Config.Defaults.IgnoreRequestCacheControl {
+		reqH = withoutCacheControl{r.Header}
+	} else {
+		rcc = httpcache.ParseRequestCC(r.Header)
+	}
+
+	kb := p.keys.Get().(*keyBuf)
+	defer p.keys.Put(kb)
+	kb.build(r, rule)
+	f := p.lookup(r.Context(), kb, r)
+
+	if f.ok {
+		use, age := httpcache.Evaluate(stored(f.e), rcc, p.now())
+		switch use {
+		case httpcache.UseFresh:
+			p.serveEntry(w, r, f.e, age, pick(f.layer, xHitL1, xHitL2))
+			return outcome{metrics.ResultHit, f.layer, false}
+		case httpcache.UseStale:
+			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2))
+			return outcome{metrics.ResultStale, f.layer, false}
+		case httpcache.UseStaleRevalidate:
+			p.refresh(r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
+			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2))
+			return outcome{metrics.ResultStale, f.layer, false}
+		}
+	}
+	if rcc.OnlyIfCached {
+		http.Error(w, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
+		return outcome{metrics.ResultMiss, metrics.LayerNone, false}
+	}
+	if r.Method == http.MethodHead || r.Header.Get("Range") != "" {
+		// A HEAD miss is forwarded as HEAD and never stored as a GET
+		// body; a Range miss is forwarded and its 206 not stored.
+		return p.pass(w, r, cfg, xMiss, metrics.ResultMiss)
+	}
+	c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
+	if f.hitForMiss || rcc.NoStore || !coalescingOn(cfg) {
+		return p.fill(w, r, c, nil)
+	}
+	return p.coalesce(w, r, c)
+}
+
+// newCall copies what the miss path needs out of the lookup (the key buffer
+// goes back to its pool when the request ends).
+func (p *Proxy) newCall(cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, rcc httpcache.RequestCC,
+	reqH httpcache.Header, kb *keyBuf, f *found) *call {
+	c := &call{cfg: cfg, rule: rule, rcc: rcc, reqH: reqH, host: kb.host, tgt: kb.target()}
+	c.prim = string(kb.b[:kb.primaryLen])
+	c.key = c.prim
+	if f.marker != nil {
+		c.mark = detach(f.marker)
+		c.key = string(kb.b) // the variant key lookup left in kb
+	}
+	if f.ok {
+		c.stale, c.layer = detach(f.e), f.layer
+	}
+	return c
+}
+
+func pick(layer string, l1, l2 []string) []string {
+	if layer == metrics.LayerL2 {
+		return l2
+	}
+	return l1
+}
+
+func coalescingOn(cfg *tierconfig.Compiled) bool {
+	e := cfg.Config.Coalescing.Enabled
+	return e == nil || *e
+}
+
+// hasPrecondition reports request preconditions a cache does not evaluate
+// itself (RFC 9110 §13.2.1): such requests go to the origin.
+func hasPrecondition(h http.Header) bool {
+	return len(h["If-Match"]) > 0 || len(h["If-Unmodified-Since"]) > 0
+}
+
+// withoutCacheControl hides the request's Cache-Control and Pragma from the
+// caching rules when the tier ignores them.
+type withoutCacheControl struct{ h http.Header }
+
+func (w withoutCacheControl) Values(name string) []string {
+	switch http.CanonicalHeaderKey(name) {
+	case "Cache-Control", "Pragma":
+		return nil
+	}
+	return w.h.Values(name)
+}
+
+// serveEntry writes a stored response, answering the client's conditional
+// and single-range requests from it. e is not modified.
+func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string) {
+	h := w.Header()
+	for i := range e.Header {
+		f := &e.Header[i]
+		h[f.Name] = append(h[f.Name], f.Value)
+	}
+	h["Age"] = []string{httpcache.AgeHeader(age)}
+	h["X-Cache"] = xcache
+	appendVia(h)
+	if httpcache.NotModified(r.Header, e.Status, e) {
+		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
+			delete(h, k)
+		}
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	status, body := e.Status, e.Body
+	if e.Status == http.StatusOK && r.Method == http.MethodGet && len(r.Header["Range"]) > 0 {
+		size := int64(len(body))
+		br, res := httpcache.EvalRange(r.Header, e, size)
+		switch res {
+		case httpcache.RangeSatisfiable:
+			status, body = http.StatusPartialContent, body[br.Start:br.End+1]
+			h["Content-Range"] = []string{"bytes " + strconv.FormatInt(br.Start, 10) + "-" +
+				strconv.FormatInt(br.End, 10) + "/" + strconv.FormatInt(size, 10)}
+		case httpcache.RangeUnsatisfiable:
+			status, body = http.StatusRequestedRangeNotSatisfiable, nil
+			h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(size, 10)}
+		}
+	}
+	if bodyAllowed(status) {
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead && bodyAllowed(status) {
+		_, _ = w.Write(body)
+	}
+}
+
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+func appendVia(h http.Header) {
+	h["Via"] = append(h["Via"], viaValue)
+}

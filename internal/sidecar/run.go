@@ -1,0 +1,326 @@
+// Package sidecar wires the sidecar process: flags (each also readable from
+// TIERCACHE_<FLAG>), the tier config, L1, the proxy, the purger, metrics,
+// the serving and admin servers, and graceful shutdown. cmd/sidecar only
+// calls Run, so tests drive the whole process in-process with their own
+// arguments.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tiercache/tiercache/internal/connguard"
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/proxy"
+	"github.com/tiercache/tiercache/internal/store/l1"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// Options are the parsed command line.
+type Options struct {
+	Listen          string
+	Upstream        string
+	AdminListen     string
+	ConfigFile      string
+	Tier            string
+	PodName         string
+	PodNamespace    string
+	LogLevel        string
+	LogFormat       string
+	ShutdownTimeout time.Duration
+	MaxHeaderBytes  int
+	MemoryLimit     string
+}
+
+// ParseArgs parses args; every flag may also come from the environment as
+// TIERCACHE_<FLAG> (upper case, dashes as underscores). The command line
+// wins over the environment.
+func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Options, error) {
+	var o Options
+	fs := flag.NewFlagSet("tiercache-sidecar", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Listen, "listen", ":8080", "serving address")
+	fs.StringVar(&o.Upstream, "upstream", "", "origin base URL, e.g. http://127.0.0.1:8081 (required)")
+	fs.StringVar(&o.AdminListen, "admin-listen", ":9090", "admin address: /metrics, /healthz, /readyz, /purge")
+	fs.StringVar(&o.ConfigFile, "config", "", "tier config file (YAML or JSON); none = built-in defaults")
+	fs.StringVar(&o.Tier, "tier", "", "CacheTier name (identity sent to the control plane)")
+	fs.StringVar(&o.PodName, "pod-name", "", "pod name (identity)")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "pod namespace (identity)")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.LogFormat, "log-format", "json", "json or text")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 25*time.Second, "how long in-flight requests may take to finish on SIGTERM")
+	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
+	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize×1.25 + 128Mi unless GOMEMLIMIT is set)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		env := "TIERCACHE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return o, err
+	}
+	if o.Upstream == "" {
+		return o, errors.New("--upstream is required (or TIERCACHE_UPSTREAM)")
+	}
+	if o.ShutdownTimeout <= 0 {
+		return o, errors.New("--shutdown-timeout: must be > 0")
+	}
+	if o.MaxHeaderBytes < 4096 {
+		return o, errors.New("--max-header-bytes: must be >= 4096")
+	}
+	return o, nil
+}
+
+// Run runs the sidecar until ctx ends, then drains and returns. Ready, when
+// not nil, is called with the bound serving and admin addresses once both
+// listen (tests use it with ":0" addresses).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return RunWith(ctx, args, os.Getenv, stderr, nil)
+}
+
+// Addrs are the addresses a running sidecar listens on.
+type Addrs struct{ Serve, Admin string }
+
+// RunWith is Run with the environment and a readiness callback injected.
+func RunWith(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready func(Addrs)) error {
+	o, err := ParseArgs(args, getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log, err := newLogger(stderr, o.LogLevel, o.LogFormat)
+	if err != nil {
+		return err
+	}
+	upstream, err := url.Parse(o.Upstream)
+	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
+		return fmt.Errorf("--upstream: must be an absolute http(s) URL such as http://127.0.0.1:8081 (got %q)", o.Upstream)
+	}
+	cfg := tierconfig.Default()
+	if o.ConfigFile != "" {
+		if cfg, err = tierconfig.Load(o.ConfigFile); err != nil {
+			return err
+		}
+	}
+	compiled, err := tierconfig.Compile(cfg)
+	if err != nil {
+		return err
+	}
+	holder := tierconfig.NewHolder(compiled)
+	if limit, err := memoryLimit(o.MemoryLimit, getenv("GOMEMLIMIT"), compiled.Config.L1.MaxSize); err != nil {
+		return err
+	} else if limit > 0 {
+		debug.SetMemoryLimit(limit)
+		log.Debug("memory limit set", "bytes", limit)
+	}
+	if len(compiled.Config.L2.Addresses) > 0 {
+		log.Warn("l2 is configured but this sidecar has no L2 yet; running with L1 only",
+			"addresses", compiled.Config.L2.Addresses)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cache, err := l1.New(ctx, l1.Config{
+		MaxSize:      int64(compiled.Config.L1.MaxSize),
+		MaxEntrySize: int64(compiled.Config.L1.MaxEntrySize),
+		Shards:       compiled.Config.L1.Shards,
+		LifeWindow:   24 * time.Hour,
+	})
+	if err != nil {
+		return err
+	}
+	defer cache.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(reg, func() metrics.L1Stats {
+		s := cache.Stats()
+		return metrics.L1Stats{Entries: uint64(s.Entries), Bytes: uint64(s.Bytes), Evictions: uint64(s.Evictions)}
+	})
+	if err != nil {
+		return err
+	}
+	m.SetConfig(compiled.Hash)
+
+	purger := invalidate.NewPurger(cache, holder)
+	purger.OnPurge = m.Purges.Inc
+	px, err := proxy.New(proxy.Options{
+		Upstream:    upstream,
+		Config:      holder,
+		Store:       localStore{cache},
+		Invalidator: purger,
+		Metrics:     m,
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+
+	serveLn, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", o.AdminListen)
+	if err != nil {
+		serveLn.Close()
+		return fmt.Errorf("--admin-listen: %w", err)
+	}
+
+	var draining atomic.Bool
+	serve := &http.Server{
+		Handler:           connguard.Middleware(px),
+		ConnContext:       connguard.ConnContext,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    o.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	admin := &http.Server{
+		Handler:           adminMux(reg, purger, holder, &draining),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- serve.Serve(connguard.Listener(serveLn)) }()
+	go func() { errc <- admin.Serve(adminLn) }()
+	log.Info("tiercache sidecar serving",
+		"listen", serveLn.Addr().String(), "admin", adminLn.Addr().String(),
+		"upstream", upstream.String(), "config", compiled.Hash,
+		"tier", o.Tier, "pod", o.PodNamespace+"/"+o.PodName)
+	if ready != nil {
+		ready(Addrs{Serve: serveLn.Addr().String(), Admin: adminLn.Addr().String()})
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	// Drain: report not ready, stop accepting, let in-flight requests end.
+	draining.Store(true)
+	log.Info("shutting down", "timeout", o.ShutdownTimeout.String())
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
+	defer scancel()
+	if err := serve.Shutdown(sctx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("draining requests: %w", err))
+	}
+	if err := px.Close(sctx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	if err := admin.Shutdown(sctx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	if errors.Is(runErr, http.ErrServerClosed) {
+		runErr = nil
+	}
+	return runErr
+}
+
+func adminMux(reg *prometheus.Registry, purger *invalidate.Purger, cfg *tierconfig.Holder, draining *atomic.Bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	// Ready means: listening, config loaded, not draining. It never depends
+	// on the origin, Redis or the control plane.
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("/purge", invalidate.Handler(purger, cfg))
+	return mux
+}
+
+// memoryLimit returns the soft memory limit to set (0: leave the runtime's).
+// L1 keeps maxSize bytes live; without a limit the default GC pacing lets
+// the heap grow to about twice the live heap before collecting, so a
+// sidecar with a 256Mi L1 would drift towards 600Mi of RSS. The automatic
+// limit keeps it near L1 plus a fixed allowance for the process and
+// in-flight bodies.
+func memoryLimit(flagValue, envGOMEMLIMIT string, l1Max tierconfig.Size) (int64, error) {
+	switch flagValue {
+	case "auto":
+		if envGOMEMLIMIT != "" {
+			return 0, nil
+		}
+		return int64(l1Max) + int64(l1Max)/4 + 128<<20, nil
+	case "0", "off", "none":
+		return 0, nil
+	}
+	sz, err := tierconfig.ParseSize(flagValue)
+	if err != nil {
+		return 0, fmt.Errorf("--memory-limit: %w", err)
+	}
+	if sz < 64<<20 {
+		return 0, fmt.Errorf("--memory-limit: %s is below the 64Mi minimum", sz)
+	}
+	return int64(sz), nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not json or text", format)
+}
+
+// localStore adapts L1 to the proxy's Store.
+type localStore struct{ c *l1.Cache }
+
+func (s localStore) Get(_ context.Context, key string, e *entry.Entry) (string, error) {
+	return metrics.LayerL1, s.c.GetInto(key, e)
+}
+
+func (s localStore) Set(_ context.Context, key string, e *entry.Entry) error { return s.c.Set(key, e) }
+
+func (s localStore) Delete(_ context.Context, key string) error {
+	s.c.Delete(key)
+	return nil
+}

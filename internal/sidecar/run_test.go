@@ -1,0 +1,317 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestFlagsComeFromTheEnvironmentUnlessGivenOnTheCommandLine(t *testing.T) {
+	env := map[string]string{
+		"TIERCACHE_UPSTREAM":         "http://127.0.0.1:1",
+		"TIERCACHE_LISTEN":           "127.0.0.1:7000",
+		"TIERCACHE_SHUTDOWN_TIMEOUT": "3s",
+	}
+	o, err := ParseArgs([]string{"--listen", "127.0.0.1:7001"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Upstream != "http://127.0.0.1:1" || o.Listen != "127.0.0.1:7001" || o.ShutdownTimeout != 3*time.Second {
+		t.Fatalf("parsed %+v", o)
+	}
+}
+
+func TestBadArgumentsAreErrorsThatNameTheirSource(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"a missing upstream":          {nil, nil, "--upstream is required"},
+		"a malformed env duration":    {[]string{"--upstream", "http://x:1"}, map[string]string{"TIERCACHE_SHUTDOWN_TIMEOUT": "soon"}, "TIERCACHE_SHUTDOWN_TIMEOUT"},
+		"a stray positional argument": {[]string{"--upstream", "http://x:1", "extra"}, nil, "unexpected arguments"},
+		"a tiny header limit":         {[]string{"--upstream", "http://x:1", "--max-header-bytes", "10"}, nil, "--max-header-bytes"},
+	}
+	for name, c := range cases {
+		_, err := ParseArgs(c.args, func(k string) string { return c.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", name, err, c.want)
+		}
+	}
+}
+
+func TestRunRefusesAnInvalidConfigNamingTheField(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tier.yaml")
+	if err := os.WriteFile(path, []byte("l1:\n  maxSize: 8Mi\n  maxEntrySize: 4Mi\n  shards: 16\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := RunWith(context.Background(), []string{"--upstream", "http://127.0.0.1:1", "--config", path,
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, noEnv, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "l1.maxEntrySize") {
+		t.Fatalf("err = %v, want it to name l1.maxEntrySize", err)
+	}
+	if err := RunWith(context.Background(), []string{"--upstream", "ftp://x"}, noEnv, io.Discard, nil); err == nil ||
+		!strings.Contains(err.Error(), "--upstream") {
+		t.Fatalf("err = %v, want it to name --upstream", err)
+	}
+}
+
+func noEnv(string) string { return "" }
+
+// sidecar is a running sidecar in this process.
+type sidecar struct {
+	addrs  Addrs
+	cancel context.CancelFunc
+	done   chan error
+	client *http.Client
+}
+
+func start(t *testing.T, upstream string, extra ...string) *sidecar {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan Addrs, 1)
+	s := &sidecar{cancel: cancel, done: make(chan error, 1), client: &http.Client{Transport: &http.Transport{}}}
+	args := append([]string{"--upstream", upstream, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--log-level", "warn", "--shutdown-timeout", "5s", "--memory-limit", "0"}, extra...)
+	go func() { s.done <- RunWith(ctx, args, noEnv, io.Discard, func(a Addrs) { ready <- a }) }()
+	select {
+	case s.addrs = <-ready:
+	case err := <-s.done:
+		t.Fatalf("sidecar exited: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("sidecar did not start")
+	}
+	return s
+}
+
+func (s *sidecar) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sidecar did not stop")
+	}
+	s.client.CloseIdleConnections()
+}
+
+func (s *sidecar) get(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := s.client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestServesCachesReportsAndShutsDownWithoutLeaks(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		_, _ = io.WriteString(w, "from origin")
+	}))
+	defer origin.Close()
+	s := start(t, origin.URL)
+	base := "http://" + s.addrs.Serve
+	admin := "http://" + s.addrs.Admin
+
+	if resp, body := s.get(t, base+"/x"); resp.Header.Get("X-Cache") != "MISS" || body != "from origin" {
+		t.Fatalf("first: %q %q", resp.Header.Get("X-Cache"), body)
+	}
+	if resp, _ := s.get(t, base+"/x"); resp.Header.Get("X-Cache") != "HIT; layer=l1" {
+		t.Fatalf("second: %q", resp.Header.Get("X-Cache"))
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if resp, _ := s.get(t, admin+p); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", p, resp.StatusCode)
+		}
+	}
+	_, metrics := s.get(t, admin+"/metrics")
+	for _, want := range []string{
+		`tiercache_requests_total{layer="l1",result="hit"} 1`,
+		`tiercache_requests_total{layer="origin",result="miss"} 1`,
+		`tiercache_origin_requests_total{code="200"} 1`,
+		`tiercache_l1_entries 1`,
+		`tiercache_config_info{version="`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	// The serving port never exposes admin endpoints.
+	if resp, _ := s.get(t, base+"/purge"); resp.Header.Get("X-Cache") == "" {
+		t.Fatal("/purge on the serving port was not proxied")
+	}
+	s.stop(t)
+}
+
+func TestShutdownDrainsInFlightRequests(t *testing.T) {
+	started := make(chan struct{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		time.Sleep(300 * time.Millisecond)
+		_, _ = io.WriteString(w, "finished")
+	}))
+	defer origin.Close()
+	s := start(t, origin.URL)
+	got := make(chan string, 1)
+	go func() {
+		resp, err := s.client.Get("http://" + s.addrs.Serve + "/slow")
+		if err != nil {
+			got <- "error: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- string(b)
+	}()
+	<-started
+	s.cancel()
+	if body := <-got; body != "finished" {
+		t.Fatalf("in-flight request got %q", body)
+	}
+	if err := <-s.done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := net.DialTimeout("tcp", s.addrs.Serve, time.Second); err == nil {
+		t.Fatal("still accepting connections after shutdown")
+	}
+}
+
+func TestOversizedRequestHeadersGet431(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer origin.Close()
+	s := start(t, origin.URL, "--max-header-bytes", "8192")
+	defer s.stop(t)
+	req, _ := http.NewRequest("GET", "http://"+s.addrs.Serve+"/", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 64<<10))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("status %d, want 431", resp.StatusCode)
+	}
+}
+
+func TestARequestWithContentLengthAndTransferEncodingIsRefused(t *testing.T) {
+	var reached atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer origin.Close()
+	s := start(t, origin.URL)
+	defer s.stop(t)
+	conn, err := net.Dial("tcp", s.addrs.Serve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(conn, "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n")
+	status, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 400") {
+		t.Fatalf("status line %q, %v", status, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if reached.Load() != 0 {
+		t.Fatalf("the origin saw %d requests", reached.Load())
+	}
+}
+
+func TestPurgeAPIChecksWhoAndWhat(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Surrogate-Key", "k1 k2")
+	}))
+	defer origin.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	_ = os.WriteFile(cfg, []byte("purge: {token: 0123456789abcdef-token}\n"), 0o600)
+	s := start(t, origin.URL, "--config", cfg)
+	defer s.stop(t)
+	base, admin := "http://"+s.addrs.Serve, "http://"+s.addrs.Admin
+	s.get(t, base+"/a")
+	s.get(t, base+"/b")
+
+	post := func(body, token string) (int, string) {
+		req, _ := http.NewRequest("POST", admin+"/purge", strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := s.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	cases := []struct {
+		name, body, token string
+		status            int
+		want              string
+	}{
+		{"a missing token is refused", `{"tags":["k1"]}`, "", 401, "bearer token"},
+		{"a wrong token is refused", `{"tags":["k1"]}`, "nope", 401, "bearer token"},
+		{"malformed JSON is refused", `{"tags":`, "0123456789abcdef-token", 400, "invalid JSON"},
+		{"unknown fields are refused", `{"url":["/a"]}`, "0123456789abcdef-token", 400, "unknown field"},
+		{"an empty purge is refused", `{}`, "0123456789abcdef-token", 400, "nothing to purge"},
+		{"a relative URL is refused", `{"urls":["a/b"]}`, "0123456789abcdef-token", 400, "urls[0]"},
+		{"a prefix must be a path", `{"prefix":"api"}`, "0123456789abcdef-token", 400, "prefix"},
+		{"a tag purge counts what went", `{"tags":["k2"]}`, "0123456789abcdef-token", 200, `{"purged":2}`},
+	}
+	for _, c := range cases {
+		status, body := post(c.body, c.token)
+		if status != c.status || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %q, want %d containing %q", c.name, status, body, c.status, c.want)
+		}
+	}
+	if resp, _ := s.get(t, base+"/a"); resp.Header.Get("X-Cache") != "MISS" {
+		t.Fatalf("after purge: %q", resp.Header.Get("X-Cache"))
+	}
+}
+
+func TestMemoryLimitFollowsL1UnlessTheOperatorSetsOne(t *testing.T) {
+	cases := map[string]struct {
+		flag, env string
+		want      int64
+		err       string
+	}{
+		"auto adds a quarter and 128Mi to L1": {"auto", "", 256<<20 + 64<<20 + 128<<20, ""},
+		"auto defers to GOMEMLIMIT":           {"auto", "1GiB", 0, ""},
+		"zero turns it off":                   {"0", "", 0, ""},
+		"an explicit size wins":               {"768Mi", "1GiB", 768 << 20, ""},
+		"a tiny limit is refused":             {"1Mi", "", 0, "below the 64Mi minimum"},
+		"a malformed size names the flag":     {"lots", "", 0, "--memory-limit"},
+	}
+	for name, c := range cases {
+		got, err := memoryLimit(c.flag, c.env, 256<<20)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: err = %v, want %q", name, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %d, %v; want %d", name, got, err, c.want)
+		}
+	}
+}
