@@ -94,6 +94,15 @@ func (l L1) validate(p *problems) {
 	if !shardsOK {
 		p.add("l1.shards", "must be a power of two between 1 and %d (got %d)", maxL1Shards, l.Shards)
 	}
+	if shardsOK && l.MaxSize >= minL1MaxSize {
+		// bigcache's limits per shard (internal/store/l1 checks the same).
+		switch per := l.MaxSize / Size(l.Shards); {
+		case per < 4*Ki:
+			p.add("l1.shards", "l1.maxSize/l1.shards = %s per shard is below the 4Ki minimum; use fewer shards (got %d)", per, l.Shards)
+		case per > 4*Gi:
+			p.add("l1.shards", "l1.maxSize/l1.shards = %s per shard is above the 4Gi maximum; use more shards (got %d)", per, l.Shards)
+		}
+	}
 	switch {
 	case l.MaxEntrySize <= 0:
 		p.add("l1.maxEntrySize", "must be > 0 (got %s)", l.MaxEntrySize)

@@ -97,6 +97,14 @@ func TestValidateRefuses(t *testing.T) {
 			func(c *Config) { c.L1.Shards = -256 },
 			`l1.shards: must be a power of two between 1 and 8192 (got -256)`,
 		},
+		"shards smaller than bigcache's 4Ki minimum are refused": {
+			func(c *Config) { c.L1 = L1{MaxSize: 16 * Mi, Shards: 8192, MaxEntrySize: Ki} },
+			`l1.shards: l1.maxSize/l1.shards = 2Ki per shard is below the 4Ki minimum; use fewer shards (got 8192)`,
+		},
+		"shards larger than bigcache's 4Gi maximum are refused": {
+			func(c *Config) { c.L1 = L1{MaxSize: 8 * Gi, Shards: 1, MaxEntrySize: Mi} },
+			`l1.shards: l1.maxSize/l1.shards = 8Gi per shard is above the 4Gi maximum; use more shards (got 1)`,
+		},
 		"a zero maxEntrySize is refused": {
 			func(c *Config) { c.L1.MaxEntrySize = 0 },
 			`l1.maxEntrySize: must be > 0 (got 0)`,
