@@ -70,11 +70,6 @@ func checkURL(raw string) error {
 	return nil
 }
 
-// Result is the answer to a purge.
-type Result struct {
-	Purged int `json:"purged"`
-}
-
 // Handler serves POST /purge. With a purge token in the tier config it
 // requires "Authorization: Bearer <token>"; without one it accepts only
 // requests from loopback (the application in the same pod).
@@ -104,9 +99,18 @@ func Handler(p *Purger, cfg *tierconfig.Holder) http.Handler {
 			writeError(w, http.StatusBadRequest, "purge: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 			return
 		}
-		n := p.Purge(r.Context(), req)
+		res, err := p.Purge(r.Context(), req)
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(Result{Purged: n})
+		if err != nil {
+			// Applied here; the shared tier failed. Safe to retry.
+			w.WriteHeader(http.StatusBadGateway)
+			_ = json.NewEncoder(w).Encode(struct {
+				Result
+				Error string `json:"error"`
+			}{res, "purge: applied to this sidecar, but " + err.Error()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(res)
 	})
 }
 

@@ -4,32 +4,55 @@
 // changes with every purge, so a fill that began before a purge is served
 // but never stored after it.
 //
-// This sidecar's L1 is the only store today; the cluster-wide fan-out
-// (L2 and the other sidecars' L1 through Redis pub/sub) plugs in here.
+// With a Remote (L2), purges are cluster-wide: they delete from Redis and
+// are published on the tier's channel so that every sidecar of the tier
+// drops its L1 copies.
 package invalidate
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// Local is the store a Purger removes entries from.
+// Local is the store a Purger removes entries from: this sidecar's L1.
 type Local interface {
 	Delete(key string)
 	DeleteMatching(match func(e *entry.Entry) bool) int
+	Reset()
+}
+
+// Remote is the shared tier and the channel to the tier's other sidecars
+// (L2 over Redis). Every method is bounded by ctx.
+type Remote interface {
+	// Delete removes exact keys and reports how many existed.
+	Delete(ctx context.Context, keys ...string) (int, error)
+	PurgeTags(ctx context.Context, tags []string) (int, error)
+	PurgeMatching(ctx context.Context, match func(key string, e *entry.Entry) bool) (int, error)
+	Publish(ctx context.Context, msg []byte) error
 }
 
 // Purger removes entries and counts generations.
 type Purger struct {
-	local Local
-	cfg   *tierconfig.Holder
-	gen   atomic.Uint64
+	local  Local
+	remote Remote // nil: this sidecar only
+	id     string // this sidecar's id in published messages
+	log    *slog.Logger
+	// remoteTimeout bounds the L2 work an unsafe request waits for.
+	remoteTimeout time.Duration
+	cfg           *tierconfig.Holder
+	gen           atomic.Uint64
+	subscribed    atomic.Bool
 	// OnPurge, when set, is called after every purge or invalidation (for
 	// metrics).
 	OnPurge func()
@@ -38,20 +61,59 @@ type Purger struct {
 // NewPurger returns a Purger over local, shaping URLs with the tier config
 // in effect.
 func NewPurger(local Local, cfg *tierconfig.Holder) *Purger {
-	return &Purger{local: local, cfg: cfg}
+	return &Purger{local: local, cfg: cfg, log: slog.Default()}
 }
 
-// Generation changes whenever anything is purged or invalidated.
+// SetRemote makes purges cluster-wide: they also delete from remote and
+// are published to the tier's other sidecars, which apply them to their L1
+// (HandleMessage). id tells this sidecar's own messages apart; timeout
+// bounds the remote work of an unsafe-method invalidation. Call it before
+// serving.
+func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog.Logger) {
+	if r != nil {
+		p.remote = r
+	}
+	p.id, p.remoteTimeout = id, timeout
+	if log != nil {
+		p.log = log
+	}
+}
+
+// Generation changes whenever anything is purged or invalidated, here or
+// (with a Remote) on another sidecar of the tier.
 func (p *Purger) Generation() uint64 { return p.gen.Load() }
 
 // Invalidate removes every variant of each absolute URL: the exact primary
 // keys when the URL's rule keys only on host and target, else by matching
 // entries. It is what unsafe requests trigger, so the common case does no
-// scan.
-func (p *Purger) Invalidate(_ context.Context, urls []*url.URL) {
+// scan. With a Remote, the keys also go from L2 and the other sidecars are
+// told.
+func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
 	p.gen.Add(1)
+	keys := p.invalidateLocal(urls)
+	if p.remote != nil {
+		ctx, cancel := context.WithTimeout(ctx, p.remoteTimeout)
+		defer cancel()
+		if len(keys) > 0 {
+			if _, err := p.remote.Delete(ctx, keys...); err != nil {
+				p.log.Warn("invalidation: deleting from l2 failed", "err", err)
+			}
+		}
+		raw := make([]string, len(urls))
+		for i, u := range urls {
+			raw[i] = u.String()
+		}
+		p.publish(ctx, message{Invalidate: raw})
+	}
+	p.purged()
+}
+
+// invalidateLocal applies Invalidate to L1 and returns the exact keys it
+// deleted (for L2).
+func (p *Purger) invalidateLocal(urls []*url.URL) []string {
 	cfg := p.cfg.Load()
 	var scan []ref
+	var all []string
 	for _, u := range urls {
 		keys := cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery)
 		if keys == nil {
@@ -61,11 +123,12 @@ func (p *Purger) Invalidate(_ context.Context, urls []*url.URL) {
 		for _, k := range keys {
 			p.local.Delete(k)
 		}
+		all = append(all, keys...)
 	}
 	if len(scan) > 0 {
 		p.local.DeleteMatching(func(e *entry.Entry) bool { return matchesAny(e, scan) })
 	}
-	p.purged()
+	return all
 }
 
 // Request is a purge: any combination of URLs, a path prefix and tags.
@@ -75,35 +138,156 @@ type Request struct {
 	Tags   []string `json:"tags,omitempty"`
 }
 
-// Purge removes what r names and returns how many stored responses went
-// (every variant counts). r must have passed Validate.
-func (p *Purger) Purge(_ context.Context, r Request) int {
+// Result is the answer to a purge: how many stored responses went from
+// this sidecar's L1 and, with L2, from L2 (every variant counts). Purged is
+// the larger of the two.
+type Result struct {
+	Purged int  `json:"purged"`
+	L1     int  `json:"l1"`
+	L2     *int `json:"l2,omitempty"`
+}
+
+// Purge removes what r names, here and (with a Remote) in L2 and on every
+// other sidecar of the tier. r must have passed Validate. An error means
+// the shared part failed; the local part has been applied regardless.
+func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 	p.gen.Add(1)
+	n := p.purgeLocal(r)
+	res := Result{Purged: n, L1: n}
+	var err error
+	if p.remote != nil {
+		var n2 int
+		n2, err = p.purgeRemote(ctx, r)
+		res.L2 = &n2
+		res.Purged = max(n, n2)
+		p.publish(ctx, message{Request: r})
+	}
+	p.purged()
+	return res, err
+}
+
+func (p *Purger) purgeLocal(r Request) int {
 	cfg := p.cfg.Load()
-	refs := make([]ref, 0, len(r.URLs))
-	for _, raw := range r.URLs {
-		u, err := url.Parse(raw)
-		if err != nil {
-			continue // Validate refuses these
-		}
-		refs = append(refs, p.refOf(cfg, u.Host, u.EscapedPath(), u.RawQuery))
-	}
-	tags := make(map[string]struct{}, len(r.Tags))
-	for _, t := range r.Tags {
-		tags[t] = struct{}{}
-	}
+	refs := p.refsOf(cfg, r.URLs)
+	tags := tagSet(r.Tags)
 	n := 0
 	p.local.DeleteMatching(func(e *entry.Entry) bool {
-		hit := matchesAny(e, refs) ||
-			(r.Prefix != "" && strings.HasPrefix(e.Target, r.Prefix)) ||
-			hasTag(e, tags)
+		hit := matches(e, refs, r.Prefix, tags)
 		if hit && e.Kind == entry.KindResponse {
 			n++
 		}
 		return hit
 	})
-	p.purged()
 	return n
+}
+
+// purgeRemote applies r to L2: exact keys for absolute URLs whose rule
+// allows it, the tags' sets for tags, and one scan for everything else
+// (prefixes, origin-form URLs, which name every host, and rules that key
+// on request headers).
+func (p *Purger) purgeRemote(ctx context.Context, r Request) (int, error) {
+	cfg := p.cfg.Load()
+	var keys []string
+	var scanURLs []string
+	for _, raw := range r.URLs {
+		u, err := url.Parse(raw)
+		if err != nil {
+			continue
+		}
+		if u.Host != "" {
+			if k := cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery); k != nil {
+				keys = append(keys, k...)
+				continue
+			}
+		}
+		scanURLs = append(scanURLs, raw)
+	}
+	total := 0
+	var errs []error
+	if len(keys) > 0 {
+		n, err := p.remote.Delete(ctx, keys...)
+		total += n
+		errs = append(errs, err)
+	}
+	if len(r.Tags) > 0 {
+		n, err := p.remote.PurgeTags(ctx, r.Tags)
+		total += n
+		errs = append(errs, err)
+	}
+	if len(scanURLs) > 0 || r.Prefix != "" {
+		refs := p.refsOf(cfg, scanURLs)
+		n, err := p.remote.PurgeMatching(ctx, func(_ string, e *entry.Entry) bool {
+			return matches(e, refs, r.Prefix, nil)
+		})
+		total += n
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return total, fmt.Errorf("l2: %w", err)
+	}
+	return total, nil
+}
+
+// message is what sidecars of a tier tell each other.
+type message struct {
+	From string `json:"from"`
+	Request
+	// Invalidate lists absolute URLs changed by unsafe requests.
+	Invalidate []string `json:"invalidate,omitempty"`
+}
+
+func (p *Purger) publish(ctx context.Context, m message) {
+	m.From = p.id
+	b, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	if err := p.remote.Publish(ctx, b); err != nil {
+		p.log.Warn("publishing an invalidation failed; other sidecars keep their copies until they resubscribe or the entries expire", "err", err)
+	}
+}
+
+// HandleMessage applies a purge or invalidation published by another
+// sidecar of the tier to this sidecar's L1. Its own messages and
+// malformed ones are ignored.
+func (p *Purger) HandleMessage(b []byte) {
+	var m message
+	if err := json.Unmarshal(b, &m); err != nil {
+		p.log.Warn("ignoring a malformed invalidation message", "err", err)
+		return
+	}
+	if m.From == p.id {
+		return
+	}
+	p.gen.Add(1)
+	if len(m.Invalidate) > 0 {
+		urls := make([]*url.URL, 0, len(m.Invalidate))
+		for _, raw := range m.Invalidate {
+			if u, err := url.Parse(raw); err == nil && u.Host != "" {
+				urls = append(urls, u)
+			}
+		}
+		p.invalidateLocal(urls)
+	}
+	if len(m.URLs) > 0 || m.Prefix != "" || len(m.Tags) > 0 {
+		if m.Request.Validate() == nil {
+			p.purgeLocal(m.Request)
+		}
+	}
+	p.purged()
+}
+
+// Subscribed is called after every (re)subscription to the tier's
+// channel. Messages sent while this sidecar was not subscribed are lost,
+// so after a resubscription it drops its whole L1: whatever was purged
+// meanwhile cannot be served from here, and the entries that were not
+// come back from L2. The first subscription (at start) drops nothing.
+func (p *Purger) Subscribed() {
+	if p.subscribed.Swap(true) {
+		p.gen.Add(1)
+		p.local.Reset()
+		p.log.Info("resubscribed to invalidations; L1 cleared in case messages were missed")
+	}
 }
 
 func (p *Purger) purged() {
@@ -126,6 +310,22 @@ func (p *Purger) refOf(cfg *tierconfig.Compiled, host, escapedPath, rawQuery str
 	return r
 }
 
+func (p *Purger) refsOf(cfg *tierconfig.Compiled, urls []string) []ref {
+	refs := make([]ref, 0, len(urls))
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			continue // Validate refuses these
+		}
+		refs = append(refs, p.refOf(cfg, u.Host, u.EscapedPath(), u.RawQuery))
+	}
+	return refs
+}
+
+func matches(e *entry.Entry, refs []ref, prefix string, tags map[string]struct{}) bool {
+	return matchesAny(e, refs) || (prefix != "" && strings.HasPrefix(e.Target, prefix)) || hasTag(e, tags)
+}
+
 func matchesAny(e *entry.Entry, refs []ref) bool {
 	for _, r := range refs {
 		if e.Target == r.target && (r.host == "" || r.host == e.Host) {
@@ -133,6 +333,14 @@ func matchesAny(e *entry.Entry, refs []ref) bool {
 		}
 	}
 	return false
+}
+
+func tagSet(tags []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(tags))
+	for _, t := range tags {
+		m[t] = struct{}{}
+	}
+	return m
 }
 
 func hasTag(e *entry.Entry, tags map[string]struct{}) bool {

@@ -74,8 +74,8 @@ func TestPurgeByURLPrefixAndTag(t *testing.T) {
 				"a.example/a?x=2": put(t, cache, "http", "a.example", "/a?x=2"),
 			}
 			gen := p.Generation()
-			if n := p.Purge(context.Background(), c.req); n != c.purged {
-				t.Fatalf("purged %d, want %d", n, c.purged)
+			if res, err := p.Purge(context.Background(), c.req); err != nil || res.Purged != c.purged || res.L1 != c.purged || res.L2 != nil {
+				t.Fatalf("purged %+v, %v; want %d from L1 only", res, err, c.purged)
 			}
 			if p.Generation() == gen {
 				t.Fatal("the generation did not change")
@@ -103,8 +103,8 @@ rules:
   cacheKey: {queryExclude: ["utm_*"], sortQuery: true}
 `)
 	key := put(t, cache, "http", "a.example", "/page?a=1&b=2")
-	if n := p.Purge(context.Background(), Request{URLs: []string{"/page?utm_source=x&b=2&a=1"}}); n != 1 || present(cache, key) {
-		t.Fatalf("purged %d, entry present %v", n, present(cache, key))
+	if res, _ := p.Purge(context.Background(), Request{URLs: []string{"/page?utm_source=x&b=2&a=1"}}); res.Purged != 1 || present(cache, key) {
+		t.Fatalf("purged %d, entry present %v", res.Purged, present(cache, key))
 	}
 }
 
@@ -182,5 +182,46 @@ func TestWithoutATokenPurgesComeOnlyFromLoopback(t *testing.T) {
 		if status, _ := authorize(r, c.token); status != c.want {
 			t.Errorf("%s: got %d, want %d", name, status, c.want)
 		}
+	}
+}
+
+func TestMessagesFromOtherSidecarsApplyToL1(t *testing.T) {
+	p, cache, _ := newPurger(t, "")
+	p.SetRemote(nil, "me", time.Second, nil)
+	red := put(t, cache, "http", "a.example", "/red", "red")
+	blue := put(t, cache, "http", "a.example", "/blue")
+	gen := p.Generation()
+
+	p.HandleMessage([]byte(`{"from":"me","tags":["red"]}`))
+	if !present(cache, red) {
+		t.Fatal("a sidecar applied its own message a second time")
+	}
+	p.HandleMessage([]byte(`{"from":"other","tags":["red"`))
+	if !present(cache, red) || p.Generation() != gen {
+		t.Fatal("a malformed message had an effect")
+	}
+	p.HandleMessage([]byte(`{"from":"other","tags":["red"]}`))
+	if present(cache, red) || !present(cache, blue) {
+		t.Fatalf("after a tag message: red %v blue %v", present(cache, red), present(cache, blue))
+	}
+	if p.Generation() == gen {
+		t.Fatal("a remote purge did not change the generation, so an in-flight fill could store purged content")
+	}
+	p.HandleMessage([]byte(`{"from":"other","invalidate":["http://a.example/blue"]}`))
+	if present(cache, blue) {
+		t.Fatal("an invalidation message left the entry")
+	}
+}
+
+func TestAResubscriptionClearsL1ButTheFirstSubscriptionDoesNot(t *testing.T) {
+	p, cache, _ := newPurger(t, "")
+	key := put(t, cache, "http", "a.example", "/x")
+	p.Subscribed()
+	if !present(cache, key) {
+		t.Fatal("the first subscription cleared L1 (warm-started entries would be lost)")
+	}
+	p.Subscribed()
+	if present(cache, key) {
+		t.Fatal("a resubscription kept L1, so purges missed while disconnected could be served")
 	}
 }

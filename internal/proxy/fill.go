@@ -180,7 +180,7 @@ func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqT
 		return &e
 	}
 	if p.inval.Generation() == gen {
-		p.set(ctx, c.key, &e)
+		p.set(ctx, c, c.key, &e)
 	}
 	return &e
 }
@@ -199,7 +199,7 @@ func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Hea
 		return names, vk
 	}
 	if len(names) == 0 {
-		p.set(ctx, c.prim, e)
+		p.set(ctx, c, c.prim, e)
 		return nil, nil
 	}
 	m := c.mark
@@ -219,16 +219,22 @@ func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Hea
 			Vary: names, Nonce: rand.Uint64(),
 			ResponseTime: p.now(), Lifetime: markerLifetime,
 		}
-		p.set(ctx, c.prim, m)
+		p.set(ctx, c, c.prim, m)
 	}
 	key := cachekey.AppendVariant([]byte(c.prim), m.Nonce)
 	key = append(key, vk...)
-	p.set(ctx, string(key), e)
+	p.set(ctx, c, string(key), e)
 	return names, vk
 }
 
-func (p *Proxy) set(ctx context.Context, key string, e *entry.Entry) {
-	if err := p.store.Set(ctx, key, e); err != nil {
+func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
+	var err error
+	if c.shared {
+		err = p.cluster.SetShared(ctx, key, e)
+	} else {
+		err = p.store.Set(ctx, key, e)
+	}
+	if err != nil {
 		p.log.Debug("not stored", "key", key, "err", err)
 	}
 }
@@ -252,7 +258,7 @@ func (p *Proxy) uncacheable(ctx context.Context, c *call, r *http.Request, statu
 		}
 		return
 	}
-	p.set(ctx, c.prim, &entry.Entry{
+	p.set(ctx, c, c.prim, &entry.Entry{
 		Kind: entry.KindUncacheable, Host: c.host, Target: c.tgt,
 		ResponseTime: p.now(), Lifetime: c.cfg.Config.Defaults.HitForMissTTL.Std(),
 	})

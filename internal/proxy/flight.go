@@ -79,7 +79,65 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 			return outcome{metrics.ResultHit, again.layer, false}
 		}
 	}
+	if p.cluster != nil && c.cfg.Config.CoalesceClusterWide() {
+		ttl := c.cfg.Config.Coalescing.Timeout.Std()
+		release, lead := p.cluster.TryLead(r.Context(), c.key, ttl)
+		if !lead {
+			var out outcome
+			var served bool
+			out, served, release, lead = p.awaitReplica(w, r, c, f, kb, ttl)
+			if served {
+				return out
+			}
+		}
+		if lead {
+			defer release()
+			c.shared = true
+		}
+		// Otherwise the other replica's fill did not arrive in time:
+		// fetch without the lease.
+	}
 	return p.fill(w, r, c, f)
+}
+
+// replicaPoll is how often a replica waiting for another's fill looks.
+const replicaPoll = 20 * time.Millisecond
+
+// awaitReplica waits, up to ttl, for the replica that holds the key's
+// lease to store its fill, and serves it. It looks through the normal
+// lookup (L1, then L2), so a Vary marker written by the other replica is
+// followed to this request's variant. Local waiters share the result.
+// Each poll also tries the lease: once the other replica has given it up
+// without storing anything (an uncacheable answer, an error), this one
+// takes over the fetch at once (served false, lead true) instead of
+// waiting out the timeout.
+func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf, ttl time.Duration) (out outcome, served bool, release func(), lead bool) {
+	deadline := time.NewTimer(ttl)
+	defer deadline.Stop()
+	tick := time.NewTicker(replicaPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-deadline.C:
+			return outcome{}, false, nil, false
+		case <-p.ctx.Done():
+			return outcome{}, false, nil, false
+		case <-tick.C:
+		}
+		kb.build(r, c.rule)
+		got := p.lookup(r.Context(), kb, r)
+		if got.ok {
+			if use, age := httpcache.Evaluate(stored(got.e), c.rcc, p.now()); use == httpcache.UseFresh {
+				x := pick(got.layer, xHitL1, xHitL2)
+				p.flights.finish(c.key, f, detach(got.e), x, metrics.ResultHit, nil, nil)
+				p.serveEntry(w, r, got.e, age, x)
+				return outcome{metrics.ResultHit, got.layer, false}, true, nil, false
+			}
+		}
+		if release, lead := p.cluster.TryLead(r.Context(), c.key, ttl); lead {
+			return outcome{}, false, release, true
+		}
+	}
 }
 
 // wait waits for the leader's fetch and serves its response, or fetches

@@ -42,6 +42,15 @@ type Invalidator interface {
 	Generation() uint64
 }
 
+// Cluster coalesces misses across the replicas of a tier (through Redis).
+type Cluster interface {
+	// TryLead takes the tier-wide lease for key. lead is false when
+	// another replica holds it; release gives it back.
+	TryLead(ctx context.Context, key string, ttl time.Duration) (release func(), lead bool)
+	// SetShared stores e where the other replicas see it at once.
+	SetShared(ctx context.Context, key string, e *entry.Entry) error
+}
+
 // Options configure a Proxy. Upstream, Config and Store are required.
 type Options struct {
 	// Upstream is the origin's base URL (scheme and host; a path is not
@@ -53,6 +62,9 @@ type Options struct {
 	Store Store
 	// Invalidator handles unsafe-method invalidation.
 	Invalidator Invalidator
+	// Cluster, when set, coalesces misses across replicas for tiers whose
+	// coalescing is cluster-wide.
+	Cluster Cluster
 	// Metrics; default: collectors on a private registry.
 	Metrics *metrics.Metrics
 	// Logger; default: slog.Default().
@@ -70,6 +82,7 @@ type Proxy struct {
 	cfg      *tierconfig.Holder
 	store    Store
 	inval    Invalidator
+	cluster  Cluster
 	m        *metrics.Metrics
 	log      *slog.Logger
 	rt       http.RoundTripper
@@ -108,6 +121,7 @@ func New(o Options) (*Proxy, error) {
 		cfg:      o.Config,
 		store:    o.Store,
 		inval:    o.Invalidator,
+		cluster:  o.Cluster,
 		m:        o.Metrics,
 		log:      o.Logger,
 		rt:       o.Transport,

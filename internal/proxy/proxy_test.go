@@ -642,8 +642,8 @@ func TestPurgeRemovesEntriesAndAnInFlightFillIsNotStoredAfterIt(t *testing.T) {
 	})
 	expect(t, f.get("/p1"), 200, "MISS")
 	expect(t, f.get("/p1"), 200, "HIT; layer=l1")
-	if n := f.purger.Purge(context.Background(), invalidate.Request{Tags: []string{"red"}}); n != 1 {
-		t.Fatalf("purged %d, want 1", n)
+	if res, err := f.purger.Purge(context.Background(), invalidate.Request{Tags: []string{"red"}}); err != nil || res.Purged != 1 {
+		t.Fatalf("purged %+v, %v; want 1", res, err)
 	}
 	expect(t, f.get("/p1"), 200, "MISS")
 
@@ -651,7 +651,9 @@ func TestPurgeRemovesEntriesAndAnInFlightFillIsNotStoredAfterIt(t *testing.T) {
 	done := make(chan response)
 	go func() { done <- f.get("/p2") }()
 	waitFor(t, func() bool { return f.origin.count() == 3 }, "the slow fill")
-	f.purger.Purge(context.Background(), invalidate.Request{URLs: []string{"/p2"}})
+	if _, err := f.purger.Purge(context.Background(), invalidate.Request{URLs: []string{"/p2"}}); err != nil {
+		t.Fatal(err)
+	}
 	close(release)
 	expect(t, <-done, 200, "MISS")
 	slow.Store(false)

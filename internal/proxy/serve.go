@@ -42,6 +42,9 @@ type call struct {
 	layer string       // where stale came from
 	// background: a stale-while-revalidate refresh, owned by the Proxy.
 	background bool
+	// shared: this replica holds the tier-wide lease for the key, so its
+	// fill is written where the waiting replicas see it at once.
+	shared bool
 }
 
 // serveCacheable handles GET and HEAD.

@@ -55,6 +55,24 @@ type L2 struct {
 	CACert     string   `json:"caCert,omitempty"` // PEM
 	KeyPrefix  string   `json:"keyPrefix,omitempty"`
 	Timeout    Duration `json:"timeout,omitempty"`
+	// WarmStart preloads L1 from the tier's hottest L2 entries before the
+	// sidecar reports ready, so a rolling restart does not meet the origin
+	// with a cold L1.
+	WarmStart WarmStart `json:"warmStart,omitzero"`
+}
+
+// WarmStart bounds the preload of L1 from L2 at start-up.
+type WarmStart struct {
+	// Disabled turns the preload off.
+	Disabled bool `json:"disabled,omitempty"`
+	// MaxEntries loaded at most (default 10000).
+	MaxEntries int `json:"maxEntries,omitempty"`
+	// MaxBytes of entries loaded at most (default the smaller of 64Mi and
+	// l1.maxSize/2).
+	MaxBytes Size `json:"maxBytes,omitempty"`
+	// Timeout of the whole preload; readiness waits at most this long
+	// (default 5s).
+	Timeout Duration `json:"timeout,omitempty"`
 }
 
 // Origin configures requests to the application.

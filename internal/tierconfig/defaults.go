@@ -67,6 +67,16 @@ func (c Config) WithDefaults() Config {
 		if c.L2.Timeout == 0 {
 			c.L2.Timeout = defaultL2Timeout
 		}
+		w := &c.L2.WarmStart
+		if w.MaxEntries == 0 {
+			w.MaxEntries = 10000
+		}
+		if w.MaxBytes == 0 {
+			w.MaxBytes = min(64*Mi, c.L1.MaxSize/2)
+		}
+		if w.Timeout == 0 {
+			w.Timeout = Duration(5 * time.Second)
+		}
 	}
 	if c.Origin.Timeout == 0 {
 		c.Origin.Timeout = defaultOriginTimeout

@@ -49,6 +49,7 @@ func TestParseExampleFile(t *testing.T) {
 			CACert:     "-----BEGIN CERTIFICATE-----\nMIIBexample\n-----END CERTIFICATE-----\n",
 			KeyPrefix:  "tc:shop/catalog:",
 			Timeout:    Duration(50 * time.Millisecond),
+			WarmStart:  WarmStart{MaxEntries: 2000, MaxBytes: 32 * Mi, Timeout: Duration(3 * time.Second)},
 		},
 		Origin: Origin{Timeout: Duration(15 * time.Second)},
 		Defaults: Defaults{
@@ -106,7 +107,7 @@ func assertAllFieldsSet(t *testing.T, v reflect.Value, path string) {
 		for i := range v.NumField() {
 			f := v.Type().Field(i)
 			name := joinPath(path, strings.Split(f.Tag.Get("json"), ",")[0])
-			if v.Field(i).IsZero() && name != "defaults.allowSetCookie" {
+			if v.Field(i).IsZero() && name != "defaults.allowSetCookie" && name != "l2.warmStart.disabled" {
 				t.Errorf("example.yaml leaves %s unset", name)
 			}
 			assertAllFieldsSet(t, v.Field(i), name)
@@ -176,7 +177,8 @@ func TestParse(t *testing.T) {
 		"L2 defaults are filled when addresses are set": {
 			in: "l2:\n  addresses: [\"redis:6379\"]\n",
 			want: withDefaults(func(c *Config) {
-				c.L2 = L2{Addresses: []string{"redis:6379"}, Mode: "standalone", Timeout: Duration(50 * time.Millisecond)}
+				c.L2 = L2{Addresses: []string{"redis:6379"}, Mode: "standalone", Timeout: Duration(50 * time.Millisecond),
+					WarmStart: WarmStart{MaxEntries: 10000, MaxBytes: 64 * Mi, Timeout: Duration(5 * time.Second)}}
 			}),
 		},
 		"null values leave fields unset": {

@@ -140,6 +140,16 @@ func (l L2) validate(p *problems) {
 	if strings.IndexFunc(l.KeyPrefix, unicode.IsSpace) >= 0 {
 		p.add("l2.keyPrefix", "must not contain whitespace (got %q)", l.KeyPrefix)
 	}
+	w := l.WarmStart
+	if w.MaxEntries < 0 || w.MaxEntries > 1000000 {
+		p.add("l2.warmStart.maxEntries", "must be between 0 and 1000000 (got %d)", w.MaxEntries)
+	}
+	if w.MaxBytes < 0 {
+		p.add("l2.warmStart.maxBytes", "must be >= 0 (got %s)", w.MaxBytes)
+	}
+	if w.Timeout < 0 || w.Timeout > Duration(time.Minute) {
+		p.add("l2.warmStart.timeout", "must be between 0 and 1m (got %s)", w.Timeout)
+	}
 }
 
 func validHostPort(a string) bool {
