@@ -33,6 +33,7 @@ build: ## Build the commands into bin/ (tiercache-sidecar, demo-origin, loadgen,
 test: lint test-unit fuzz-short demo-smoke ## Lint, unit tests with -race, short fuzz runs, demo smoke test
 
 test-unit: ## Run every package's tests with the race detector
+	bash hack/ensure-redis.sh >/dev/null
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 lint: ## gofmt, go vet and staticcheck (installed into the cache on first use)

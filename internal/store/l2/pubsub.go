@@ -1,0 +1,116 @@
+package l2
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// healthInterval: a subscription quiet for this long is probed with PING,
+// and given up when the PONG does not come within as long again, so a
+// silently dead connection (a hung server, a lost peer) is noticed within
+// twice this.
+const healthInterval = 3 * time.Second
+
+// Publish sends msg on the tier's invalidation channel (<prefix>inval) to
+// every subscribed sidecar.
+func (c *Client) Publish(ctx context.Context, msg []byte) error {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	return wrapErr("publish", c.rdb.Publish(ctx, c.k.channel, msg).Err())
+}
+
+// Subscribe listens on the tier's invalidation channel and calls onMessage
+// with each message, until ctx ends; then it returns ctx.Err(). It returns
+// earlier only when the client is closed.
+//
+// onSubscribed is called after every subscription, the first and each
+// one after a lost connection: messages sent while unsubscribed are lost,
+// so the caller clears what they might have invalidated (its L1). After
+// a failure it subscribes again with capped, jittered exponential backoff.
+// Callbacks run on Subscribe's goroutine, one at a time; onMessage's
+// argument is the caller's to keep.
+func (c *Client) Subscribe(ctx context.Context, onMessage func([]byte), onSubscribed func()) error {
+	attempt := 0
+	for {
+		subscribed, err := c.subscribeOnce(ctx, onMessage, onSubscribed)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, redis.ErrClosed) {
+			return wrapErr("subscribe", err)
+		}
+		if subscribed {
+			attempt = 0
+		}
+		t := time.NewTimer(c.backoff.delay(attempt))
+		attempt++
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// subscribeOnce runs one subscription until its connection fails or ctx
+// ends, reporting whether it got as far as subscribing.
+func (c *Client) subscribeOnce(ctx context.Context, onMessage func([]byte), onSubscribed func()) (subscribed bool, err error) {
+	ps := c.rdb.Subscribe(ctx, c.k.channel)
+	defer ps.Close()
+	// Unblocks the read below as soon as ctx ends.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
+	probing := false
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, c.healthInterval)
+		if err != nil {
+			if ctx.Err() != nil {
+				return subscribed, ctx.Err()
+			}
+			if isTimeout(err) && !probing {
+				if err := ps.Ping(ctx); err != nil {
+					return subscribed, err
+				}
+				probing = true
+				continue
+			}
+			return subscribed, err
+		}
+		probing = false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && m.Channel == c.k.channel {
+				subscribed = true
+				onSubscribed()
+			}
+		case *redis.Message:
+			onMessage([]byte(m.Payload))
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// backoff is capped exponential backoff with jitter: attempt k waits a
+// random duration in [d/2, d], d = min(max, base·2^k).
+type backoff struct {
+	base, max time.Duration
+}
+
+func (b backoff) delay(attempt int) time.Duration {
+	d := b.max
+	if attempt < 30 {
+		d = min(b.max, b.base<<attempt)
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
