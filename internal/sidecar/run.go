@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,11 +27,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tiercache/tiercache/internal/connguard"
-	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
+	"github.com/tiercache/tiercache/internal/store"
 	"github.com/tiercache/tiercache/internal/store/l1"
+	"github.com/tiercache/tiercache/internal/store/l2"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -48,6 +50,8 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	MaxHeaderBytes  int
 	MemoryLimit     string
+	RedisAddr       string
+	RedisPassword   string
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -61,6 +65,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.Upstream, "upstream", "", "origin base URL, e.g. http://127.0.0.1:8081 (required)")
 	fs.StringVar(&o.AdminListen, "admin-listen", ":9090", "admin address: /metrics, /healthz, /readyz, /purge")
 	fs.StringVar(&o.ConfigFile, "config", "", "tier config file (YAML or JSON); none = built-in defaults")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "L2 Redis address(es), comma separated (overrides l2.addresses); none = L1 only")
+	fs.StringVar(&o.RedisPassword, "redis-password", "", "L2 Redis password (overrides l2.password; prefer TIERCACHE_REDIS_PASSWORD)")
 	fs.StringVar(&o.Tier, "tier", "", "CacheTier name (identity sent to the control plane)")
 	fs.StringVar(&o.PodName, "pod-name", "", "pod name (identity)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "pod namespace (identity)")
@@ -137,6 +143,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 			return err
 		}
 	}
+	applyFlags(&cfg, o)
 	compiled, err := tierconfig.Compile(cfg)
 	if err != nil {
 		return err
@@ -147,10 +154,6 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	} else if limit > 0 {
 		debug.SetMemoryLimit(limit)
 		log.Debug("memory limit set", "bytes", limit)
-	}
-	if len(compiled.Config.L2.Addresses) > 0 {
-		log.Warn("l2 is configured but this sidecar has no L2 yet; running with L1 only",
-			"addresses", compiled.Config.L2.Addresses)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -177,16 +180,44 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	m.SetConfig(compiled.Hash)
 
+	l2cfg := compiled.Config.L2
+	var client *l2.Client
+	if len(l2cfg.Addresses) > 0 {
+		if client, err = openL2(l2cfg, o); err != nil {
+			return err
+		}
+		defer client.Close()
+	}
+	st, err := store.New(ctx, store.Options{
+		L1: cache, L2: client, Timeout: l2cfg.Timeout.Std(), Metrics: m, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
 	purger := invalidate.NewPurger(cache, holder)
 	purger.OnPurge = m.Purges.Inc
-	px, err := proxy.New(proxy.Options{
+	popts := proxy.Options{
 		Upstream:    upstream,
 		Config:      holder,
-		Store:       localStore{cache},
+		Store:       st,
 		Invalidator: purger,
 		Metrics:     m,
 		Logger:      log,
-	})
+	}
+	var warm atomic.Bool
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer cancel() // ends the subscription and the preload before bg.Wait
+	if client != nil {
+		purger.SetRemote(remote{client}, instanceID(o), l2cfg.Timeout.Std(), log)
+		popts.Cluster = st
+		listen(ctx, &bg, client, st, purger, l2cfg.WarmStart, &warm, log)
+	} else {
+		warm.Store(true)
+	}
+	px, err := proxy.New(popts)
 	if err != nil {
 		return err
 	}
@@ -211,7 +242,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	admin := &http.Server{
-		Handler:           adminMux(reg, purger, holder, &draining),
+		Handler:           adminMux(reg, purger, holder, &draining, &warm),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -251,17 +282,22 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	return runErr
 }
 
-func adminMux(reg *prometheus.Registry, purger *invalidate.Purger, cfg *tierconfig.Holder, draining *atomic.Bool) *http.ServeMux {
+func adminMux(reg *prometheus.Registry, purger *invalidate.Purger, cfg *tierconfig.Holder, draining, warm *atomic.Bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	// Ready means: listening, config loaded, not draining. It never depends
-	// on the origin, Redis or the control plane.
+	// Ready means: listening, config loaded, the L1 preload from L2 ended
+	// (bounded by its timeout), not draining. It never depends on the
+	// origin, Redis being up, or the control plane.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		if !warm.Load() {
+			http.Error(w, "warming L1 from L2", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
@@ -309,18 +345,4 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q is not json or text", format)
-}
-
-// localStore adapts L1 to the proxy's Store.
-type localStore struct{ c *l1.Cache }
-
-func (s localStore) Get(_ context.Context, key string, e *entry.Entry) (string, error) {
-	return metrics.LayerL1, s.c.GetInto(key, e)
-}
-
-func (s localStore) Set(_ context.Context, key string, e *entry.Entry) error { return s.c.Set(key, e) }
-
-func (s localStore) Delete(_ context.Context, key string) error {
-	s.c.Delete(key)
-	return nil
 }

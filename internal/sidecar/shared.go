@@ -1,0 +1,153 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/store"
+	"github.com/tiercache/tiercache/internal/store/l2"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// applyFlags lets --redis-addr and --redis-password (or their
+// environment variables) override the config file: the operator passes
+// the Redis endpoint and the Secret's password that way.
+func applyFlags(cfg *tierconfig.Config, o Options) {
+	if o.RedisAddr != "" {
+		var addrs []string
+		for _, a := range strings.Split(o.RedisAddr, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		cfg.L2.Addresses = addrs
+		if len(addrs) > 1 && cfg.L2.Mode == "" {
+			cfg.L2.Mode = tierconfig.L2Cluster
+		}
+	}
+	if o.RedisPassword != "" {
+		cfg.L2.Password = o.RedisPassword
+	}
+}
+
+// keyPrefix is the tier's Redis key prefix: the configured one, else
+// tc:<namespace>/<tier>: from the sidecar's identity (DESIGN.md), so
+// tiers sharing one Redis never read each other's entries.
+func keyPrefix(cfg tierconfig.L2, o Options) string {
+	if cfg.KeyPrefix != "" {
+		return cfg.KeyPrefix
+	}
+	ns, tier := o.PodNamespace, o.Tier
+	if ns == "" {
+		ns = "default"
+	}
+	if tier == "" {
+		tier = "default"
+	}
+	return "tc:" + ns + "/" + tier + ":"
+}
+
+// openL2 builds the Redis client for cfg (no network I/O yet).
+func openL2(cfg tierconfig.L2, o Options) (*l2.Client, error) {
+	c := l2.Config{
+		Addrs:      cfg.Addresses,
+		Mode:       cfg.Mode,
+		MasterName: cfg.MasterName,
+		Username:   cfg.Username,
+		Password:   cfg.Password,
+		Prefix:     keyPrefix(cfg, o),
+		Timeout:    cfg.Timeout.Std(),
+	}
+	if cfg.TLS {
+		t := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.CACert != "" {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM([]byte(cfg.CACert)) {
+				return nil, errors.New("l2.caCert: no PEM certificate found")
+			}
+			t.RootCAs = pool
+		}
+		c.TLS = t
+	}
+	client, err := l2.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("l2: %w", err)
+	}
+	return client, nil
+}
+
+// remote adapts the L2 client to what the purger needs.
+type remote struct{ c *l2.Client }
+
+func (r remote) Delete(ctx context.Context, keys ...string) (int, error) {
+	return r.c.DeleteCount(ctx, keys...)
+}
+func (r remote) PurgeTags(ctx context.Context, tags []string) (int, error) {
+	return r.c.PurgeTags(ctx, tags)
+}
+func (r remote) PurgeMatching(ctx context.Context, match func(string, *entry.Entry) bool) (int, error) {
+	return r.c.PurgeMatching(ctx, match)
+}
+func (r remote) Publish(ctx context.Context, msg []byte) error { return r.c.Publish(ctx, msg) }
+
+// instanceID names this sidecar in invalidation messages: the pod, plus a
+// random suffix so that a restarted container is told apart from its
+// predecessor.
+func instanceID(o Options) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return o.PodNamespace + "/" + o.PodName + "#" + hex.EncodeToString(b[:])
+}
+
+// listen subscribes to the tier's invalidations and, once subscribed (so
+// that nothing purged during the preload is missed), preloads L1 from L2.
+// ready is set when the preload has ended, successfully or not, bounded by
+// the warm-start timeout. Both goroutines are owned by wg and end with ctx.
+func listen(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *store.Layered,
+	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, log *slog.Logger) {
+	subscribed := make(chan struct{})
+	var once sync.Once
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		err := client.Subscribe(ctx, purger.HandleMessage, func() {
+			purger.Subscribed()
+			once.Do(func() { close(subscribed) })
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Error("invalidation subscription ended", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		defer ready.Store(true)
+		if ws.Disabled {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, ws.Timeout.Std())
+		defer cancel()
+		select {
+		case <-subscribed:
+		case <-wctx.Done():
+			log.Warn("warm start skipped: not subscribed to invalidations in time", "timeout", ws.Timeout.String())
+			return
+		}
+		n, err := st.WarmStart(wctx, ws.MaxEntries, int64(ws.MaxBytes))
+		if err != nil {
+			log.Warn("warm start ended early", "loaded", n, "err", err)
+			return
+		}
+		log.Info("warm start", "loaded", n)
+	}()
+}

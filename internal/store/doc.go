@@ -1,0 +1,33 @@
+// Package store owns the sidecar's layered cache: L1 (in-process, package
+// l1) in front of an optional L2 (Redis, package l2), behind the three
+// methods the proxy needs (Get, Set, Delete) plus what cluster-wide
+// coalescing and warm start need (SetShared, TryLead, AwaitFill,
+// WarmStart).
+//
+// What it decides, and why (DESIGN.md "Request path" 4 and 8, "Failure
+// semantics"):
+//
+//   - Lookups go to L1, then to L2; an L2 hit is promoted into L1 as it is.
+//     An entry carries its own times (response time, initial age,
+//     lifetime, stale windows), so a promoted entry keeps exactly the
+//     lifetime it has left.
+//   - Stores go to L1 at once and to L2 off the request path, through a
+//     bounded queue drained by a few writers in pipelined batches. A full
+//     queue drops the write and counts it: a client never waits for Redis
+//     to store a response.
+//   - An entry lives in L2 as long as it can be of use: to the end of its
+//     longer stale window, plus a revalidation grace for responses with a
+//     validator, which can still be refreshed with a conditional request.
+//   - A circuit breaker stands between every L2 call and Redis. After a few
+//     consecutive failures (timeouts, refused connections, …) it opens:
+//     requests are served from L1 and the origin without waiting on Redis
+//     at all, and queued writes are dropped. After a while one probe call
+//     is let through, and its outcome closes the breaker or keeps it open
+//     for twice as long.
+//   - Deletes (purges, invalidations) are synchronous in both layers, and
+//     cancel any write of the key still queued: a purge is never undone by
+//     a write that was queued before it.
+//
+// The writers are owned by the Layered store and stop when its context
+// ends or Close is called. L1 and L2 themselves belong to the caller.
+package store

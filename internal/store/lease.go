@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
+)
+
+func noop() {}
+
+// TryLead decides whether this replica fetches key from the origin, when
+// fetches are collapsed across the replicas of a tier: it tries to take
+// key's lease in L2 for ttl, bounded by Timeout.
+//
+// With no L2, with the breaker open, or when L2 fails (counted), it
+// returns lead = true: fetch yourself, as without a lease. When another
+// replica holds the lease it returns lead = false: wait for its fill with
+// AwaitFill. When it took the lease, release gives it up; release may be
+// called any number of times (the first counts), is detached from ctx's
+// cancellation so that a client going away does not leave the lease to
+// expire, and is bounded by Timeout.
+func (s *Layered) TryLead(ctx context.Context, key string, ttl time.Duration) (release func(), lead bool) {
+	if s.l2 == nil {
+		return noop, true
+	}
+	var (
+		token string
+		ok    bool
+	)
+	err := s.call(ctx, s.timeout, opLease, func(ctx context.Context) (err error) {
+		token, ok, err = s.l2.AcquireLease(ctx, key, ttl)
+		return err
+	})
+	switch {
+	case err != nil:
+		return noop, true
+	case !ok:
+		return noop, false
+	}
+	key = strings.Clone(key)
+	detached := context.WithoutCancel(ctx)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			// An open breaker skips this; the lease then ends with its TTL.
+			_ = s.call(detached, s.timeout, opLease, func(ctx context.Context) error {
+				return s.l2.ReleaseLease(ctx, key, token)
+			})
+		})
+	}, true
+}
+
+// AwaitFill waits for another replica's fill of key: it looks key up in L2
+// at once and then every poll (10ms when poll <= 0) until it finds a
+// stored response (not a Vary marker or hit-for-miss record), which it
+// decodes into e, promotes into L1 and reports as LayerL2. It returns
+// ctx.Err() when ctx ends first, and an error wrapping ErrUnavailable
+// when there is no L2 or its breaker opens (L2 is failing: fetch
+// yourself). Each lookup is bounded by Timeout and ctx: AwaitFill never
+// outlasts ctx.
+func (s *Layered) AwaitFill(ctx context.Context, key string, e *entry.Entry, poll time.Duration) (string, error) {
+	return s.AwaitFillAfter(ctx, key, e, poll, time.Time{})
+}
+
+// AwaitFillAfter is AwaitFill that passes over responses received at or
+// before after: a caller that holds a stale entry passes its ResponseTime,
+// so that the same stale entry, still in L2, is not taken for the fill it
+// is waiting for.
+func (s *Layered) AwaitFillAfter(ctx context.Context, key string, e *entry.Entry, poll time.Duration, after time.Time) (string, error) {
+	if s.l2 == nil {
+		return "", fmt.Errorf("store: await fill: %w", ErrUnavailable)
+	}
+	if poll <= 0 {
+		poll = defaultPoll
+	}
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		var v entry.Entry
+		err := s.call(ctx, s.timeout, opGet, func(ctx context.Context) (err error) {
+			v, err = s.l2.Get(ctx, key)
+			return err
+		})
+		switch {
+		case err == nil && v.Kind == entry.KindResponse && v.ResponseTime.After(after):
+			s.promote(key, &v)
+			*e = v
+			return LayerL2, nil
+		case errors.Is(err, ErrUnavailable):
+			return "", fmt.Errorf("store: await fill: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		if t == nil {
+			t = time.NewTimer(poll)
+		} else {
+			t.Reset(poll)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
+}

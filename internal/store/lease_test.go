@@ -1,0 +1,164 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/testredis"
+)
+
+func TestOnlyOneReplicaLeadsAKey(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newFixture(t, storeOpts{addr: srv.Addr()})
+	b := newFixture(t, storeOpts{addr: srv.Addr()})
+	key := keyFor("/lead")
+
+	reqCtx, cancelReq := context.WithCancel(context.Background())
+	releaseA, lead := a.s.TryLead(reqCtx, key, 10*time.Second)
+	if !lead {
+		t.Fatal("A did not lead a key nobody held")
+	}
+	if release, lead := b.s.TryLead(context.Background(), key, 10*time.Second); lead {
+		release()
+		t.Fatal("B led a key A holds")
+	}
+	// The client of A's request went away: release still goes through.
+	cancelReq()
+	releaseA()
+	releaseA() // idempotent
+	releaseB, lead := b.s.TryLead(context.Background(), key, 10*time.Second)
+	if !lead {
+		t.Fatal("B did not lead after A released")
+	}
+	releaseB()
+	if n := l2Errors(a.m, "lease") + l2Errors(b.m, "lease"); n != 0 {
+		t.Fatalf("l2_errors_total{op=lease} = %v, want 0", n)
+	}
+}
+
+func TestEveryReplicaLeadsWhenRedisIsDown(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newFixture(t, storeOpts{addr: srv.Addr(), opts: failFast})
+	b := newFixture(t, storeOpts{addr: srv.Addr(), opts: failFast})
+	srv.Kill()
+	for name, f := range map[string]*fixture{"A": a, "B": b} {
+		release, lead := f.s.TryLead(context.Background(), keyFor("/down"), time.Second)
+		release()
+		if !lead {
+			t.Errorf("%s did not lead with Redis down", name)
+		}
+		if n := l2Errors(f.m, "lease"); n != 1 {
+			t.Errorf("%s: l2_errors_total{op=lease} = %v, want 1", name, n)
+		}
+	}
+}
+
+// The replica that leads stores its fill with SetShared; the one waiting
+// in AwaitFill gets it from L2 and keeps it in its L1.
+func TestAwaitFillReturnsTheLeadersFill(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newFixture(t, storeOpts{addr: srv.Addr()})
+	b := newFixture(t, storeOpts{addr: srv.Addr()})
+	ctx := testCtx(t)
+	key := keyFor("/fill")
+	release, lead := a.s.TryLead(ctx, key, 10*time.Second)
+	if !lead {
+		t.Fatal("A did not lead")
+	}
+	defer release()
+
+	type result struct {
+		layer string
+		err   error
+		e     entry.Entry
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.layer, r.err = b.s.AwaitFill(ctx, key, &r.e, 5*time.Millisecond)
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("AwaitFill returned before the fill: %q, %v", r.layer, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// A Vary marker is not the fill.
+	marker := &entry.Entry{Kind: entry.KindVary, Vary: []string{"accept"}, Nonce: 7,
+		ResponseTime: time.Now(), Lifetime: time.Minute}
+	if err := a.s.SetShared(ctx, key, marker); err != nil {
+		t.Fatal(err)
+	}
+	want := response(time.Now(), "/fill", time.Minute)
+	if err := a.s.SetShared(ctx, key, want); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.layer != LayerL2 || !sameEntry(&r.e, want) {
+		t.Fatalf("AwaitFill = %q, %v, %+v; want the fill from l2", r.layer, r.err, r.e)
+	}
+	if _, err := b.l1.Get(key); err != nil {
+		t.Fatalf("the awaited fill was not promoted into B's L1: %v", err)
+	}
+}
+
+func TestAwaitFillEndsWithItsContext(t *testing.T) {
+	srv := testredis.Start(t)
+	f := newFixture(t, storeOpts{addr: srv.Addr()})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var e entry.Entry
+	start := time.Now()
+	_, err := f.s.AwaitFill(ctx, keyFor("/never"), &e, 5*time.Millisecond)
+	if d := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || d > time.Second {
+		t.Fatalf("AwaitFill = %v after %s; want context.DeadlineExceeded after about 100ms", err, d)
+	}
+}
+
+// A replica holding a stale entry waits for a newer one, not for the stale
+// one still in L2.
+func TestAwaitFillAfterPassesOverTheEntryTheCallerHas(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newFixture(t, storeOpts{addr: srv.Addr()})
+	b := newFixture(t, storeOpts{addr: srv.Addr()})
+	ctx := testCtx(t)
+	key := keyFor("/stale")
+	old := response(time.Now().Add(-2*time.Minute), "/stale", time.Minute)
+	old.StaleWhileRevalidate = time.Hour
+	if err := a.s.SetShared(ctx, key, old); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	var e entry.Entry
+	if _, err := b.s.AwaitFillAfter(short, key, &e, 5*time.Millisecond, old.ResponseTime); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AwaitFillAfter with only the caller's entry in L2: err = %v, want the context's deadline", err)
+	}
+	fresh := response(time.Now(), "/stale", time.Minute)
+	if err := a.s.SetShared(ctx, key, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if layer, err := b.s.AwaitFillAfter(ctx, key, &e, 5*time.Millisecond, old.ResponseTime); err != nil || layer != LayerL2 || !sameEntry(&e, fresh) {
+		t.Fatalf("AwaitFillAfter = %q, %v; want the newer fill", layer, err)
+	}
+}
+
+// A waiter does not sit out its whole wait on a hung Redis: once the
+// breaker opens it is told to fetch itself.
+func TestAwaitFillStopsWhenTheBreakerOpens(t *testing.T) {
+	srv := testredis.Start(t)
+	f := newFixture(t, storeOpts{addr: srv.Addr(), opts: failFast})
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var e entry.Entry
+	start := time.Now()
+	_, err := f.s.AwaitFill(ctx, keyFor("/hung"), &e, 5*time.Millisecond)
+	if d := time.Since(start); !errors.Is(err, ErrUnavailable) || d > 3*slowCall {
+		t.Fatalf("AwaitFill on a hung Redis = %v after %s; want ErrUnavailable after 3 timeouts", err, d)
+	}
+}
