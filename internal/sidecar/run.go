@@ -183,7 +183,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	l2cfg := compiled.Config.L2
 	var client *l2.Client
 	if len(l2cfg.Addresses) > 0 {
-		if client, err = openL2(l2cfg, o); err != nil {
+		if client, err = openL2(l2cfg, o, log); err != nil {
 			return err
 		}
 		defer client.Close()

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/store"
@@ -59,7 +61,7 @@ func keyPrefix(cfg tierconfig.L2, o Options) string {
 }
 
 // openL2 builds the Redis client for cfg (no network I/O yet).
-func openL2(cfg tierconfig.L2, o Options) (*l2.Client, error) {
+func openL2(cfg tierconfig.L2, o Options, log *slog.Logger) (*l2.Client, error) {
 	c := l2.Config{
 		Addrs:      cfg.Addresses,
 		Mode:       cfg.Mode,
@@ -80,11 +82,23 @@ func openL2(cfg tierconfig.L2, o Options) (*l2.Client, error) {
 		}
 		c.TLS = t
 	}
+	// go-redis has one process-wide logger; every sidecar in a process
+	// logs the same way, so setting it here is idempotent.
+	redis.SetLogger(redisLog{log})
 	client, err := l2.New(c)
 	if err != nil {
 		return nil, fmt.Errorf("l2: %w", err)
 	}
 	return client, nil
+}
+
+// redisLog routes go-redis's own log lines (dial failures and the like)
+// into the sidecar's structured log at debug level: L2 trouble is reported
+// by the breaker's state changes and the l2 metrics, once, not per dial.
+type redisLog struct{ log *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }
 
 // remote adapts the L2 client to what the purger needs.
