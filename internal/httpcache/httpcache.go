@@ -59,23 +59,11 @@ func clampDelta(d time.Duration) time.Duration {
 // parseDelta parses delta-seconds (1*DIGIT). Values past 2^31 clamp to
 // 2^31 seconds; anything else (sign, fraction, empty) is not ok.
 func parseDelta(s string) (time.Duration, bool) {
-	if s == "" {
+	n, ok := parsePos(s)
+	if !ok {
 		return 0, false
 	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if n <= 1<<31 { // stop growing once clamped; keep validating digits
-			n = n*10 + int64(c-'0')
-		}
-	}
-	if n > 1<<31 {
-		n = 1 << 31
-	}
-	return time.Duration(n) * time.Second, true
+	return time.Duration(min(n, 1<<31)) * time.Second, true
 }
 
 func isOWS(c byte) bool { return c == ' ' || c == '\t' }
