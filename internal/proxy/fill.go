@@ -29,10 +29,13 @@ const entryOverhead = 2048
 // client's cancellation (waiters and the cache still need it) and bounded
 // by the tier's origin timeout.
 func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight) outcome {
-	finish := func(e *entry.Entry, x []string, result string, vary []string, vk []byte) {
+	finish := func(res shared) {
 		if f != nil {
-			p.flights.finish(c.key, f, e, x, result, vary, vk)
+			p.flights.finish(c.key, f, res)
 		}
+	}
+	staleRes := func() shared {
+		return shared{e: c.stale, xcache: xStaleCoal, out: outcome{metrics.ResultStale, c.layer, false}}
 	}
 	gen := p.inval.Generation()
 	base := context.WithoutCancel(r.Context())
@@ -58,21 +61,21 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	respTime := p.now()
 	if err != nil {
 		if p.staleOnError(c) {
-			finish(c.stale, xStaleCoal, metrics.ResultStale, nil, nil)
+			finish(staleRes())
 			return p.serveStale(w, r, c)
 		}
-		finish(nil, nil, "", nil, nil)
+		finish(shared{})
 		p.originError(w, r, err)
 		return outcome{metrics.ResultError, metrics.LayerOrigin, false}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
-		finish(c.stale, xStaleCoal, metrics.ResultStale, nil, nil)
+		finish(staleRes())
 		return p.serveStale(w, r, c)
 	}
 	if resp.StatusCode == http.StatusNotModified && validating {
 		e := p.revalidated(ctx, c, resp.Header, reqTime, respTime, gen)
-		finish(e, xRevalCoal, metrics.ResultRevalidated, nil, nil)
+		finish(shared{e: e, xcache: xRevalCoal, out: outcome{metrics.ResultRevalidated, c.layer, false}})
 		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated)
 		return outcome{metrics.ResultRevalidated, c.layer, false}
 	}
@@ -103,7 +106,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	}
 
 	if !d.Store {
-		finish(nil, nil, "", nil, nil)
+		finish(shared{})
 		p.uncacheable(ctx, c, r, resp.StatusCode)
 		if bodyW == nil {
 			return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
@@ -117,11 +120,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	body, complete, err := p.tee(bodyW, resp.Body, resp.ContentLength, limit, func() {
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.
-		finish(nil, nil, "", nil, nil)
+		finish(shared{})
 		p.uncacheable(ctx, c, r, resp.StatusCode)
 	})
 	if err != nil {
-		finish(nil, nil, "", nil, nil)
+		finish(shared{})
 		return outcome{metrics.ResultMiss, metrics.LayerOrigin, bodyW != nil}
 	}
 	if !complete {
@@ -144,7 +147,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		Flags:                flags(d),
 	}
 	vary, vk := p.put(ctx, c, e, resp.Header, r, gen)
-	finish(e, xMissCoalesced, metrics.ResultMiss, vary, vk)
+	finish(shared{e: e, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, vary: vary, varyKey: vk})
 	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 }
 
@@ -377,7 +380,7 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
-		defer p.flights.finish(c.key, f, nil, nil, "", nil, nil)
+		defer p.flights.finish(c.key, f, shared{})
 		p.fill(&discard{}, br, c, f)
 	}()
 }

@@ -21,11 +21,15 @@ type flightGroup struct {
 type flight struct {
 	done chan struct{}
 	once sync.Once
-	// Set before done is closed. e is nil when waiters must fetch for
-	// themselves (uncacheable, too large, failed).
+	res  shared // set before done is closed
+}
+
+// shared is what a flight leaves for its waiters. A nil e means waiters
+// must fetch for themselves (uncacheable, too large, failed).
+type shared struct {
 	e      *entry.Entry
 	xcache []string // what waiters report
-	result string
+	out    outcome  // how waiters count
 	// The leader's request values of the response's Vary fields: a waiter
 	// whose values differ cannot use e.
 	vary    []string
@@ -46,9 +50,9 @@ func (g *flightGroup) join(key string) (*flight, bool) {
 
 // finish publishes the flight's outcome (only the first call counts) and
 // removes it from the group so later requests start afresh.
-func (g *flightGroup) finish(key string, f *flight, e *entry.Entry, xcache []string, result string, vary []string, varyKey []byte) {
+func (g *flightGroup) finish(key string, f *flight, res shared) {
 	f.once.Do(func() {
-		f.e, f.xcache, f.result, f.vary, f.varyKey = e, xcache, result, vary, varyKey
+		f.res = res
 		g.mu.Lock()
 		if g.m[key] == f {
 			delete(g.m, key)
@@ -64,7 +68,7 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 	if !leader {
 		return p.wait(w, r, c, f)
 	}
-	defer p.flights.finish(c.key, f, nil, nil, "", nil, nil)
+	defer p.flights.finish(c.key, f, shared{})
 
 	// Re-check inside the flight: another flight for this key may have
 	// stored a response between our lookup and our joining.
@@ -74,7 +78,7 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 	if again := p.lookup(r.Context(), kb, r); again.ok {
 		if use, age := httpcache.Evaluate(stored(again.e), c.rcc, p.now()); use == httpcache.UseFresh {
 			x := pick(again.layer, xHitL1, xHitL2)
-			p.flights.finish(c.key, f, detach(again.e), x, metrics.ResultHit, nil, nil)
+			p.flights.finish(c.key, f, shared{e: detach(again.e), xcache: x, out: outcome{metrics.ResultHit, again.layer, false}})
 			p.serveEntry(w, r, again.e, age, x)
 			return outcome{metrics.ResultHit, again.layer, false}
 		}
@@ -129,7 +133,7 @@ func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f 
 		if got.ok {
 			if use, age := httpcache.Evaluate(stored(got.e), c.rcc, p.now()); use == httpcache.UseFresh {
 				x := pick(got.layer, xHitL1, xHitL2)
-				p.flights.finish(c.key, f, detach(got.e), x, metrics.ResultHit, nil, nil)
+				p.flights.finish(c.key, f, shared{e: detach(got.e), xcache: x, out: outcome{metrics.ResultHit, got.layer, false}})
 				p.serveEntry(w, r, got.e, age, x)
 				return outcome{metrics.ResultHit, got.layer, false}, true, nil, false
 			}
@@ -154,24 +158,20 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	case <-r.Context().Done():
 		return outcome{metrics.ResultError, metrics.LayerNone, false}
 	}
-	if f.e == nil || !sameVariant(f, r) {
+	res := f.res
+	if res.e == nil || !sameVariant(&res, r) {
 		return p.fill(w, r, c, nil)
 	}
-	age := httpcache.CurrentAge(stored(f.e), p.now())
-	p.serveEntry(w, r, f.e, age, f.xcache)
-	layer := metrics.LayerOrigin
-	if f.result == metrics.ResultHit {
-		layer = metrics.LayerL1
-	}
-	return outcome{f.result, layer, false}
+	p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), res.xcache)
+	return res.out
 }
 
 // sameVariant reports whether r selects the same variant as the leader's
 // request did.
-func sameVariant(f *flight, r *http.Request) bool {
-	if len(f.vary) == 0 {
+func sameVariant(res *shared, r *http.Request) bool {
+	if len(res.vary) == 0 {
 		return true
 	}
 	var buf [256]byte
-	return bytes.Equal(httpcache.AppendVaryKey(buf[:0], f.vary, r.Header), f.varyKey)
+	return bytes.Equal(httpcache.AppendVaryKey(buf[:0], res.vary, r.Header), res.varyKey)
 }
