@@ -74,28 +74,28 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 	// stored a response between our lookup and our joining.
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)
-	kb.build(r, c.rule)
-	if again := p.lookup(r.Context(), kb, r); again.ok {
-		if use, age := httpcache.Evaluate(stored(again.e), c.rcc, p.now()); use == httpcache.UseFresh {
-			x := pick(again.layer, xHitL1, xHitL2)
-			p.flights.finish(c.key, f, shared{e: detach(again.e), xcache: x, out: outcome{metrics.ResultHit, again.layer, false}})
-			p.serveEntry(w, r, again.e, age, x)
-			return outcome{metrics.ResultHit, again.layer, false}
-		}
+	if out, ok := p.serveFresh(w, r, c, f, kb); ok {
+		return out
 	}
 	if p.cluster != nil && c.cfg.Config.CoalesceClusterWide() {
-		ttl := c.cfg.Config.Coalescing.Timeout.Std()
-		release, lead := p.cluster.TryLead(r.Context(), c.key, ttl)
+		wait := c.cfg.Config.Coalescing.Timeout.Std()
+		lease := min(leaseTTL, wait)
+		release, lead := p.cluster.TryLead(r.Context(), c.key, lease)
 		if !lead {
 			var out outcome
 			var served bool
-			out, served, release, lead = p.awaitReplica(w, r, c, f, kb, ttl)
+			out, served, release, lead = p.awaitReplica(w, r, c, f, kb, wait, lease)
 			if served {
 				return out
 			}
 		}
 		if lead {
 			defer release()
+			// The previous holder may have stored its fill and released
+			// the lease between our last look and our taking it.
+			if out, ok := p.serveFresh(w, r, c, f, kb); ok {
+				return out
+			}
 			c.shared = true
 		}
 		// Otherwise the other replica's fill did not arrive in time:
@@ -104,19 +104,44 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 	return p.fill(w, r, c, f)
 }
 
-// replicaPoll is how often a replica waiting for another's fill looks.
-const replicaPoll = 20 * time.Millisecond
+// serveFresh looks the request up again and, when a fresh response is
+// stored now, serves it and hands it to the flight's waiters.
+func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf) (outcome, bool) {
+	kb.build(r, c.rule)
+	got := p.lookup(r.Context(), kb, r)
+	if !got.ok {
+		return outcome{}, false
+	}
+	use, age := httpcache.Evaluate(stored(got.e), c.rcc, p.now())
+	if use != httpcache.UseFresh {
+		return outcome{}, false
+	}
+	x := pick(got.layer, xHitL1, xHitL2)
+	out := outcome{metrics.ResultHit, got.layer, false}
+	p.flights.finish(c.key, f, shared{e: detach(got.e), xcache: x, out: out})
+	p.serveEntry(w, r, got.e, age, x)
+	return out, true
+}
 
-// awaitReplica waits, up to ttl, for the replica that holds the key's
+const (
+	// replicaPoll is how often a replica waiting for another's fill looks.
+	replicaPoll = 20 * time.Millisecond
+	// leaseTTL is the life of a fetch lease without renewal: its holder
+	// renews it while it fetches, so this bounds how long the others wait
+	// for a holder that died or lost Redis, not how long a fetch may take.
+	leaseTTL = 2 * time.Second
+)
+
+// awaitReplica waits, up to wait, for the replica that holds the key's
 // lease to store its fill, and serves it. It looks through the normal
 // lookup (L1, then L2), so a Vary marker written by the other replica is
 // followed to this request's variant. Local waiters share the result.
 // Each poll also tries the lease: once the other replica has given it up
-// without storing anything (an uncacheable answer, an error), this one
-// takes over the fetch at once (served false, lead true) instead of
-// waiting out the timeout.
-func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf, ttl time.Duration) (out outcome, served bool, release func(), lead bool) {
-	deadline := time.NewTimer(ttl)
+// without storing anything (an uncacheable answer, an error) or lost it
+// (it died), this one takes over the fetch (served false, lead true)
+// instead of waiting out the timeout.
+func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf, wait, lease time.Duration) (out outcome, served bool, release func(), lead bool) {
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(replicaPoll)
 	defer tick.Stop()
@@ -128,17 +153,10 @@ func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f 
 			return outcome{}, false, nil, false
 		case <-tick.C:
 		}
-		kb.build(r, c.rule)
-		got := p.lookup(r.Context(), kb, r)
-		if got.ok {
-			if use, age := httpcache.Evaluate(stored(got.e), c.rcc, p.now()); use == httpcache.UseFresh {
-				x := pick(got.layer, xHitL1, xHitL2)
-				p.flights.finish(c.key, f, shared{e: detach(got.e), xcache: x, out: outcome{metrics.ResultHit, got.layer, false}})
-				p.serveEntry(w, r, got.e, age, x)
-				return outcome{metrics.ResultHit, got.layer, false}, true, nil, false
-			}
+		if out, ok := p.serveFresh(w, r, c, f, kb); ok {
+			return out, true, nil, false
 		}
-		if release, lead := p.cluster.TryLead(r.Context(), c.key, ttl); lead {
+		if release, lead := p.cluster.TryLead(r.Context(), c.key, lease); lead {
 			return outcome{}, false, release, true
 		}
 	}

@@ -44,8 +44,9 @@ type Invalidator interface {
 
 // Cluster coalesces misses across the replicas of a tier (through Redis).
 type Cluster interface {
-	// TryLead takes the tier-wide lease for key. lead is false when
-	// another replica holds it; release gives it back.
+	// TryLead takes the tier-wide lease for key for ttl, renewed while
+	// held. lead is false when another replica holds it; release (which
+	// the caller must call) gives it back.
 	TryLead(ctx context.Context, key string, ttl time.Duration) (release func(), lead bool)
 	// SetShared stores e where the other replicas see it at once.
 	SetShared(ctx context.Context, key string, e *entry.Entry) error
@@ -174,13 +175,17 @@ func (p *Proxy) Close(ctx context.Context) error {
 	go func() { p.bg.Wait(); close(done) }()
 	select {
 	case <-done:
-		if t, ok := p.rt.(interface{ CloseIdleConnections() }); ok {
-			t.CloseIdleConnections()
-		}
-		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("proxy: background refreshes still running: %w", ctx.Err())
+		select {
+		case <-done: // both ready: finished is what counts
+		default:
+			return fmt.Errorf("proxy: background refreshes still running: %w", ctx.Err())
+		}
 	}
+	if t, ok := p.rt.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+	return nil
 }
 
 // ServeHTTP implements http.Handler.

@@ -270,7 +270,11 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	if err := serve.Shutdown(sctx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("draining requests: %w", err))
 	}
-	if err := px.Close(sctx); err != nil {
+	// Background refreshes get their own short bound: draining may have
+	// used up the shutdown timeout.
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer pcancel()
+	if err := px.Close(pctx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
 	if err := admin.Shutdown(sctx); err != nil {

@@ -190,6 +190,7 @@ type Layered struct {
 	flush      atomic.Pointer[context.Context]
 	stop       chan struct{}
 	wg         sync.WaitGroup
+	renewers   sync.WaitGroup // lease renewals (lease.go), also ended by stop
 
 	closed        atomic.Bool
 	closeOnce     sync.Once
@@ -411,6 +412,7 @@ func (s *Layered) Close() error {
 		s.closed.Store(true)
 		close(s.stop)
 		s.wg.Wait()
+		s.renewers.Wait()
 		if n := s.shutdownDrops.Load(); n > 0 {
 			s.log.Warn("dropped queued L2 writes at shutdown", "writes", n, "flush_timeout", flushTimeout)
 		}

@@ -162,3 +162,45 @@ func TestAwaitFillStopsWhenTheBreakerOpens(t *testing.T) {
 		t.Fatalf("AwaitFill on a hung Redis = %v after %s; want ErrUnavailable after 3 timeouts", err, d)
 	}
 }
+
+func TestAHeldLeaseIsRenewedAndAnAbandonedOneLapses(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newFixture(t, storeOpts{addr: srv.Addr()})
+	b := newFixture(t, storeOpts{addr: srv.Addr()})
+	key := keyFor("/renew")
+	const ttl = 300 * time.Millisecond
+
+	release, lead := a.s.TryLead(context.Background(), key, ttl)
+	if !lead {
+		t.Fatal("A did not lead")
+	}
+	// Well past the TTL, A still holds it: its renewals keep it alive.
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		if r, lead := b.s.TryLead(context.Background(), key, ttl); lead {
+			r()
+			t.Fatal("B took a lease that A was still renewing")
+		}
+		time.Sleep(ttl / 4)
+	}
+	release()
+
+	// A holder that stops renewing without releasing (it died, or lost
+	// Redis) loses the lease within about one TTL.
+	_, lead = a.s.TryLead(context.Background(), key, ttl)
+	if !lead {
+		t.Fatal("A did not lead again after releasing")
+	}
+	_ = a.s.Close() // stops the renewal; the lease is left to lapse
+	start := time.Now()
+	for {
+		if r, lead := b.s.TryLead(context.Background(), key, ttl); lead {
+			r()
+			break
+		}
+		if time.Since(start) > 5*ttl {
+			t.Fatalf("an abandoned lease still held after %v", time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

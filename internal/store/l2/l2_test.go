@@ -490,6 +490,16 @@ func testLease(t *testing.T, e *env) {
 	if err != nil || !ok {
 		t.Fatalf("AcquireLease after expiry: %v %v", ok, err)
 	}
+	// Only the holder's token extends it.
+	if held, err := c.ExtendLease(ctx, "k", tokens[0], time.Hour); err != nil || held {
+		t.Fatalf("ExtendLease with an expired holder's token = %v, %v; want not held", held, err)
+	}
+	if held, err := c.ExtendLease(ctx, "k", tok, time.Hour); err != nil || !held {
+		t.Fatalf("ExtendLease by the holder = %v, %v; want held", held, err)
+	}
+	if d := e.raw.PTTL(ctx, c.k.leaseKey("k")).Val(); d <= time.Minute {
+		t.Fatalf("lease PTTL after extending to 1h = %s", d)
+	}
 	// The holder's token releases it; the old holder's does nothing.
 	if err := c.ReleaseLease(ctx, "k", tokens[0]); err != nil {
 		t.Fatal(err)
