@@ -15,14 +15,36 @@ const usage = `loadgen: HTTP load against loopback servers (127.0.0.0/8, ::1, lo
 
   loadgen fixed --url URL [--url URL ...] [--concurrency 32] [--duration 10s]
       closed loop over the URLs in turn
-  loadgen herd --base URL [--keys 10000] [--concurrency 600] [--duration 10s] [--origin-stats URL]
+  loadgen herd --base URL [--base URL ...] [--keys 10000] [--concurrency 600] [--duration 10s]
       the herd mix: 80% of requests to the 50 hottest keys, 15% to the next 450,
       4% to the next 4,500 (uniformly within each band), 1% to URLs that 404;
       key k is <base>/bytes/<k>?size=1024&ttl=1&swr=86400
+  loadgen uniform --base URL [--base URL ...] [--keys 2000] [--concurrency 32] [--duration 10s] [--fill]
+      every key equally likely; key n is <base>/bytes/k<n>?size=1024&ttl=3600
+      (--prefix, --size, --ttl); --fill requests every key exactly once, in
+      order, then stops (to warm a cache)
+
+Several --base URLs (herd, uniform): each request goes to the next one in turn,
+round robin, like a Service over replicas; results are then broken down by base.
+--bases-file FILE instead reads them from FILE (one URL a line, # comments) and
+re-reads it every 200ms while the run goes on, so a script can take a server
+out before stopping it and put it back once it is ready; the changes are
+listed in the result. The host is part of a cache key: give --host NAME so
+that every replica sees the same Host header, as behind a Service.
 
 Common flags: --max-requests N (default 10000000), --timeout D (per request,
 default 10s), --json (print the result as one JSON object on stdout; the text
-summary then goes to stderr). Run 'loadgen <command> --help' for all flags.
+summary then goes to stderr), --host NAME (the Host header of every request),
+--origin-stats URL (the demo origin's /stats: reset before the run, read
+after it), --interval D (also report the run interval by interval: requests
+and X-Cache values, per base too, and with --origin-stats the origin's
+requests in each interval).
+
+Every result counts X-Cache values by first token (x_cache) and whole
+(x_cache_detail, e.g. "HIT; layer=l2"), and per key (keys): how many distinct
+keys were answered, how many got a plain "MISS" (the server that answered
+fetched the key from its origin for that request) and how many such misses
+each of them got. Run 'loadgen <command> --help' for all flags.
 `
 
 // Main runs the loadgen command line: args are the arguments after the
@@ -37,6 +59,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fixed(ctx, args[1:], stdout, stderr)
 	case "herd":
 		return herd(ctx, args[1:], stdout, stderr)
+	case "uniform":
+		return uniform(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -54,6 +78,9 @@ type common struct {
 	timeout     time.Duration
 	seed        uint64
 	json        bool
+	originStats string
+	interval    time.Duration
+	host        string
 }
 
 func (c *common) register(fs *flag.FlagSet, concurrency int) {
@@ -63,6 +90,9 @@ func (c *common) register(fs *flag.FlagSet, concurrency int) {
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on one request, body included")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the workers' random choices")
 	fs.BoolVar(&c.json, "json", false, "print the result as one JSON object on stdout (the text goes to stderr)")
+	fs.StringVar(&c.originStats, "origin-stats", "", "the demo origin's /stats URL: reset before the run, read after it (and at every --interval)")
+	fs.StringVar(&c.host, "host", "", "Host header of every request (default: the URL's host); replicas behind one Service all see the same one")
+	fs.DurationVar(&c.interval, "interval", 0, "report a timeline with intervals of this length (0: none; >= 100ms)")
 }
 
 func (c *common) config(targets []Target, chooser Chooser) Config {
@@ -74,7 +104,29 @@ func (c *common) config(targets []Target, chooser Chooser) Config {
 		MaxRequests: c.maxRequests,
 		Timeout:     c.timeout,
 		Seed:        c.seed,
+		OriginStats: c.originStats,
+		Interval:    c.interval,
+		Host:        c.host,
 	}
+}
+
+// servers holds the flags that say where origin-form targets go.
+type servers struct {
+	bases urlList
+	file  string
+}
+
+func (sv *servers) register(fs *flag.FlagSet) {
+	fs.Var(&sv.bases, "base", "base URL of a server under test (repeatable: requests go to each in turn)")
+	fs.StringVar(&sv.file, "bases-file", "", "read the base URLs from this file, one a line, re-read every 200ms during the run")
+}
+
+func (sv *servers) apply(cfg *Config) error {
+	if len(sv.bases) == 0 && sv.file == "" {
+		return errors.New("--base: at least one is required (or --bases-file)")
+	}
+	cfg.Bases, cfg.BasesFile = sv.bases, sv.file
+	return nil
 }
 
 // urlList is a repeatable string flag.
@@ -110,63 +162,78 @@ func fixed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i, u := range urls {
 		targets[i] = Target{URL: u}
 	}
-	res, err := Run(ctx, c.config(targets, nil))
-	if err != nil {
-		return err
-	}
-	res.Scenario = "fixed"
-	return report(res, c.json, stdout, stderr)
+	return runAndReport(ctx, c.config(targets, nil), "fixed", c.json, stdout, stderr)
 }
 
 func herd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loadgen herd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var hc HerdConfig
-	fs.StringVar(&hc.Base, "base", "", "base URL of the cache under test (required)")
+	var sv servers
+	sv.register(fs)
 	fs.IntVar(&hc.Keys, "keys", 10000, "size of the key space")
 	fs.IntVar(&hc.Size, "size", 1024, "body size asked of the origin")
 	fs.IntVar(&hc.TTL, "ttl", 1, "max-age asked of the origin, in seconds")
 	fs.IntVar(&hc.SWR, "swr", 86400, "stale-while-revalidate asked of the origin, in seconds")
-	statsURL := fs.String("origin-stats", "", "the origin's /stats URL: reset before the run, read after it")
 	var c common
 	c.register(fs, 600)
 	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if hc.Base == "" {
-		return errors.New("--base: required")
 	}
 	h, err := NewHerd(hc)
 	if err != nil {
 		return err
 	}
 	cfg := c.config(h.Targets, h)
-	if err := cfg.Validate(); err != nil {
+	if err := sv.apply(&cfg); err != nil {
 		return err
 	}
+	return runAndReport(ctx, cfg, "herd", c.json, stdout, stderr)
+}
 
-	statsClient := NewClient(NewTransport(1), 5*time.Second)
-	if *statsURL != "" {
-		if err := ResetOriginStats(ctx, statsClient, *statsURL); err != nil {
-			return err
-		}
+func uniform(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen uniform", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var uc UniformConfig
+	var sv servers
+	sv.register(fs)
+	fs.IntVar(&uc.Keys, "keys", 2000, "size of the key space")
+	fs.StringVar(&uc.Prefix, "prefix", "k", "goes before the key number in the path")
+	fs.IntVar(&uc.Size, "size", 1024, "body size asked of the origin")
+	fs.IntVar(&uc.TTL, "ttl", 3600, "max-age asked of the origin, in seconds")
+	fill := fs.Bool("fill", false, "request every key exactly once, in order, then stop (--max-requests is ignored)")
+	var c common
+	c.register(fs, 32)
+	if err := parse(fs, args); err != nil {
+		return err
 	}
+	u, err := NewUniform(uc)
+	if err != nil {
+		return err
+	}
+	var chooser Chooser = u
+	if *fill {
+		chooser = NewSequence(len(u.Targets))
+		c.maxRequests = int64(len(u.Targets))
+	}
+	cfg := c.config(u.Targets, chooser)
+	if err := sv.apply(&cfg); err != nil {
+		return err
+	}
+	scenario := "uniform"
+	if *fill {
+		scenario = "uniform-fill"
+	}
+	return runAndReport(ctx, cfg, scenario, c.json, stdout, stderr)
+}
+
+func runAndReport(ctx context.Context, cfg Config, scenario string, asJSON bool, stdout, stderr io.Writer) error {
 	res, err := Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	res.Scenario = "herd"
-	if *statsURL != "" {
-		// The run's context may be done (Ctrl-C); the count is still wanted.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		s, err := ReadOriginStats(sctx, statsClient, *statsURL)
-		if err != nil {
-			return err
-		}
-		res.Origin = &s
-	}
-	return report(res, c.json, stdout, stderr)
+	res.Scenario = scenario
+	return report(res, asJSON, stdout, stderr)
 }
 
 func report(res *Result, asJSON bool, stdout, stderr io.Writer) error {

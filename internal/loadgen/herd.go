@@ -40,6 +40,8 @@ type Herd struct {
 // HerdConfig describes the URLs of a herd.
 type HerdConfig struct {
 	// Base is the sidecar's URL; key k is <Base>/bytes/<k>?size=..&ttl=..&swr=..
+	// An empty Base gives origin-form targets (/bytes/<k>?...), for a run
+	// over Config.Bases.
 	Base string
 	Keys int
 	// Size, TTL and SWR are passed to the demo origin's /bytes route.
@@ -48,8 +50,10 @@ type HerdConfig struct {
 
 // NewHerd lays out the bands and URLs of cfg.
 func NewHerd(cfg HerdConfig) (*Herd, error) {
-	if err := CheckLoopback(cfg.Base); err != nil {
-		return nil, fmt.Errorf("--base: %w", err)
+	if cfg.Base != "" {
+		if err := CheckLoopback(cfg.Base); err != nil {
+			return nil, fmt.Errorf("--base: %w", err)
+		}
 	}
 	if cfg.Keys < MinHerdKeys {
 		return nil, fmt.Errorf("--keys: must be >= %d", MinHerdKeys)

@@ -1,7 +1,11 @@
 // Package loadgen is the HTTP load generator behind cmd/loadgen: closed-loop
 // workers over a bounded run, latency histograms with bounded memory, the
-// X-Cache distribution of the answers, and the "herd" key mix used by the
-// benchmarks.
+// X-Cache distribution of the answers, per-key fetch counts (plain MISS
+// answers), and the key mixes used by the benchmarks ("herd", "uniform").
+// A run can spread its requests over several servers (replicas behind a
+// Service), follow a list of them that changes while it runs (a rolling
+// restart), and report itself interval by interval next to the origin's
+// request counter.
 //
 // It sends traffic to loopback addresses only (127.0.0.0/8, ::1, localhost):
 // URLs are checked before a run, and the dialer refuses any other address,

@@ -33,6 +33,11 @@ type workerStats struct {
 	errSamples map[string]string
 	status     map[int]int64
 	xcache     map[string]int64
+	xdetail    map[string]int64
+	// bases breaks the answers down by base URL (runs over bases only);
+	// timeline[i] by base ("" without bases) within interval i.
+	bases    map[string]*Tally
+	timeline []map[string]*Tally
 }
 
 func newWorkerStats() *workerStats {
@@ -41,6 +46,8 @@ func newWorkerStats() *workerStats {
 		errSamples: map[string]string{},
 		status:     map[int]int64{},
 		xcache:     map[string]int64{},
+		xdetail:    map[string]int64{},
+		bases:      map[string]*Tally{},
 	}
 }
 
@@ -54,7 +61,9 @@ func (ws *workerStats) transportError(err error) {
 	}
 }
 
-func (ws *workerStats) response(resp *http.Response, missing bool, latency time.Duration) {
+// response records an answer and returns its X-Cache value
+// (NormalizeXCache) and whether it counts as an error.
+func (ws *workerStats) response(resp *http.Response, missing bool, latency time.Duration) (xcache string, isErr bool) {
 	ws.requests++
 	ws.responses++
 	ws.hist.RecordDuration(latency)
@@ -65,7 +74,8 @@ func (ws *workerStats) response(resp *http.Response, missing bool, latency time.
 		ws.errors++
 		ws.errKinds["status_"+strconv.Itoa(resp.StatusCode)]++
 	}
-	xc := XCacheToken(resp.Header.Get("X-Cache"))
+	raw := resp.Header.Get("X-Cache")
+	xc := XCacheToken(raw)
 	if _, seen := ws.xcache[xc]; !seen && len(ws.xcache) >= maxXCacheValues {
 		xc = "(other)"
 	}
@@ -73,6 +83,48 @@ func (ws *workerStats) response(resp *http.Response, missing bool, latency time.
 	if ServedFromCache(xc) {
 		ws.fromCache++
 	}
+	detail := NormalizeXCache(raw)
+	if _, seen := ws.xdetail[detail]; !seen && len(ws.xdetail) >= maxXCacheValues {
+		detail = "(other)"
+	}
+	ws.xdetail[detail]++
+	return detail, !ok
+}
+
+// slice adds an answer to the per-base and per-interval tallies.
+func (ws *workerStats) slice(base string, a answer, start time.Time, interval time.Duration, byBase bool) {
+	if byBase {
+		tallyOf(ws.bases, base).add(a)
+	}
+	if interval <= 0 {
+		return
+	}
+	// An answer counts in the interval in which it completed.
+	i := int(time.Since(start) / interval)
+	for len(ws.timeline) <= i {
+		ws.timeline = append(ws.timeline, nil)
+	}
+	if ws.timeline[i] == nil {
+		ws.timeline[i] = map[string]*Tally{}
+	}
+	tallyOf(ws.timeline[i], base).add(a)
+}
+
+func tallyOf(m map[string]*Tally, key string) *Tally {
+	t, ok := m[key]
+	if !ok {
+		t = newTally()
+		m[key] = t
+	}
+	return t
+}
+
+func (t *Tally) add(a answer) {
+	if a.failed {
+		t.failed()
+		return
+	}
+	t.answered(a.xcache, a.isErr, a.latency)
 }
 
 // XCacheToken is the first token of an X-Cache header value, upper-cased:
@@ -133,14 +185,26 @@ type Result struct {
 	ErrorsByKind map[string]int64  `json:"errors_by_kind"`
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	Status       map[string]int64  `json:"status"`
-	// XCache counts responses by the first token of their X-Cache header.
-	XCache map[string]int64 `json:"x_cache"`
+	// XCache counts responses by the first token of their X-Cache header;
+	// XCacheDetail by the whole value ("HIT; layer=l2", "MISS; coalesced").
+	XCache       map[string]int64 `json:"x_cache"`
+	XCacheDetail map[string]int64 `json:"x_cache_detail"`
 	// FromCache counts responses with X-Cache HIT or STALE; HitRate is
 	// FromCache / Responses.
 	FromCache int64        `json:"from_cache"`
 	HitRate   float64      `json:"hit_rate"`
 	Latency   Latency      `json:"latency_ms"`
 	Origin    *OriginStats `json:"origin,omitempty"`
+	// StartedAt is when the workers started.
+	StartedAt time.Time `json:"started_at"`
+	// Keys says how many distinct keys were answered and fetched.
+	Keys *KeyStats `json:"keys,omitempty"`
+	// Bases breaks the run down by base URL (runs over bases only).
+	Bases map[string]*Tally `json:"bases,omitempty"`
+	// BaseChanges lists the reloads of --bases-file that changed the list.
+	BaseChanges []BaseChange `json:"base_changes,omitempty"`
+	// Timeline is the run interval by interval (with --interval).
+	Timeline []Interval `json:"timeline,omitempty"`
 
 	hist Histogram
 }
@@ -160,6 +224,7 @@ func newResult() *Result {
 		ErrorSamples: map[string]string{},
 		Status:       map[string]int64{},
 		XCache:       map[string]int64{},
+		XCacheDetail: map[string]int64{},
 	}
 }
 
@@ -183,6 +248,15 @@ func (r *Result) add(ws *workerStats) {
 	for k, v := range ws.xcache {
 		r.XCache[k] += v
 	}
+	for k, v := range ws.xdetail {
+		r.XCacheDetail[k] += v
+	}
+	for base, t := range ws.bases {
+		if r.Bases == nil {
+			r.Bases = map[string]*Tally{}
+		}
+		tallyOf(r.Bases, base).merge(t)
+	}
 }
 
 func (r *Result) finish(elapsed time.Duration) {
@@ -201,6 +275,9 @@ func (r *Result) finish(elapsed time.Duration) {
 		Max:  ms(r.hist.Max()),
 		Mean: r.hist.Mean() / 1e6,
 	}
+	for _, t := range r.Bases {
+		t.finish()
+	}
 }
 
 // WriteText prints the result for a person.
@@ -214,11 +291,35 @@ func (r *Result) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "status       %s\n", formatCounts(r.Status))
 	fmt.Fprintf(w, "x-cache      %s\n", formatCounts(r.XCache))
+	fmt.Fprintf(w, "x-cache all  %s\n", formatCounts(r.XCacheDetail))
 	fmt.Fprintf(w, "from cache    %.2f%% (HIT or STALE)\n", 100*r.HitRate)
 	fmt.Fprintf(w, "latency ms    p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  mean %.3f\n",
 		r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.Max, r.Latency.Mean)
 	if o := r.Origin; o != nil {
 		fmt.Fprintf(w, "origin        %d requests (max in flight %d)\n", o.Requests, o.MaxInflight)
+	}
+	if k := r.Keys; k != nil && k.Requested > 0 {
+		fmt.Fprintf(w, "keys          %d answered, %d fetched (plain MISS), %d misses = %.2f per fetched key; by misses%s\n",
+			k.Requested, k.Fetched, k.Misses, k.MissesPerFetchedKey, formatCounts(k.ByMisses))
+	}
+	for _, b := range slices.Sorted(maps.Keys(r.Bases)) {
+		t := r.Bases[b]
+		fmt.Fprintf(w, "base %s  %d requests, %d errors, mean %.3f ms;%s\n", b, t.Requests, t.Errors, t.MeanMs, formatCounts(t.XCache))
+	}
+	for _, c := range r.BaseChanges {
+		if c.Error != "" {
+			fmt.Fprintf(w, "at %6.2fs     bases file not applied: %s\n", c.T, c.Error)
+		} else {
+			fmt.Fprintf(w, "at %6.2fs     bases now %s\n", c.T, strings.Join(c.Bases, " "))
+		}
+	}
+	for _, iv := range r.Timeline {
+		origin := ""
+		if iv.OriginRequests != nil {
+			origin = fmt.Sprintf(", origin %d", *iv.OriginRequests)
+		}
+		fmt.Fprintf(w, "t=%6.2fs      %d requests, %d errors, mean %.3f ms%s;%s\n",
+			iv.T, iv.Requests, iv.Errors, iv.MeanMs, origin, formatCounts(iv.XCache))
 	}
 }
 

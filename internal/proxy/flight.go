@@ -124,8 +124,11 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 }
 
 const (
-	// replicaPoll is how often a replica waiting for another's fill looks.
-	replicaPoll = 20 * time.Millisecond
+	// A replica waiting for another's fill looks first after replicaPoll,
+	// then backs off by half each time up to maxReplicaPoll, so that many
+	// waiting keys on a busy node do not flood Redis with polls.
+	replicaPoll    = 10 * time.Millisecond
+	maxReplicaPoll = 200 * time.Millisecond
 	// leaseTTL is the life of a fetch lease without renewal: its holder
 	// renews it while it fetches, so this bounds how long the others wait
 	// for a holder that died or lost Redis, not how long a fetch may take.
@@ -143,16 +146,19 @@ const (
 func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf, wait, lease time.Duration) (out outcome, served bool, release func(), lead bool) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	tick := time.NewTicker(replicaPoll)
-	defer tick.Stop()
+	poll := replicaPoll
+	next := time.NewTimer(poll)
+	defer next.Stop()
 	for {
 		select {
 		case <-deadline.C:
 			return outcome{}, false, nil, false
 		case <-p.ctx.Done():
 			return outcome{}, false, nil, false
-		case <-tick.C:
+		case <-next.C:
 		}
+		poll = min(poll+poll/2, maxReplicaPoll)
+		next.Reset(poll)
 		if out, ok := p.serveFresh(w, r, c, f, kb); ok {
 			return out, true, nil, false
 		}

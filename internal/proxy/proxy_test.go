@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -719,5 +720,16 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestAClientThatLeftBeforeTheFetchCausesNoOriginRequest(t *testing.T) {
+	f := newFixture(t, "", cacheFor("max-age=60", "x"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest("GET", "http://a.example/gone", nil).WithContext(ctx)
+	f.px.ServeHTTP(httptest.NewRecorder(), req)
+	if n := f.origin.count(); n != 0 {
+		t.Fatalf("the origin saw %d requests for a client that had left", n)
 	}
 }

@@ -81,6 +81,11 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 			return outcome{metrics.ResultStale, f.layer, false}
 		}
 	}
+	if r.Context().Err() != nil {
+		// The client left (perhaps while L2 was being asked): nobody to
+		// fetch for.
+		return outcome{metrics.ResultError, metrics.LayerNone, false}
+	}
 	if rcc.OnlyIfCached {
 		http.Error(w, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
 		return outcome{metrics.ResultMiss, metrics.LayerNone, false}

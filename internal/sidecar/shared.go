@@ -154,7 +154,9 @@ func listen(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *stor
 		select {
 		case <-subscribed:
 		case <-wctx.Done():
-			log.Warn("warm start skipped: not subscribed to invalidations in time", "timeout", ws.Timeout.String())
+			if ctx.Err() == nil { // not shutting down: the timeout passed
+				log.Warn("warm start skipped: not subscribed to invalidations in time", "timeout", ws.Timeout.String())
+			}
 			return
 		}
 		n, err := st.WarmStart(wctx, ws.MaxEntries, int64(ws.MaxBytes))

@@ -1,0 +1,101 @@
+package loadgen
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"time"
+)
+
+// originSamples holds the origin's request counter as polled at the end of
+// each interval: at[k] is the count at start + k·interval (at[0] just after
+// the reset, before the first request).
+type originSamples struct {
+	at  []int64
+	set []bool
+}
+
+func newOriginSamples(cfg Config) *originSamples {
+	n := int(cfg.Duration/cfg.Interval) + 2
+	return &originSamples{at: make([]int64, n), set: make([]bool, n)}
+}
+
+// poll reads statsURL at start and then at the end of every interval until
+// ctx ends. A failed or late read leaves its sample unset: the intervals
+// on either side of it then report no origin count rather than a wrong one.
+func (o *originSamples) poll(ctx context.Context, client *http.Client, statsURL string, start time.Time, interval time.Duration) {
+	for k := range o.at {
+		if k > 0 {
+			t := time.NewTimer(time.Until(start.Add(time.Duration(k) * interval)))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, interval/2)
+		s, err := ReadOriginStats(rctx, client, statsURL)
+		cancel()
+		late := time.Since(start.Add(time.Duration(k)*interval)) > interval/2
+		if err == nil && !late {
+			o.at[k], o.set[k] = s.Requests, true
+		}
+	}
+}
+
+// timeline builds r.Timeline from the workers' interval tallies. The final
+// read of the origin's counter (r.Origin) closes the last interval.
+func (r *Result) timeline(workers []*workerStats, interval, elapsed time.Duration, byBase bool, samples *originSamples) {
+	// A sliver of an interval at the very end (the timer's last tick and
+	// the run's end racing) is folded into the one before it.
+	n := int(math.Ceil(float64(elapsed)/float64(interval) - 0.05))
+	n = max(n, 1)
+	r.Timeline = make([]Interval, n)
+	for i := range r.Timeline {
+		iv := &r.Timeline[i]
+		iv.T = (time.Duration(i) * interval).Seconds()
+		end := time.Duration(i+1) * interval
+		if i == n-1 {
+			end = elapsed
+		}
+		iv.Seconds = (end - time.Duration(i)*interval).Seconds()
+		iv.Tally = *newTally()
+		if byBase {
+			iv.Bases = map[string]*Tally{}
+		}
+	}
+	for _, ws := range workers {
+		for i, m := range ws.timeline {
+			iv := &r.Timeline[min(i, n-1)]
+			for base, t := range m {
+				iv.Tally.merge(t)
+				if byBase {
+					tallyOf(iv.Bases, base).merge(t)
+				}
+			}
+		}
+	}
+	for i := range r.Timeline {
+		iv := &r.Timeline[i]
+		iv.Tally.finish()
+		for _, t := range iv.Bases {
+			t.finish()
+		}
+		if samples == nil || i >= len(samples.at) {
+			continue
+		}
+		lo, hiSet := i, i+1 < len(samples.at) && samples.set[i+1]
+		hi := int64(0)
+		if hiSet {
+			hi = samples.at[i+1]
+		}
+		if i == n-1 && r.Origin != nil {
+			hi, hiSet = r.Origin.Requests, true
+		}
+		if samples.set[lo] && hiSet {
+			d := hi - samples.at[lo]
+			iv.OriginRequests = &d
+		}
+	}
+}
