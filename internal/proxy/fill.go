@@ -381,6 +381,23 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 	go func() {
 		defer p.bg.Done()
 		defer p.flights.finish(c.key, f, shared{})
+		if p.cluster != nil && c.cfg.Config.CoalesceClusterWide() {
+			// One refresh per key across the tier: a replica that does not
+			// get the lease takes the refreshing replica's result from L2.
+			wait := c.cfg.Config.Coalescing.Timeout.Std()
+			release, lead := p.cluster.TryLead(p.ctx, c.key, min(leaseTTL, wait))
+			if !lead {
+				ctx, cancel := context.WithTimeout(p.ctx, wait)
+				defer cancel()
+				var e entry.Entry
+				if layer, err := p.cluster.AwaitFillAfter(ctx, c.key, &e, maxReplicaPoll/2, c.stale.ResponseTime); err == nil {
+					p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{metrics.ResultHit, layer, false}})
+				}
+				return
+			}
+			defer release()
+			c.shared = true
+		}
 		p.fill(&discard{}, br, c, f)
 	}()
 }

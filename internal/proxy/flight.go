@@ -105,10 +105,17 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 }
 
 // serveFresh looks the request up again and, when a fresh response is
-// stored now, serves it and hands it to the flight's waiters.
+// stored now, serves it and hands it to the flight's waiters. A replica
+// whose L1 holds a stale copy also asks the shared tier past it, for a
+// newer response another replica stored.
 func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf) (outcome, bool) {
 	kb.build(r, c.rule)
 	got := p.lookup(r.Context(), kb, r)
+	if got.ok && c.stale != nil && p.cluster != nil && !got.e.ResponseTime.After(c.stale.ResponseTime) {
+		if layer, err := p.cluster.GetNewer(r.Context(), c.key, &kb.resp, c.stale.ResponseTime); err == nil {
+			got.e, got.layer = &kb.resp, layer
+		}
+	}
 	if !got.ok {
 		return outcome{}, false
 	}

@@ -50,6 +50,11 @@ type Cluster interface {
 	TryLead(ctx context.Context, key string, ttl time.Duration) (release func(), lead bool)
 	// SetShared stores e where the other replicas see it at once.
 	SetShared(ctx context.Context, key string, e *entry.Entry) error
+	// GetNewer looks key up in the shared tier only (past a stale L1
+	// copy), once, and returns a response received after after.
+	GetNewer(ctx context.Context, key string, e *entry.Entry, after time.Time) (string, error)
+	// AwaitFillAfter is GetNewer repeated every poll until ctx ends.
+	AwaitFillAfter(ctx context.Context, key string, e *entry.Entry, poll time.Duration, after time.Time) (string, error)
 }
 
 // Options configure a Proxy. Upstream, Config and Store are required.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/store/l2"
 )
 
 func noop() {}
@@ -117,16 +118,10 @@ func (s *Layered) AwaitFillAfter(ctx context.Context, key string, e *entry.Entry
 		}
 	}()
 	for {
-		var v entry.Entry
-		err := s.call(ctx, s.timeout, opGet, func(ctx context.Context) (err error) {
-			v, err = s.l2.Get(ctx, key)
-			return err
-		})
+		layer, err := s.GetNewer(ctx, key, e, after)
 		switch {
-		case err == nil && v.Kind == entry.KindResponse && v.ResponseTime.After(after):
-			s.promote(key, &v)
-			*e = v
-			return LayerL2, nil
+		case err == nil:
+			return layer, nil
 		case errors.Is(err, ErrUnavailable):
 			return "", fmt.Errorf("store: await fill: %w", err)
 		}
@@ -144,4 +139,33 @@ func (s *Layered) AwaitFillAfter(ctx context.Context, key string, e *entry.Entry
 		case <-t.C:
 		}
 	}
+}
+
+// GetNewer looks key up in L2 only (once, bounded by Timeout), passing L1
+// by: a replica whose L1 holds a stale copy uses it to see whether another
+// replica has stored a newer response. A stored response received after
+// after is promoted into L1, decoded into e and reported as LayerL2;
+// anything else is ErrNotFound (or the L2 failure, wrapping
+// ErrUnavailable when L2 is absent or its breaker open).
+func (s *Layered) GetNewer(ctx context.Context, key string, e *entry.Entry, after time.Time) (string, error) {
+	if s.l2 == nil {
+		return "", fmt.Errorf("store: get newer: %w", ErrUnavailable)
+	}
+	var v entry.Entry
+	err := s.call(ctx, s.timeout, opGet, func(ctx context.Context) (err error) {
+		v, err = s.l2.Get(ctx, key)
+		return err
+	})
+	if errors.Is(err, l2.ErrNotFound) {
+		return "", ErrNotFound
+	}
+	if err != nil {
+		return "", err
+	}
+	if v.Kind != entry.KindResponse || !v.ResponseTime.After(after) {
+		return "", ErrNotFound
+	}
+	s.promote(key, &v)
+	*e = v
+	return LayerL2, nil
 }

@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/store"
+	"github.com/tiercache/tiercache/internal/store/l1"
+	"github.com/tiercache/tiercache/internal/store/l2"
+	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// replica is a proxy over a layered store (real L1, L2 on a real Redis)
+// that shares the origin's clock, so tests age entries by moving it.
+func replica(t *testing.T, redisAddr string, o *origin) *fixture {
+	t.Helper()
+	compiled, err := tierconfig.Compile(tierconfig.Config{L2: tierconfig.L2{Addresses: []string{redisAddr}, Timeout: tierconfig.Duration(time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := tierconfig.NewHolder(compiled)
+	ctx, cancel := context.WithCancel(context.Background())
+	cache, err := l1.New(ctx, l1.Config{MaxSize: 16 << 20, MaxEntrySize: 64 << 10, Shards: 16, LifeWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := l2.New(l2.Config{Addrs: []string{redisAddr}, Prefix: "tc:test/cluster:", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(ctx, store.Options{L1: cache, L2: client, Timeout: time.Second, Metrics: m, Now: o.clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _ := url.Parse(o.URL)
+	purger := invalidate.NewPurger(cache, holder)
+	px, err := New(Options{Upstream: up, Config: holder, Store: st, Invalidator: purger, Cluster: st, Metrics: m, Now: o.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(px)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = px.Close(context.Background())
+		_ = st.Close()
+		_ = client.Close()
+		cancel()
+		cache.Close()
+	})
+	return &fixture{t: t, px: px, srv: srv, clock: o.clock, cache: cache, purger: purger, origin: o}
+}
+
+func TestOneRefreshPerKeyAcrossReplicas(t *testing.T) {
+	redis := testredis.Start(t)
+	var version atomic.Int64
+	version.Store(1)
+	hold := make(chan struct{})
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if version.Load() > 1 {
+			<-hold // keep the first refresh (and its lease) in flight
+		}
+		w.Header().Set("Cache-Control", "max-age=10, stale-while-revalidate=300")
+		fmt.Fprintf(w, "v%d", version.Load())
+	})
+	a, b := replica(t, redis.Addr(), o), replica(t, redis.Addr(), o)
+
+	expect(t, a.get("/k", "Host", "shop"), 200, "MISS")
+	waitFor(t, func() bool { return b.get("/k", "Host", "shop").xcache() == "HIT; layer=l2" }, "B to see A's fill in L2")
+	expect(t, b.get("/k", "Host", "shop"), 200, "HIT; layer=l1")
+
+	version.Store(2)
+	o.clock.Advance(20 * time.Second)
+	// Both replicas serve stale and want a refresh; only one may fetch.
+	expect(t, a.get("/k", "Host", "shop"), 200, "STALE; layer=l1")
+	waitFor(t, func() bool { return o.count() == 2 }, "the leading refresh to reach the origin")
+	expect(t, b.get("/k", "Host", "shop"), 200, "STALE; layer=l1")
+	time.Sleep(50 * time.Millisecond) // give a duplicate refresh the chance to show
+	close(hold)
+
+	for name, f := range map[string]*fixture{"A": a, "B": b} {
+		waitFor(t, func() bool { return f.get("/k", "Host", "shop").body == "v2" }, name+" to serve the refreshed entry")
+	}
+	if n := o.count(); n != 2 {
+		t.Fatalf("the origin saw %d requests, want 2 (one fill and one refresh for both replicas)", n)
+	}
+}
+
+func TestAReplicaWithAStaleCopySeesAnotherReplicasFreshFill(t *testing.T) {
+	redis := testredis.Start(t)
+	var version atomic.Int64
+	version.Store(1)
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=10")
+		w.Header().Set("ETag", fmt.Sprintf(`"v%d"`, version.Load()))
+		_, _ = io.WriteString(w, fmt.Sprintf("v%d", version.Load()))
+	})
+	a, b := replica(t, redis.Addr(), o), replica(t, redis.Addr(), o)
+	expect(t, a.get("/s", "Host", "shop"), 200, "MISS")
+	waitFor(t, func() bool { return b.get("/s", "Host", "shop").xcache() == "HIT; layer=l2" }, "B to see A's fill")
+
+	version.Store(2)
+	o.clock.Advance(20 * time.Second)
+	expect(t, a.get("/s", "Host", "shop"), 200, "MISS") // A fetches v2 (the ETag changed)
+	// B's L1 still holds v1, stale: it must find A's v2 in L2, not fetch.
+	r := b.get("/s", "Host", "shop")
+	if r.body != "v2" || o.count() != 2 {
+		t.Fatalf("B answered %q (%s); origin saw %d requests, want v2 from L2 and 2", r.body, r.xcache(), o.count())
+	}
+}
