@@ -387,12 +387,7 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 			wait := c.cfg.Config.Coalescing.Timeout.Std()
 			release, lead := p.cluster.TryLead(p.ctx, c.key, min(leaseTTL, wait))
 			if !lead {
-				ctx, cancel := context.WithTimeout(p.ctx, wait)
-				defer cancel()
-				var e entry.Entry
-				if layer, err := p.cluster.AwaitFillAfter(ctx, c.key, &e, maxReplicaPoll/2, c.stale.ResponseTime); err == nil {
-					p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{metrics.ResultHit, layer, false}})
-				}
+				p.awaitRefresh(c, f, min(wait, 2*leaseTTL))
 				return
 			}
 			defer release()
@@ -400,4 +395,32 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 		}
 		p.fill(&discard{}, br, c, f)
 	}()
+}
+
+// awaitRefresh waits, up to wait and with the same backing-off polls as a
+// waiting fill, for the replica that refreshes c's key to store the newer
+// response in L2, which it promotes into L1 and hands to the flight's
+// waiters. Meanwhile this replica keeps serving its stale copy.
+func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	poll := replicaPoll
+	next := time.NewTimer(poll)
+	defer next.Stop()
+	for {
+		select {
+		case <-deadline.C:
+			return
+		case <-p.ctx.Done():
+			return
+		case <-next.C:
+		}
+		var e entry.Entry
+		if layer, err := p.cluster.GetNewer(p.ctx, c.key, &e, c.stale.ResponseTime); err == nil {
+			p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{metrics.ResultHit, layer, false}})
+			return
+		}
+		poll = min(poll+poll/2, maxReplicaPoll)
+		next.Reset(poll)
+	}
 }

@@ -53,8 +53,6 @@ type Cluster interface {
 	// GetNewer looks key up in the shared tier only (past a stale L1
 	// copy), once, and returns a response received after after.
 	GetNewer(ctx context.Context, key string, e *entry.Entry, after time.Time) (string, error)
-	// AwaitFillAfter is GetNewer repeated every poll until ctx ends.
-	AwaitFillAfter(ctx context.Context, key string, e *entry.Entry, poll time.Duration, after time.Time) (string, error)
 }
 
 // Options configure a Proxy. Upstream, Config and Store are required.
