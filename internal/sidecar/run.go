@@ -48,6 +48,7 @@ type Options struct {
 	LogLevel        string
 	LogFormat       string
 	ShutdownTimeout time.Duration
+	DrainDelay      time.Duration
 	MaxHeaderBytes  int
 	MemoryLimit     string
 	RedisAddr       string
@@ -73,6 +74,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", "json", "json or text")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 25*time.Second, "how long in-flight requests may take to finish on SIGTERM")
+	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz failing before draining (lets endpoints update first)")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize×1.25 + 128Mi unless GOMEMLIMIT is set)")
 	if err := fs.Parse(args); err != nil {
@@ -103,6 +105,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	if o.ShutdownTimeout <= 0 {
 		return o, errors.New("--shutdown-timeout: must be > 0")
+	}
+	if o.DrainDelay < 0 || o.DrainDelay > 5*time.Minute {
+		return o, errors.New("--drain-delay: must be between 0 and 5m")
 	}
 	if o.MaxHeaderBytes < 4096 {
 		return o, errors.New("--max-header-bytes: must be >= 4096")
@@ -260,11 +265,24 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	var runErr error
 	select {
 	case <-ctx.Done():
-	case runErr = <-errc:
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			runErr = err
+		}
 	}
-	// Drain: report not ready, stop accepting, let in-flight requests end.
+	// Drain: report not ready, keep serving while endpoints catch up, then
+	// stop accepting and let in-flight requests end.
 	draining.Store(true)
-	log.Info("shutting down", "timeout", o.ShutdownTimeout.String())
+	log.Info("shutting down", "drain_delay", o.DrainDelay.String(), "timeout", o.ShutdownTimeout.String())
+	if o.DrainDelay > 0 && runErr == nil {
+		t := time.NewTimer(o.DrainDelay)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			t.Stop()
+			runErr = err
+		}
+	}
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
 	defer scancel()
 	if err := serve.Shutdown(sctx); err != nil {
@@ -279,9 +297,6 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	if err := admin.Shutdown(sctx); err != nil {
 		runErr = errors.Join(runErr, err)
-	}
-	if errors.Is(runErr, http.ErrServerClosed) {
-		runErr = nil
 	}
 	return runErr
 }

@@ -315,3 +315,23 @@ func TestMemoryLimitFollowsL1UnlessTheOperatorSetsOne(t *testing.T) {
 		}
 	}
 }
+
+func TestDuringTheDrainDelayItServesButReportsNotReady(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "still here")
+	}))
+	defer origin.Close()
+	s := start(t, origin.URL, "--drain-delay", "300ms")
+	s.cancel()
+	time.Sleep(50 * time.Millisecond)
+	if resp, _ := s.get(t, "http://"+s.addrs.Admin+"/readyz"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz during the drain delay: %d, want 503", resp.StatusCode)
+	}
+	if resp, body := s.get(t, "http://"+s.addrs.Serve+"/x"); resp.StatusCode != 200 || body != "still here" {
+		t.Fatalf("a request during the drain delay: %d %q", resp.StatusCode, body)
+	}
+	s.client.CloseIdleConnections()
+	if err := <-s.done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
