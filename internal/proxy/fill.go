@@ -402,25 +402,13 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 // response in L2, which it promotes into L1 and hands to the flight's
 // waiters. Meanwhile this replica keeps serving its stale copy.
 func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	poll := replicaPoll
-	next := time.NewTimer(poll)
-	defer next.Stop()
-	for {
-		select {
-		case <-deadline.C:
-			return
-		case <-p.ctx.Done():
-			return
-		case <-next.C:
-		}
+	p.poll(wait, func() bool {
 		var e entry.Entry
-		if layer, err := p.cluster.GetNewer(p.ctx, c.key, &e, c.stale.ResponseTime); err == nil {
-			p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{metrics.ResultHit, layer, false}})
-			return
+		layer, err := p.cluster.GetNewer(p.ctx, c.key, &e, c.stale.ResponseTime)
+		if err != nil {
+			return false
 		}
-		poll = min(poll+poll/2, maxReplicaPoll)
-		next.Reset(poll)
-	}
+		p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{metrics.ResultHit, layer, false}})
+		return true
+	})
 }

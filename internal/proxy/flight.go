@@ -151,27 +151,38 @@ const (
 // (it died), this one takes over the fetch (served false, lead true)
 // instead of waiting out the timeout.
 func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf, wait, lease time.Duration) (out outcome, served bool, release func(), lead bool) {
+	p.poll(wait, func() bool {
+		if out, served = p.serveFresh(w, r, c, f, kb); served {
+			return true
+		}
+		release, lead = p.cluster.TryLead(r.Context(), c.key, lease)
+		return lead
+	})
+	return out, served, release, lead
+}
+
+// poll calls try after replicaPoll, then at intervals growing by half up
+// to maxReplicaPoll, until try reports done, wait has passed or the Proxy
+// closes.
+func (p *Proxy) poll(wait time.Duration, try func() (done bool)) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	poll := replicaPoll
-	next := time.NewTimer(poll)
+	interval := replicaPoll
+	next := time.NewTimer(interval)
 	defer next.Stop()
 	for {
 		select {
 		case <-deadline.C:
-			return outcome{}, false, nil, false
+			return
 		case <-p.ctx.Done():
-			return outcome{}, false, nil, false
+			return
 		case <-next.C:
 		}
-		poll = min(poll+poll/2, maxReplicaPoll)
-		next.Reset(poll)
-		if out, ok := p.serveFresh(w, r, c, f, kb); ok {
-			return out, true, nil, false
+		if try() {
+			return
 		}
-		if release, lead := p.cluster.TryLead(r.Context(), c.key, lease); lead {
-			return outcome{}, false, release, true
-		}
+		interval = min(interval+interval/2, maxReplicaPoll)
+		next.Reset(interval)
 	}
 }
 
