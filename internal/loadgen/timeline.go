@@ -8,8 +8,8 @@ import (
 )
 
 // originSamples holds the origin's request counter as polled at the end of
-// each interval: at[k] is the count at start + k·interval (at[0] just after
-// the reset, before the first request).
+// each interval: at[k] is the count at start + k·interval (at[0] is 0: the
+// counter is reset before the run).
 type originSamples struct {
 	at  []int64
 	set []bool
@@ -20,19 +20,20 @@ func newOriginSamples(cfg Config) *originSamples {
 	return &originSamples{at: make([]int64, n), set: make([]bool, n)}
 }
 
-// poll reads statsURL at start and then at the end of every interval until
-// ctx ends. A failed or late read leaves its sample unset: the intervals
+// poll reads statsURL at the end of every interval until ctx ends. A failed or late read leaves its sample unset: the intervals
 // on either side of it then report no origin count rather than a wrong one.
 func (o *originSamples) poll(ctx context.Context, client *http.Client, statsURL string, start time.Time, interval time.Duration) {
-	for k := range o.at {
-		if k > 0 {
-			t := time.NewTimer(time.Until(start.Add(time.Duration(k) * interval)))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
+	// The counter was reset just before the run: it starts at 0 by
+	// definition (a read here could already count the first requests, and
+	// the intervals would then not add up to the final total).
+	o.at[0], o.set[0] = 0, true
+	for k := 1; k < len(o.at); k++ {
+		t := time.NewTimer(time.Until(start.Add(time.Duration(k) * interval)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, interval/2)
 		s, err := ReadOriginStats(rctx, client, statsURL)
