@@ -20,7 +20,7 @@ CMD_DIRS = $(patsubst cmd/%/,%,$(sort $(dir $(wildcard cmd/*/*.go))))
 .PHONY: help build test test-unit lint fuzz-short fuzz demo-smoke demo bench clean
 
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the commands into bin/ (tiercache-sidecar, demo-origin, loadgen, ...)
 	@mkdir -p bin
@@ -56,6 +56,10 @@ demo: ## Start the demo origin and the sidecar, show MISS → HIT → purge → 
 
 bench: ## In-process benchmarks, HTTP throughput and the herd scenario (results in bench-results/)
 	@bash hack/bench.sh
+
+.PHONY: k8s-tools
+k8s-tools: ## Build etcd, kube-apiserver, kubectl, helm, controller-gen into the cache (~15 min cold)
+	@bash hack/k8s-tools.sh all
 
 clean: ## Remove bin/ and bench-results/
 	rm -rf bin bench-results
