@@ -10,13 +10,12 @@ import (
 // shaped by the tier's rules, as the proxy stores them. Rules that add
 // request headers or cookies to the key have no single key per URL; for
 // those it returns nil and the caller must match entries by host and
-// target instead (Target).
+// target instead (RuleTarget).
 func PrimaryKeys(cfg *tierconfig.Compiled, host, escapedPath, rawQuery string) []string {
-	rule := cfg.Match(unescapeOr(escapedPath))
+	rule, tgt := RuleTarget(cfg, escapedPath, rawQuery)
 	if rule.HasKeyExtras {
 		return nil
 	}
-	tgt := Target(rule, escapedPath, rawQuery)
 	keys := make([]string, 0, 2)
 	for _, scheme := range [...]string{"http", "https"} {
 		keys = append(keys, string(AppendPrimary(nil, scheme, Host(host, scheme), tgt)))
@@ -24,23 +23,29 @@ func PrimaryKeys(cfg *tierconfig.Compiled, host, escapedPath, rawQuery string) [
 	return keys
 }
 
-// Target returns path?query as the proxy keys it under rule.
-func Target(rule *tierconfig.CompiledRule, escapedPath, rawQuery string) string {
-	b := []byte(escapedPath)
-	if rawQuery != "" {
-		q := len(b)
-		b = append(b, '?')
-		b = rule.AppendQuery(b, rawQuery)
-		if len(b) == q+1 {
-			b = b[:q]
-		}
+// RuleTarget returns the rule a URL's path falls under and its target
+// (path?query) as the proxy keys it.
+func RuleTarget(cfg *tierconfig.Compiled, escapedPath, rawQuery string) (*tierconfig.CompiledRule, string) {
+	path := escapedPath
+	if u, err := url.PathUnescape(escapedPath); err == nil {
+		path = u
 	}
-	return string(b)
+	rule := cfg.Match(path)
+	return rule, string(AppendTarget(nil, rule, escapedPath, rawQuery))
 }
 
-func unescapeOr(p string) string {
-	if u, err := url.PathUnescape(p); err == nil {
-		return u
+// AppendTarget appends path?query as keyed under rule: the path as
+// received, and the query shaped by the rule (no '?' when the rule drops
+// every parameter).
+func AppendTarget(dst []byte, rule *tierconfig.CompiledRule, escapedPath, rawQuery string) []byte {
+	dst = append(dst, escapedPath...)
+	if rawQuery != "" {
+		q := len(dst)
+		dst = append(dst, '?')
+		dst = rule.AppendQuery(dst, rawQuery)
+		if len(dst) == q+1 {
+			dst = dst[:q]
+		}
 	}
-	return p
+	return dst
 }

@@ -300,8 +300,8 @@ func (p *Purger) purged() {
 type ref struct{ host, target string }
 
 func (p *Purger) refOf(cfg *tierconfig.Compiled, host, escapedPath, rawQuery string) ref {
-	rule := cfg.Match(unescape(escapedPath))
-	r := ref{target: cachekey.Target(rule, escapedPath, rawQuery)}
+	_, target := cachekey.RuleTarget(cfg, escapedPath, rawQuery)
+	r := ref{target: target}
 	if host != "" {
 		// Both schemes' default ports fold away; what remains is the same
 		// under either scheme.
@@ -353,11 +353,4 @@ func hasTag(e *entry.Entry, tags map[string]struct{}) bool {
 		}
 	}
 	return false
-}
-
-func unescape(p string) string {
-	if u, err := url.PathUnescape(p); err == nil {
-		return u
-	}
-	return p
 }

@@ -28,15 +28,7 @@ func (kb *keyBuf) build(r *http.Request, rule *tierconfig.CompiledRule) {
 	kb.host = cachekey.Host(r.Host, kb.scheme)
 	b := cachekey.AppendPrimary(kb.b[:0], kb.scheme, kb.host, "")
 	kb.targetStart = len(b)
-	b = append(b, r.URL.EscapedPath()...)
-	if r.URL.RawQuery != "" {
-		q := len(b)
-		b = append(b, '?')
-		b = rule.AppendQuery(b, r.URL.RawQuery)
-		if len(b) == q+1 { // every parameter was dropped
-			b = b[:q]
-		}
-	}
+	b = cachekey.AppendTarget(b, rule, r.URL.EscapedPath(), r.URL.RawQuery)
 	kb.targetEnd = len(b)
 	if rule.HasKeyExtras {
 		b = rule.AppendKeyExtras(b, r)

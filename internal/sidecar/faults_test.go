@@ -153,19 +153,22 @@ func TestRedisFailuresNeverReachClients(t *testing.T) {
 		viaProxy bool
 		// flap: heal 300ms into the fault, under load, rather than after
 		// the load and once the breaker is open.
-		flap  bool
-		fault func(rs *testredis.Server, p *testredis.LatencyProxy) fault
+		flap bool
+		// resubscribes: the fault drops the invalidation subscription,
+		// which must be counted as lost once Redis is back.
+		resubscribes bool
+		fault        func(rs *testredis.Server, p *testredis.LatencyProxy) fault
 	}{
-		{"Redis killed", false, false, func(rs *testredis.Server, _ *testredis.LatencyProxy) fault {
+		{"Redis killed", false, false, true, func(rs *testredis.Server, _ *testredis.LatencyProxy) fault {
 			return fault{rs.Kill, rs.Restart}
 		}},
-		{"Redis paused (SIGSTOP)", false, false, func(rs *testredis.Server, _ *testredis.LatencyProxy) fault {
+		{"Redis paused (SIGSTOP)", false, false, false, func(rs *testredis.Server, _ *testredis.LatencyProxy) fault {
 			return fault{rs.Pause, rs.Resume}
 		}},
-		{"Redis slowed by 200ms, four times the L2 timeout", true, false, func(_ *testredis.Server, p *testredis.LatencyProxy) fault {
+		{"Redis slowed by 200ms, four times the L2 timeout", true, false, false, func(_ *testredis.Server, p *testredis.LatencyProxy) fault {
 			return fault{func() { p.SetDelay(0, 200*time.Millisecond) }, func() { p.SetDelay(0, 0) }}
 		}},
-		{"Redis restarted on the same port", false, true, func(rs *testredis.Server, _ *testredis.LatencyProxy) fault {
+		{"Redis restarted on the same port", false, true, true, func(rs *testredis.Server, _ *testredis.LatencyProxy) fault {
 			return fault{rs.Kill, rs.Restart}
 		}},
 	}
@@ -245,6 +248,16 @@ func TestRedisFailuresNeverReachClients(t *testing.T) {
 			b := startNode(t, origin, "--redis-addr", rs.Addr(), "--config", cfg)
 			if r := b.get(t, "/after-recovery"); r.xcache != "HIT; layer=l2" || r.body != "body of /after-recovery" {
 				t.Fatalf("a second sidecar after recovery: X-Cache %q body %q, want an L2 hit", r.xcache, r.body)
+			}
+			if c.resubscribes {
+				const lost = `tiercache_l2_errors_total{op="subscribe"}`
+				deadline := time.Now().Add(15 * time.Second)
+				for a.metric(t, lost) < 1 {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s = %v after Redis came back, want the lost subscription counted", lost, a.metric(t, lost))
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
 			}
 			t.Logf("breaker closed within %s of Redis being back; a new fill reached L2 %s after it was served; l2 errors: get %v, set %v, lease %v",
 				closedIn.Round(time.Millisecond), landed.Round(time.Millisecond),

@@ -216,9 +216,9 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	defer bg.Wait()
 	defer cancel() // ends the subscription and the preload before bg.Wait
 	if client != nil {
-		purger.SetRemote(remote{client}, instanceID(o), l2cfg.Timeout.Std(), log)
+		purger.SetRemote(remote{client, m.L2Errors.WithLabelValues("publish")}, instanceID(o), l2cfg.Timeout.Std(), log)
 		popts.Cluster = st
-		listen(ctx, &bg, client, st, purger, l2cfg.WarmStart, &warm, log)
+		listen(ctx, &bg, client, st, purger, l2cfg.WarmStart, &warm, m.L2Errors.WithLabelValues("subscribe"), log)
 	} else {
 		warm.Store(true)
 	}

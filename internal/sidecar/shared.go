@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiercache/tiercache/internal/entry"
@@ -102,7 +103,10 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 }
 
 // remote adapts the L2 client to what the purger needs.
-type remote struct{ c *l2.Client }
+type remote struct {
+	c       *l2.Client
+	publish prometheus.Counter // l2_errors_total{op="publish"}
+}
 
 func (r remote) Delete(ctx context.Context, keys ...string) (int, error) {
 	return r.c.DeleteCount(ctx, keys...)
@@ -113,7 +117,13 @@ func (r remote) PurgeTags(ctx context.Context, tags []string) (int, error) {
 func (r remote) PurgeMatching(ctx context.Context, match func(string, *entry.Entry) bool) (int, error) {
 	return r.c.PurgeMatching(ctx, match)
 }
-func (r remote) Publish(ctx context.Context, msg []byte) error { return r.c.Publish(ctx, msg) }
+func (r remote) Publish(ctx context.Context, msg []byte) error {
+	err := r.c.Publish(ctx, msg)
+	if err != nil {
+		r.publish.Inc()
+	}
+	return err
+}
 
 // instanceID names this sidecar in invalidation messages: the pod, plus a
 // random suffix so that a restarted container is told apart from its
@@ -128,8 +138,11 @@ func instanceID(o Options) string {
 // that nothing purged during the preload is missed), preloads L1 from L2.
 // ready is set when the preload has ended, successfully or not, bounded by
 // the warm-start timeout. Both goroutines are owned by wg and end with ctx.
+// Every subscription after the first follows a lost one (messages may
+// have been missed, and L1 is cleared): it is counted as
+// l2_errors_total{op="subscribe"}.
 func listen(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *store.Layered,
-	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, log *slog.Logger) {
+	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, lost prometheus.Counter, log *slog.Logger) {
 	subscribed := make(chan struct{})
 	var once sync.Once
 	wg.Add(2)
@@ -137,7 +150,11 @@ func listen(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *stor
 		defer wg.Done()
 		err := client.Subscribe(ctx, purger.HandleMessage, func() {
 			purger.Subscribed()
-			once.Do(func() { close(subscribed) })
+			first := false
+			once.Do(func() { first = true; close(subscribed) })
+			if !first {
+				lost.Inc()
+			}
 		})
 		if err != nil && ctx.Err() == nil {
 			log.Error("invalidation subscription ended", "err", err)
