@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# hack/generate.sh — regenerate what controller-gen derives from the API types
+# in internal/api: the deep-copy functions and the CRD in config/crd/ (and its
+# copy in the chart, when the chart exists).
+#
+#   hack/generate.sh          write the generated files (make generate)
+#   hack/generate.sh --check  generate into a scratch copy and fail, with the
+#                             diff, if the committed files differ (make test)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+cg="$(bash hack/k8s-tools.sh controller-gen)"
+
+# gen ROOT: generate into the tree at ROOT (a copy of the repository's
+# generated inputs and outputs).
+gen() {
+  local root="$1"
+  (cd "$root" && "$cg" object paths=./internal/api/... \
+    crd paths=./internal/api/... output:crd:artifacts:config=config/crd)
+  if [[ -d "$root/charts/tiercache/crds" ]]; then
+    cp "$root"/config/crd/*.yaml "$root/charts/tiercache/crds/"
+  fi
+}
+
+if [[ "${1:-}" != "--check" ]]; then
+  gen .
+  exit 0
+fi
+
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+# controller-gen loads the packages, so the copy needs the module files and
+# the API package; outputs are copied too so the diff sees deletions.
+mkdir -p "$scratch/internal" "$scratch/config"
+cp go.mod go.sum "$scratch/"
+cp -r internal/api "$scratch/internal/"
+cp -r config/crd "$scratch/config/"
+if [[ -d charts/tiercache/crds ]]; then
+  mkdir -p "$scratch/charts/tiercache"
+  cp -r charts/tiercache/crds "$scratch/charts/tiercache/"
+fi
+gen "$scratch"
+status=0
+for d in internal/api config/crd charts/tiercache/crds; do
+  [[ -d "$d" ]] || continue
+  if ! diff -ru "$d" "$scratch/$d"; then
+    status=1
+  fi
+done
+if ((status)); then
+  echo "generated files are stale: run 'make generate' and commit the result" >&2
+fi
+exit "$status"

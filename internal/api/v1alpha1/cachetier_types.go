@@ -1,0 +1,422 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Duration is a Go duration string: "30s", "5m", "1h30m", "250ms" or "0".
+// +kubebuilder:validation:Pattern=`^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+)$`
+// +kubebuilder:validation:MaxLength=32
+type Duration string
+
+// CacheTier declares how the Tiercache sidecars of the pods that name it
+// (annotation tiercache.io/tier) cache: L1 size, the shared Redis L2, the
+// caching defaults, path rules, request coalescing and purge access, and
+// the shape of the injected sidecar container.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ct,categories=tiercache
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="L2",type=string,JSONPath=`.status.l2Mode`
+// +kubebuilder:printcolumn:name="Sidecars",type=integer,JSONPath=`.status.injectedPods`
+// +kubebuilder:printcolumn:name="Connected",type=integer,JSONPath=`.status.connectedSidecars`,priority=1
+// +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.configHash`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name: must be at most 63 characters (it becomes the tiercache.io/tier label value of injected pods)"
+type CacheTier struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired caching behaviour.
+	// +optional
+	Spec CacheTierSpec `json:"spec,omitempty"`
+	// Status is what the operator observed and rendered.
+	// +optional
+	Status CacheTierStatus `json:"status,omitempty"`
+}
+
+// CacheTierList is a list of CacheTiers.
+//
+// +kubebuilder:object:root=true
+type CacheTierList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []CacheTier `json:"items"`
+}
+
+// CacheTierSpec is the desired caching behaviour of a tier. Every field is
+// optional: an empty spec is an L1-only cache with RFC 9111 behaviour.
+type CacheTierSpec struct {
+	// L1 sizes the in-process cache of each sidecar.
+	// +optional
+	L1 L1Spec `json:"l1,omitempty"`
+	// L2 is the Redis shared by every sidecar of the tier. Unset means L1
+	// only.
+	// +optional
+	L2 *L2Spec `json:"l2,omitempty"`
+	// Origin is how the sidecar talks to the application it fronts.
+	// +optional
+	Origin OriginSpec `json:"origin,omitempty"`
+	// Defaults apply when the origin's headers say nothing more specific.
+	// +optional
+	Defaults DefaultsSpec `json:"defaults,omitempty"`
+	// Rules are matched in order against the request path; the first match
+	// applies.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Rules []Rule `json:"rules,omitempty"`
+	// Coalescing collapses concurrent misses for one key into one origin
+	// fetch.
+	// +optional
+	Coalescing CoalescingSpec `json:"coalescing,omitempty"`
+	// Purge guards the sidecars' admin POST /purge endpoint.
+	// +optional
+	Purge PurgeSpec `json:"purge,omitempty"`
+	// Sidecar shapes the container injected into the tier's pods.
+	// +optional
+	Sidecar SidecarSpec `json:"sidecar,omitempty"`
+}
+
+// L1Spec sizes the in-process cache.
+type L1Spec struct {
+	// MaxSize bounds the memory L1 holds for entries (default 256Mi, at
+	// least 1Mi). The injected container's memory is derived from it
+	// unless spec.sidecar.resources is set.
+	// +optional
+	MaxSize *resource.Quantity `json:"maxSize,omitempty"`
+	// MaxEntrySize is the largest stored response, headers and body;
+	// larger responses stream through uncached (default 1Mi, or
+	// maxSize/shards when smaller; at most maxSize/shards).
+	// +optional
+	MaxEntrySize *resource.Quantity `json:"maxEntrySize,omitempty"`
+	// Shards is the number of L1 shards, a power of two (default 256).
+	// +optional
+	// +kubebuilder:validation:Enum=1;2;4;8;16;32;64;128;256;512;1024;2048;4096;8192
+	Shards int32 `json:"shards,omitempty"`
+}
+
+// L2Mode is how the sidecars reach Redis.
+// +kubebuilder:validation:Enum=standalone;sentinel;cluster
+type L2Mode string
+
+// L2 modes.
+const (
+	L2Standalone L2Mode = "standalone"
+	L2Sentinel   L2Mode = "sentinel"
+	L2Cluster    L2Mode = "cluster"
+)
+
+// L2Spec configures the shared Redis tier.
+// +kubebuilder:validation:XValidation:rule="self.mode != 'sentinel' || (has(self.masterName) && self.masterName != '')",message="masterName is required when mode is sentinel",fieldPath=".masterName"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'sentinel' || !has(self.masterName) || self.masterName == ''",message="masterName is allowed only when mode is sentinel",fieldPath=".masterName"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'standalone' || self.addresses.size() == 1",message="standalone mode takes exactly one address",fieldPath=".addresses"
+type L2Spec struct {
+	// Addresses are host:port pairs: the server (standalone), the
+	// sentinels (sentinel) or seed nodes (cluster).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:Pattern=`^[^\s]+:[0-9]{1,5}$`
+	Addresses []string `json:"addresses"`
+	// Mode is standalone, sentinel or cluster.
+	// +optional
+	// +kubebuilder:default=standalone
+	Mode L2Mode `json:"mode,omitempty"`
+	// MasterName is the Sentinel master set; required with mode sentinel.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	MasterName string `json:"masterName,omitempty"`
+	// Username for Redis ACLs (Redis 6+).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Username string `json:"username,omitempty"`
+	// PasswordSecretRef names a key of a Secret in the tier's namespace
+	// that holds the Redis password. A rotated password reaches running
+	// sidecars through the control plane.
+	// +optional
+	PasswordSecretRef *corev1.SecretKeySelector `json:"passwordSecretRef,omitempty"`
+	// TLS connects to Redis over TLS.
+	// +optional
+	TLS *L2TLS `json:"tls,omitempty"`
+	// KeyPrefix starts every Redis key of the tier (default
+	// "tc:<namespace>/<tier>:"). No whitespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^\S*$`
+	KeyPrefix string `json:"keyPrefix,omitempty"`
+	// Timeout bounds each Redis call; a slow Redis is skipped, never
+	// waited for (default 50ms).
+	// +optional
+	Timeout Duration `json:"timeout,omitempty"`
+	// WarmStart preloads L1 from the tier's hottest L2 entries before a
+	// sidecar reports ready.
+	// +optional
+	WarmStart *WarmStart `json:"warmStart,omitempty"`
+}
+
+// L2TLS configures TLS to Redis.
+type L2TLS struct {
+	// Enabled turns TLS on.
+	Enabled bool `json:"enabled"`
+	// CASecretRef names a Secret key holding the PEM CA bundle that signs
+	// the Redis server certificate; unset means the system roots.
+	// +optional
+	CASecretRef *corev1.SecretKeySelector `json:"caSecretRef,omitempty"`
+}
+
+// WarmStart bounds the start-up preload of L1 from L2.
+type WarmStart struct {
+	// Disabled turns the preload off.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// MaxEntries loaded at most (default 10000).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	MaxEntries int32 `json:"maxEntries,omitempty"`
+	// MaxBytes loaded at most (default the smaller of 64Mi and
+	// l1.maxSize/2).
+	// +optional
+	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
+	// Timeout of the whole preload; readiness waits at most this long
+	// (default 5s, at most 1m).
+	// +optional
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// OriginSpec configures requests to the application.
+type OriginSpec struct {
+	// Timeout bounds one origin fetch from request to end of body
+	// (default 30s, at most 10m).
+	// +optional
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// DefaultsSpec are the tier-wide caching defaults.
+type DefaultsSpec struct {
+	// FallbackTTL is the lifetime of a cacheable response that carries no
+	// explicit freshness (Varnish's default_ttl). Unset: RFC 9111
+	// heuristics only.
+	// +optional
+	FallbackTTL Duration `json:"fallbackTTL,omitempty"`
+	// StaleWhileRevalidate serves a stale entry this long past its
+	// lifetime while one background fetch refreshes it, when the origin
+	// does not say (RFC 5861).
+	// +optional
+	StaleWhileRevalidate Duration `json:"staleWhileRevalidate,omitempty"`
+	// StaleIfError serves a stale entry this long past its lifetime when
+	// the origin fails, when the origin does not say (RFC 5861).
+	// +optional
+	StaleIfError Duration `json:"staleIfError,omitempty"`
+	// NegativeTTL is the lifetime of a 404 or 410 without explicit
+	// freshness. Unset: not stored unless the origin says so.
+	// +optional
+	NegativeTTL Duration `json:"negativeTTL,omitempty"`
+	// HeuristicPercent of (Date - Last-Modified) is the lifetime of a
+	// response without explicit freshness (default 10, RFC 9111 §4.2.2),
+	// capped at heuristicMaxTTL.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	HeuristicPercent int32 `json:"heuristicPercent,omitempty"`
+	// HeuristicMaxTTL caps the heuristic lifetime (default 24h).
+	// +optional
+	HeuristicMaxTTL Duration `json:"heuristicMaxTTL,omitempty"`
+	// HitForMissTTL is how long an uncacheable answer is remembered so
+	// requests for that key skip coalescing (default 2m; Varnish's
+	// hit-for-miss).
+	// +optional
+	HitForMissTTL Duration `json:"hitForMissTTL,omitempty"`
+	// AllowSetCookie stores responses that carry Set-Cookie (the
+	// Set-Cookie field itself is never stored).
+	// +optional
+	AllowSetCookie bool `json:"allowSetCookie,omitempty"`
+	// IgnoreRequestCacheControl ignores the client's Cache-Control and
+	// Pragma, as Varnish and nginx do, so clients cannot force origin
+	// fetches.
+	// +optional
+	IgnoreRequestCacheControl bool `json:"ignoreRequestCacheControl,omitempty"`
+}
+
+// Rule applies to requests whose path matches.
+type Rule struct {
+	// Name identifies the rule in errors and metrics: a DNS label, unique
+	// in the tier, not "default".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self != 'default'",message="\"default\" is reserved for requests no rule matches"
+	Name string `json:"name"`
+	// Match selects requests by path.
+	Match Match `json:"match"`
+	// Bypass sends matching requests straight to the origin, uncached.
+	// +optional
+	Bypass bool `json:"bypass,omitempty"`
+	// TTL replaces the origin's freshness lifetime for storable responses
+	// (no-store and private still win).
+	// +optional
+	TTL Duration `json:"ttl,omitempty"`
+	// MaxTTL caps the freshness lifetime.
+	// +optional
+	MaxTTL Duration `json:"maxTTL,omitempty"`
+	// StaleWhileRevalidate overrides the tier default for this rule.
+	// +optional
+	StaleWhileRevalidate *Duration `json:"staleWhileRevalidate,omitempty"`
+	// StaleIfError overrides the tier default for this rule.
+	// +optional
+	StaleIfError *Duration `json:"staleIfError,omitempty"`
+	// CacheKey shapes the cache key of matching requests.
+	// +optional
+	CacheKey CacheKey `json:"cacheKey,omitempty"`
+}
+
+// Match selects a request path. Exactly one field must be set.
+// +kubebuilder:validation:XValidation:rule="[has(self.path), has(self.pathPrefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of path, pathPrefix, regex must be set"
+type Match struct {
+	// Path matches one exact path.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^/`
+	Path string `json:"path,omitempty"`
+	// PathPrefix matches paths that start with it ("/static/").
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^/`
+	PathPrefix string `json:"pathPrefix,omitempty"`
+	// Regex matches paths with an RE2 regular expression, unanchored:
+	// write ^ and $ to match the whole path.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Regex string `json:"regex,omitempty"`
+}
+
+// CacheKey shapes the cache key.
+// +kubebuilder:validation:XValidation:rule="!(has(self.queryInclude) && size(self.queryInclude) > 0 && has(self.queryExclude) && size(self.queryExclude) > 0)",message="queryInclude and queryExclude are mutually exclusive"
+type CacheKey struct {
+	// QueryInclude keeps only these query parameters (a trailing * is a
+	// prefix wildcard); empty keeps all.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	QueryInclude []string `json:"queryInclude,omitempty"`
+	// QueryExclude drops these query parameters ("utm_*").
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	QueryExclude []string `json:"queryExclude,omitempty"`
+	// SortQuery sorts parameters so their order does not split the cache.
+	// +optional
+	SortQuery bool `json:"sortQuery,omitempty"`
+	// Headers adds these request header values to the key.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
+	Headers []string `json:"headers,omitempty"`
+	// Cookies adds these cookie values to the key.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
+	Cookies []string `json:"cookies,omitempty"`
+}
+
+// CoalescingSpec collapses concurrent misses.
+type CoalescingSpec struct {
+	// Enabled (default true).
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Timeout is how long a waiter waits for the leader's fetch before it
+	// fetches itself (default 10s, at most 5m).
+	// +optional
+	Timeout Duration `json:"timeout,omitempty"`
+	// ClusterWide coalesces across all sidecars of the tier through a
+	// Redis lease (default true when L2 is set).
+	// +optional
+	ClusterWide *bool `json:"clusterWide,omitempty"`
+}
+
+// PurgeSpec guards POST /purge on the sidecars' admin port.
+type PurgeSpec struct {
+	// TokenSecretRef names a Secret key holding the purge token (at least
+	// 16 characters, no whitespace), then required as "Authorization:
+	// Bearer <token>". Unset: purges are accepted only from loopback, the
+	// application in the same pod.
+	// +optional
+	TokenSecretRef *corev1.SecretKeySelector `json:"tokenSecretRef,omitempty"`
+}
+
+// SidecarSpec shapes the injected sidecar container.
+// +kubebuilder:validation:XValidation:rule="!has(self.port) || !has(self.adminPort) || self.port != self.adminPort",message="port and adminPort must differ"
+type SidecarSpec struct {
+	// Image overrides the operator's sidecar image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+	// ImagePullPolicy of the sidecar container.
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// Resources of the sidecar container. Unset: memory request and limit
+	// of l1.maxSize×1.25 + 128Mi, cpu request 100m, no cpu limit.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Port the sidecar serves on; it takes over the fronted port's name
+	// (default 15180).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+	// AdminPort serves /metrics, /healthz, /readyz and /purge (default
+	// 15190).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	AdminPort int32 `json:"adminPort,omitempty"`
+}
+
+// Condition types and reasons of CacheTier status.
+const (
+	// ConditionValid says whether the spec (with its Secrets) renders to a
+	// config the sidecar accepts.
+	ConditionValid = "Valid"
+	// ConditionReady says whether the rendered config is published to the
+	// tier's sidecars.
+	ConditionReady = "Ready"
+
+	ReasonRendered      = "Rendered"
+	ReasonInvalidSpec   = "InvalidSpec"
+	ReasonSecretMissing = "SecretMissing"
+	ReasonPublished     = "Published"
+	ReasonNotValid      = "NotValid"
+	ReasonPublishFailed = "PublishFailed"
+)
+
+// CacheTierStatus is what the operator observed and rendered.
+type CacheTierStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Valid and Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ConfigHash is the sha256 of the rendered sidecar config, Secrets
+	// included; it changes when a referenced Secret does.
+	// +optional
+	ConfigHash string `json:"configHash,omitempty"`
+	// L2Mode is the L2 mode in effect, or "none" for L1 only.
+	// +optional
+	L2Mode string `json:"l2Mode,omitempty"`
+	// InjectedPods counts the pods of the namespace injected for this
+	// tier.
+	// +optional
+	InjectedPods int32 `json:"injectedPods"`
+	// ConnectedSidecars counts the sidecars connected to the control plane
+	// for this tier.
+	// +optional
+	ConnectedSidecars int32 `json:"connectedSidecars"`
+}
