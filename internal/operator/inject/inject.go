@@ -1,0 +1,247 @@
+// Package inject owns Tiercache's sidecar injection: the policy that decides
+// which pods get the sidecar (InjectRequired) and the pod mutation itself
+// (Inject). Both are pure functions of their inputs, with no client and no
+// I/O, so that the admission webhook, the controller and the end-to-end tests
+// share one definition of an injected pod, and so that the mutation can be
+// pinned down by golden files (testdata/<case>.yaml → <case>.yaml.injected).
+//
+// The shape of an injected pod is a contract: the sidecar reads its flags and
+// environment, Services reach it through the port name it takes over, and
+// the controller counts pods by LabelTier. The names are exported from this
+// package so that nobody repeats the strings.
+package inject
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Params is everything Inject needs that is not in the pod: the rendered
+// tier and the sidecar settings of its CacheTier.
+type Params struct {
+	// Tier is the CacheTier name, as found in AnnotationTier.
+	Tier string
+	// InitialConfig is the canonical JSON of the rendered sidecar config
+	// with secret fields empty, placed in EnvInitialConfig as the sidecar's
+	// start-up fallback. Empty means no such variable.
+	InitialConfig []byte
+	// ConfigHash is recorded in AnnotationConfigHash.
+	ConfigHash string
+	// L1MaxSize is the tier's L1 size in bytes; it drives DerivedMemory.
+	L1MaxSize int64
+
+	Image string
+	// ImagePullPolicy "" leaves the field unset (the API server defaults
+	// it from the image tag).
+	ImagePullPolicy corev1.PullPolicy
+	// Resources nil means derived from L1MaxSize (see DerivedMemory);
+	// otherwise used verbatim.
+	Resources *corev1.ResourceRequirements
+
+	// Port and AdminPort are the sidecar's serving and admin ports; 0 means
+	// DefaultPort and DefaultAdminPort.
+	Port, AdminPort int32
+	// ControlPlane is the xDS address; "" means no --control-plane flag.
+	ControlPlane string
+
+	// Secret references exposed to the sidecar as EnvRedisPassword,
+	// EnvPurgeToken and EnvRedisCACert; nil means none.
+	RedisPassword, PurgeToken, RedisCACert *corev1.SecretKeySelector
+}
+
+func (p Params) ports() (port, admin int32) {
+	port, admin = p.Port, p.AdminPort
+	if port == 0 {
+		port = DefaultPort
+	}
+	if admin == 0 {
+		admin = DefaultAdminPort
+	}
+	return port, admin
+}
+
+func (p Params) validate() error {
+	if p.Tier == "" {
+		return errors.New("params: Tier is empty")
+	}
+	if p.Image == "" {
+		return errors.New("params: Image is empty")
+	}
+	if p.L1MaxSize < 0 {
+		return fmt.Errorf("params: L1MaxSize %d is negative", p.L1MaxSize)
+	}
+	port, admin := p.ports()
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("spec.sidecar.port: %d is not a valid port (1-65535)", port)
+	}
+	if admin < 1 || admin > 65535 {
+		return fmt.Errorf("spec.sidecar.adminPort: %d is not a valid port (1-65535)", admin)
+	}
+	if port == admin {
+		return fmt.Errorf("spec.sidecar.adminPort: %d is the same as spec.sidecar.port", admin)
+	}
+	return nil
+}
+
+// Inject adds the sidecar to pod, in place. A pod that already has the
+// sidecar is left as it is and Inject returns nil, so injecting twice is the
+// same as injecting once. On error pod is left untouched: the mutation is
+// done on a copy that replaces *pod only when everything succeeded.
+//
+// Errors name what is wrong, with the CacheTier field or pod annotation to
+// change where there is one.
+func Inject(pod *corev1.Pod, p Params) error {
+	if pod == nil {
+		return errors.New("no pod to inject")
+	}
+	if injected(pod) {
+		return nil
+	}
+	if err := p.validate(); err != nil {
+		return err
+	}
+	out := pod.DeepCopy()
+	if err := mutate(out, p); err != nil {
+		return err
+	}
+	*pod = *out
+	return nil
+}
+
+// mutate injects into pod, which the caller owns; on error pod may be half
+// changed and must be thrown away.
+func mutate(pod *corev1.Pod, p Params) error {
+	spec := &pod.Spec
+	if spec.HostNetwork {
+		return errors.New("hostNetwork pods cannot be injected: the sidecar takes over the app's port name, which needs the pod's own network namespace")
+	}
+	for _, c := range allContainers(spec) {
+		if c.Name == ContainerName {
+			return fmt.Errorf("container name %q is reserved for the sidecar; rename the container", ContainerName)
+		}
+	}
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == VolumeName {
+			return fmt.Errorf("volume name %q is reserved for the sidecar; rename the volume", VolumeName)
+		}
+	}
+
+	app, err := frontedPort(pod)
+	if err != nil {
+		return err
+	}
+	appPort := &spec.Containers[app.container].Ports[app.port]
+	portName := appPort.Name
+	if portName == "" {
+		portName = DefaultPortName
+	}
+	if err := checkCollisions(spec, p, appPort, portName); err != nil {
+		return err
+	}
+
+	// Port takeover: the sidecar serves under the app port's name, so
+	// Services targeting that name reach the cache; the app keeps the
+	// number and its probes stop using the name it lost.
+	if appPort.Name != "" {
+		unnamePort(&spec.Containers[app.container], appPort.Name, appPort.ContainerPort)
+		appPort.Name = ""
+	}
+
+	sidecar := sidecarContainer(p, portName, appPort.ContainerPort)
+	spec.InitContainers = append([]corev1.Container{sidecar}, spec.InitContainers...)
+	spec.Volumes = append(spec.Volumes, stateVolume())
+
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[LabelTier] = p.Tier
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationConfigHash] = p.ConfigHash
+	pod.Annotations[AnnotationUpstreamPort] = strconv.Itoa(int(appPort.ContainerPort))
+	pod.Annotations[AnnotationInjected] = "true"
+	return nil
+}
+
+// allContainers returns pointers to the init and regular containers of spec.
+func allContainers(spec *corev1.PodSpec) []*corev1.Container {
+	all := make([]*corev1.Container, 0, len(spec.InitContainers)+len(spec.Containers))
+	for i := range spec.InitContainers {
+		all = append(all, &spec.InitContainers[i])
+	}
+	for i := range spec.Containers {
+		all = append(all, &spec.Containers[i])
+	}
+	return all
+}
+
+// checkCollisions refuses sidecar ports or port names that another
+// container of the pod already uses; appPort is about to lose its name to
+// the sidecar, so only its number counts.
+func checkCollisions(spec *corev1.PodSpec, p Params, appPort *corev1.ContainerPort, portName string) error {
+	port, admin := p.ports()
+	if portName == AdminPortName {
+		return fmt.Errorf("container port name %q is reserved for the sidecar's admin port; rename the port", AdminPortName)
+	}
+	for _, c := range allContainers(spec) {
+		for i := range c.Ports {
+			cp := &c.Ports[i]
+			switch cp.ContainerPort {
+			case port:
+				return fmt.Errorf("spec.sidecar.port: port %d is already used by container %q; pick another port in the CacheTier", port, c.Name)
+			case admin:
+				return fmt.Errorf("spec.sidecar.adminPort: port %d is already used by container %q; pick another port in the CacheTier", admin, c.Name)
+			}
+			if cp == appPort || cp.Name == "" {
+				continue
+			}
+			if cp.Name == portName || cp.Name == AdminPortName {
+				return fmt.Errorf("container port name %q of container %q is reserved for the sidecar; rename the port", cp.Name, c.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// unnamePort rewrites every probe and lifecycle hook of c that refers to the
+// port name to refer to its number instead: a named port resolves only
+// against the container's own ports, and the name now belongs to the
+// sidecar.
+func unnamePort(c *corev1.Container, name string, number int32) {
+	fix := func(port *intstr.IntOrString) {
+		if port.Type == intstr.String && port.StrVal == name {
+			*port = intstr.FromInt32(number)
+		}
+	}
+	handler := func(h *corev1.ProbeHandler) {
+		if h.HTTPGet != nil {
+			fix(&h.HTTPGet.Port)
+		}
+		if h.TCPSocket != nil {
+			fix(&h.TCPSocket.Port)
+		}
+	}
+	for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		if probe != nil {
+			handler(&probe.ProbeHandler)
+		}
+	}
+	if c.Lifecycle != nil {
+		for _, h := range []*corev1.LifecycleHandler{c.Lifecycle.PostStart, c.Lifecycle.PreStop} {
+			if h == nil {
+				continue
+			}
+			if h.HTTPGet != nil {
+				fix(&h.HTTPGet.Port)
+			}
+			if h.TCPSocket != nil {
+				fix(&h.TCPSocket.Port)
+			}
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package inject
+
+// The names below are the contract between the webhook, the controller, the
+// sidecar and the end-to-end tests. Other packages use these constants
+// instead of repeating the strings.
+const (
+	// AnnotationTier requests injection; its value is the name of a
+	// CacheTier in the pod's namespace.
+	AnnotationTier = "tiercache.io/tier"
+	// AnnotationPort picks the application port to front, by name or
+	// number. Without it the port named PreferredPortName is fronted, else
+	// the first TCP port of the first container that has one.
+	AnnotationPort = "tiercache.io/port"
+	// AnnotationConfigHash records the hash of the config rendered into the
+	// pod at admission.
+	AnnotationConfigHash = "tiercache.io/config-hash"
+	// AnnotationUpstreamPort records the application port number the
+	// sidecar forwards misses to.
+	AnnotationUpstreamPort = "tiercache.io/upstream-port"
+	// AnnotationInjected is "true" on injected pods.
+	AnnotationInjected = "tiercache.io/injected"
+
+	// LabelTier carries the tier name on injected pods; the controller
+	// counts injected pods with this label selector.
+	LabelTier = "tiercache.io/tier"
+)
+
+const (
+	// ContainerName is the name of the sidecar init container. Its
+	// presence marks a pod as already injected.
+	ContainerName = "tiercache"
+	// VolumeName is the emptyDir holding the sidecar's state (the last
+	// good config), mounted at StateDir.
+	VolumeName = "tiercache-state"
+	// StateDir is where VolumeName is mounted in the sidecar and the value
+	// of its --state-dir flag.
+	StateDir = "/var/run/tiercache"
+
+	// PreferredPortName is the port name fronted when AnnotationPort is
+	// absent.
+	PreferredPortName = "http"
+	// DefaultPortName names the sidecar's serving port when the fronted
+	// port had no name to take over.
+	DefaultPortName = "tiercache"
+	// AdminPortName names the sidecar's admin port (metrics, probes,
+	// purge).
+	AdminPortName = "tc-admin"
+
+	// DefaultPort is the sidecar's serving port when the tier sets none.
+	DefaultPort int32 = 15180
+	// DefaultAdminPort is the sidecar's admin port when the tier sets
+	// none.
+	DefaultAdminPort int32 = 15190
+
+	// SidecarUID is the user and group id the sidecar runs as (the
+	// distroless "nonroot" user).
+	SidecarUID int64 = 65532
+)
+
+// Environment variables of the sidecar container.
+const (
+	EnvPodName       = "TIERCACHE_POD_NAME"
+	EnvPodNamespace  = "TIERCACHE_POD_NAMESPACE"
+	EnvInitialConfig = "TIERCACHE_INITIAL_CONFIG"
+	EnvRedisPassword = "TIERCACHE_REDIS_PASSWORD"
+	EnvPurgeToken    = "TIERCACHE_PURGE_TOKEN"
+	EnvRedisCACert   = "TIERCACHE_REDIS_CA_CERT"
+)

@@ -1,0 +1,145 @@
+package inject
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+const mi = 1 << 20
+
+// DerivedMemory is the sidecar's memory request and limit when the
+// CacheTier sets no resources: 1.25 × the L1 size (bigcache's shards and
+// per-entry overhead) plus 128Mi for the Go runtime, buffers in flight and
+// the L2 write queue, rounded up to a whole Mi. A negative size counts as 0; a result too large
+// for a quantity saturates at the largest one.
+func DerivedMemory(l1 int64) resource.Quantity {
+	l1 = max(l1, 0)
+	// ceil(l1 × 5/4 / Mi) without overflowing for any int64.
+	const unit = 4 * mi
+	q, r := l1/unit, l1%unit
+	n := 5*q + (5*r+unit-1)/unit + 128
+	return resource.MustParse(strconv.FormatInt(n, 10) + "Mi")
+}
+
+// goMemoryLimit is the --memory-limit flag value for a container memory
+// limit: 90% of it, rounded down to a whole Mi (at least 1Mi), so the Go
+// runtime's soft limit sits below the kernel's hard one.
+func goMemoryLimit(limit resource.Quantity) string {
+	v := limit.Value()
+	n := (v/10*9 + v%10*9/10) / mi
+	return strconv.FormatInt(max(n, 1), 10) + "Mi"
+}
+
+func sidecarContainer(p Params, portName string, appPort int32) corev1.Container {
+	port, admin := p.ports()
+	args := []string{
+		fmt.Sprintf("--listen=:%d", port),
+		fmt.Sprintf("--admin-listen=:%d", admin),
+		fmt.Sprintf("--upstream=http://127.0.0.1:%d", appPort),
+		"--tier=" + p.Tier,
+		"--state-dir=" + StateDir,
+		"--log-format=json",
+	}
+	if p.ControlPlane != "" {
+		args = append(args, "--control-plane="+p.ControlPlane)
+	}
+
+	var res corev1.ResourceRequirements
+	if p.Resources != nil {
+		res = *p.Resources.DeepCopy()
+		if limit, ok := res.Limits[corev1.ResourceMemory]; ok {
+			args = append(args, "--memory-limit="+goMemoryLimit(limit))
+		}
+	} else {
+		mem := DerivedMemory(p.L1MaxSize)
+		res = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceMemory: mem,
+				corev1.ResourceCPU:    resource.MustParse("100m"),
+			},
+			Limits: corev1.ResourceList{corev1.ResourceMemory: mem.DeepCopy()},
+		}
+	}
+
+	always := corev1.ContainerRestartPolicyAlways
+	return corev1.Container{
+		Name:            ContainerName,
+		Image:           p.Image,
+		ImagePullPolicy: p.ImagePullPolicy,
+		Args:            args,
+		Ports: []corev1.ContainerPort{
+			{Name: portName, ContainerPort: port, Protocol: corev1.ProtocolTCP},
+			{Name: AdminPortName, ContainerPort: admin, Protocol: corev1.ProtocolTCP},
+		},
+		Env:            env(p),
+		Resources:      res,
+		VolumeMounts:   []corev1.VolumeMount{{Name: VolumeName, MountPath: StateDir}},
+		ReadinessProbe: httpProbe("/readyz", admin, 2, 2),
+		LivenessProbe:  httpProbe("/healthz", admin, 10, 3),
+		StartupProbe:   httpProbe("/healthz", admin, 1, 30),
+		RestartPolicy:  &always,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr(true),
+			RunAsUser:                ptr(SidecarUID),
+			RunAsGroup:               ptr(SidecarUID),
+			ReadOnlyRootFilesystem:   ptr(true),
+			AllowPrivilegeEscalation: ptr(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+}
+
+func env(p Params) []corev1.EnvVar {
+	fieldRef := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: path},
+		}}
+	}
+	vars := []corev1.EnvVar{
+		fieldRef(EnvPodName, "metadata.name"),
+		fieldRef(EnvPodNamespace, "metadata.namespace"),
+	}
+	if len(p.InitialConfig) > 0 {
+		vars = append(vars, corev1.EnvVar{Name: EnvInitialConfig, Value: string(p.InitialConfig)})
+	}
+	for _, s := range []struct {
+		name string
+		ref  *corev1.SecretKeySelector
+	}{
+		{EnvRedisPassword, p.RedisPassword},
+		{EnvPurgeToken, p.PurgeToken},
+		{EnvRedisCACert, p.RedisCACert},
+	} {
+		if s.ref != nil {
+			vars = append(vars, corev1.EnvVar{Name: s.name, ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: s.ref.DeepCopy(),
+			}})
+		}
+	}
+	return vars
+}
+
+func httpProbe(path string, port, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: path,
+			Port: intstr.FromInt32(port),
+		}},
+		PeriodSeconds:    period,
+		FailureThreshold: failures,
+	}
+}
+
+func stateVolume() corev1.Volume {
+	size := resource.MustParse("4Mi")
+	return corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size},
+	}}
+}
+
+func ptr[T any](v T) *T { return &v }
