@@ -1,0 +1,221 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
+	"github.com/tiercache/tiercache/internal/operator/render"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// secretRefIndex indexes CacheTiers by the names of the Secrets they
+// reference, so a Secret change finds its tiers without a scan.
+const secretRefIndex = "tiercache.io/secret-refs"
+
+// Publisher delivers a tier's rendered config to its sidecars: the xDS
+// control plane. Key is "<namespace>/<tier>".
+type Publisher interface {
+	Publish(ctx context.Context, key string, c tierconfig.Config) error
+	Clear(key string)
+	Connected(key string) int
+}
+
+// NoPublisher is the Publisher of an operator without a control plane:
+// sidecars run on the config placed in their pod spec at admission.
+type NoPublisher struct{}
+
+func (NoPublisher) Publish(context.Context, string, tierconfig.Config) error { return nil }
+func (NoPublisher) Clear(string)                                             {}
+func (NoPublisher) Connected(string) int                                     { return 0 }
+
+// TierReconciler renders each CacheTier (Secrets included), publishes the
+// result and reports it in status: conditions Valid and Ready,
+// observedGeneration, config hash, L2 mode, injected pods and connected
+// sidecars. Nothing outside the API server is created, so there is no
+// finalizer: a deleted tier is only cleared from the publisher.
+type TierReconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Events    events.EventRecorder
+	Publisher Publisher
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := req.Namespace + "/" + req.Name
+	var tier v1alpha1.CacheTier
+	if err := r.Client.Get(ctx, req.NamespacedName, &tier); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Publisher.Clear(key)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if !tier.DeletionTimestamp.IsZero() {
+		r.Publisher.Clear(key)
+		return reconcile.Result{}, nil
+	}
+
+	status := tier.Status.DeepCopy()
+	status.ObservedGeneration = tier.Generation
+	gen := tier.Generation
+	var requeueErr error
+
+	cfg, err := render.Config(ctx, &tier, secretReader{r.APIReader})
+	var se *render.SecretError
+	switch {
+	case err == nil:
+		setCondition(status, gen, v1alpha1.ConditionValid, metav1.ConditionTrue, v1alpha1.ReasonRendered, "the spec renders to a valid sidecar config")
+	case errors.As(err, &se) && !errors.Is(se.Err, render.ErrNotFound):
+		// Reading the Secret failed for another reason: retry, keep the
+		// status as it was.
+		return reconcile.Result{}, err
+	case errors.As(err, &se):
+		setCondition(status, gen, v1alpha1.ConditionValid, metav1.ConditionFalse, v1alpha1.ReasonSecretMissing, se.Error())
+	default:
+		setCondition(status, gen, v1alpha1.ConditionValid, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, render.FieldErrors(err).ToAggregate().Error())
+	}
+
+	if err == nil {
+		status.ConfigHash = cfg.Hash()
+		status.L2Mode = "none"
+		if len(cfg.L2.Addresses) > 0 {
+			status.L2Mode = cfg.L2.Mode
+		}
+		if perr := r.Publisher.Publish(ctx, key, cfg); perr != nil {
+			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, perr.Error())
+			requeueErr = perr
+		} else {
+			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "the rendered config is published to the tier's sidecars")
+		}
+	} else {
+		// Sidecars keep the last config that was valid; say so.
+		setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNotValid, "the spec is not valid; sidecars keep their last valid config")
+	}
+
+	var pods corev1.PodList
+	if lerr := r.Client.List(ctx, &pods, client.InNamespace(tier.Namespace), client.MatchingLabels{inject.LabelTier: tier.Name}); lerr != nil {
+		return reconcile.Result{}, lerr
+	}
+	status.InjectedPods = 0
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			status.InjectedPods++
+		}
+	}
+	status.ConnectedSidecars = int32(r.Publisher.Connected(key))
+
+	if !equality.Semantic.DeepEqual(status, &tier.Status) {
+		r.emitTransitions(&tier, status)
+		patch := client.MergeFrom(tier.DeepCopy())
+		tier.Status = *status
+		if perr := r.Client.Status().Patch(ctx, &tier, patch); perr != nil {
+			return reconcile.Result{}, perr
+		}
+	}
+	return reconcile.Result{}, requeueErr
+}
+
+// emitTransitions records an Event when Valid or Ready changes or its
+// message does, so `kubectl describe ct` tells the story.
+func (r *TierReconciler) emitTransitions(tier *v1alpha1.CacheTier, next *v1alpha1.CacheTierStatus) {
+	if r.Events == nil {
+		return
+	}
+	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady} {
+		now := meta.FindStatusCondition(next.Conditions, t)
+		before := meta.FindStatusCondition(tier.Status.Conditions, t)
+		if now == nil || (before != nil && before.Status == now.Status && before.Message == now.Message) {
+			continue
+		}
+		kind := corev1.EventTypeNormal
+		if now.Status != metav1.ConditionTrue {
+			kind = corev1.EventTypeWarning
+		}
+		r.Events.Eventf(tier, nil, kind, now.Reason, "Reconcile", "%s", now.Message)
+	}
+}
+
+func setCondition(s *v1alpha1.CacheTierStatus, gen int64, t string, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: t, Status: st, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: gen,
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// secretRefs lists the Secret names a tier references.
+func secretRefs(t *v1alpha1.CacheTier) []string {
+	var out []string
+	add := func(r *corev1.SecretKeySelector) {
+		if r != nil && r.Name != "" {
+			out = append(out, r.Name)
+		}
+	}
+	if l2 := t.Spec.L2; l2 != nil {
+		add(l2.PasswordSecretRef)
+		if l2.TLS != nil {
+			add(l2.TLS.CASecretRef)
+		}
+	}
+	add(t.Spec.Purge.TokenSecretRef)
+	return out
+}
+
+// SetupWithManager registers the controller: CacheTiers, the Secrets they
+// reference (metadata only; values are read uncached when rendering), and
+// injected Pods (by their tier label; the manager's cache holds only Pods
+// that carry it, see newManager).
+func (r *TierReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.CacheTier{}, secretRefIndex, func(o client.Object) []string {
+		return secretRefs(o.(*v1alpha1.CacheTier))
+	}); err != nil {
+		return fmt.Errorf("index CacheTier secret references: %w", err)
+	}
+	secretToTiers := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var tiers v1alpha1.CacheTierList
+		if err := r.Client.List(ctx, &tiers, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretRefIndex: o.GetName()}); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(tiers.Items))
+		for _, t := range tiers.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}})
+		}
+		return reqs
+	})
+	podToTier := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[inject.LabelTier]
+		if name == "" || strings.Contains(name, "/") {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("cachetier").
+		For(&v1alpha1.CacheTier{}).
+		Watches(&corev1.Secret{}, secretToTiers, builder.OnlyMetadata).
+		Watches(&corev1.Pod{}, podToTier).
+		Complete(r)
+}

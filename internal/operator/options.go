@@ -1,0 +1,140 @@
+package operator
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Options are the operator's parsed command line.
+type Options struct {
+	// Namespace the operator runs in: its cert Secret lives there, and its
+	// pods are never injected (from POD_NAMESPACE in the chart).
+	Namespace string
+
+	MetricsAddr string
+	ProbeAddr   string
+	LeaderElect bool
+	// LeaderElectionID names the Lease.
+	LeaderElectionID string
+
+	WebhookPort    int
+	WebhookHost    string
+	WebhookCertDir string
+	// CertMode is "self" (the operator creates and rotates its own CA
+	// and serving certificate and patches the webhook configurations'
+	// caBundle) or "external" (cert-manager or the user mounts the
+	// certificate into WebhookCertDir and injects the caBundle).
+	CertMode          string
+	CertSecretName    string
+	WebhookService    string
+	MutatingWebhook   string
+	ValidatingWebhook string
+
+	// SidecarImage is injected unless a tier sets spec.sidecar.image.
+	SidecarImage           string
+	SidecarImagePullPolicy string
+	// ControlPlaneAddress is passed to injected sidecars as
+	// --control-plane ("" = sidecars run on the config placed in the
+	// pod spec).
+	ControlPlaneAddress string
+	// MissingTier is "refuse" (admission denies a pod naming a tier that
+	// does not exist) or "defaults" (inject with the built-in config).
+	MissingTier string
+	// ExcludedNamespaces are never injected, besides Namespace.
+	ExcludedNamespaces []string
+	// SyncPeriod re-reconciles every tier this often (a safety net; every
+	// change is watched).
+	SyncPeriod time.Duration
+}
+
+// Cert modes and missing-tier policies.
+const (
+	CertModeSelf         = "self"
+	CertModeExternal     = "external"
+	MissingTierRefuse    = "refuse"
+	MissingTierDefaults  = "defaults"
+	defaultSidecarImage  = "ghcr.io/tiercache/tiercache-sidecar:latest"
+	defaultWebhookPrefix = "tiercache"
+)
+
+// ParseArgs parses args; getenv supplies POD_NAMESPACE when --namespace is
+// not given.
+func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Options, error) {
+	var o Options
+	var excluded string
+	fs := flag.NewFlagSet("tiercache-operator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Namespace, "namespace", getenv("POD_NAMESPACE"), "namespace the operator runs in (default $POD_NAMESPACE)")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics address; 0 disables")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader so one replica writes status")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "tiercache-operator.tiercache.io", "name of the leader election Lease")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "webhook serving port")
+	fs.StringVar(&o.WebhookHost, "webhook-host", "", "webhook serving host (default all interfaces)")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of tls.crt and tls.key")
+	fs.StringVar(&o.CertMode, "cert-mode", CertModeSelf, "self: create, rotate and inject the webhook certificate; external: use the one in --webhook-cert-dir (cert-manager)")
+	fs.StringVar(&o.CertSecretName, "cert-secret", "tiercache-webhook-cert", "Secret (in --namespace) holding the self-managed CA and certificate")
+	fs.StringVar(&o.WebhookService, "webhook-service", "tiercache-webhook", "Service in front of the webhook port (the certificate's DNS name)")
+	fs.StringVar(&o.MutatingWebhook, "mutating-webhook-configuration", defaultWebhookPrefix+"-inject", "MutatingWebhookConfiguration whose caBundle is managed")
+	fs.StringVar(&o.ValidatingWebhook, "validating-webhook-configuration", defaultWebhookPrefix+"-validate", "ValidatingWebhookConfiguration whose caBundle is managed")
+	fs.StringVar(&o.SidecarImage, "sidecar-image", defaultSidecarImage, "sidecar image injected unless the tier sets spec.sidecar.image")
+	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "", "Always, IfNotPresent or Never (default: the cluster's)")
+	fs.StringVar(&o.ControlPlaneAddress, "control-plane-address", "", "xDS address injected sidecars connect to (host:port); empty: no live config")
+	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
+	fs.StringVar(&excluded, "excluded-namespaces", "kube-system,kube-public,kube-node-lease", "comma-separated namespaces never injected (the operator's own always is)")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Hour, "full re-reconcile period")
+	if err := fs.Parse(args); err != nil {
+		return Options{}, err
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	for n := range strings.SplitSeq(excluded, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.ExcludedNamespaces = append(o.ExcludedNamespaces, n)
+		}
+	}
+	return o, o.Validate()
+}
+
+// Validate checks the options; errors name the flag.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("--namespace: required (or set POD_NAMESPACE)"))
+	}
+	switch o.CertMode {
+	case CertModeSelf, CertModeExternal:
+	default:
+		errs = append(errs, fmt.Errorf("--cert-mode: must be %s or %s (got %q)", CertModeSelf, CertModeExternal, o.CertMode))
+	}
+	switch o.MissingTier {
+	case MissingTierRefuse, MissingTierDefaults:
+	default:
+		errs = append(errs, fmt.Errorf("--missing-tier: must be %s or %s (got %q)", MissingTierRefuse, MissingTierDefaults, o.MissingTier))
+	}
+	switch o.SidecarImagePullPolicy {
+	case "", "Always", "IfNotPresent", "Never":
+	default:
+		errs = append(errs, fmt.Errorf("--sidecar-image-pull-policy: must be Always, IfNotPresent or Never (got %q)", o.SidecarImagePullPolicy))
+	}
+	if o.SidecarImage == "" {
+		errs = append(errs, errors.New("--sidecar-image: required"))
+	}
+	if o.WebhookPort < 1 || o.WebhookPort > 65535 {
+		errs = append(errs, fmt.Errorf("--webhook-port: must be 1-65535 (got %d)", o.WebhookPort))
+	}
+	if o.SyncPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("--sync-period: must be > 0 (got %s)", o.SyncPeriod))
+	}
+	return errors.Join(errs...)
+}
+
+// excluded reports whether pods in ns are never injected.
+func (o Options) excluded() []string {
+	return append([]string{o.Namespace}, o.ExcludedNamespaces...)
+}

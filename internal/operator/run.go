@@ -1,0 +1,195 @@
+// Package operator wires the Tiercache operator: the CacheTier controller
+// (render → publish → status), the Pod injection and CacheTier validation
+// webhooks, and their serving certificate (self-managed with
+// open-policy-agent/cert-controller, or mounted by cert-manager).
+// cmd/operator only calls Run, so tests drive the whole process against
+// envtest's API server with their own arguments.
+package operator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/go-logr/logr"
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
+)
+
+// Env is what Run takes from its surroundings.
+type Env struct {
+	Getenv func(string) string
+	Stderr io.Writer
+	// RestConfig reaches the API server; nil = controller-runtime's
+	// lookup (--kubeconfig, $KUBECONFIG, in-cluster).
+	RestConfig *rest.Config
+	// Publisher delivers rendered configs; nil = NoPublisher.
+	Publisher Publisher
+	// CertExtraDNSNames are added to a self-managed serving certificate
+	// (tests reach the webhook on localhost).
+	CertExtraDNSNames []string
+}
+
+// Run runs the operator until ctx is cancelled.
+func Run(ctx context.Context, args []string) error {
+	return RunWith(ctx, args, Env{Getenv: os.Getenv, Stderr: os.Stderr})
+}
+
+// RunWith runs the operator with explicit surroundings.
+func RunWith(ctx context.Context, args []string, env Env) error {
+	o, err := ParseArgs(args, env.Getenv, env.Stderr)
+	if err != nil {
+		return err
+	}
+	log := logr.FromSlogHandler(slog.NewJSONHandler(env.Stderr, nil))
+	// controller-runtime's packages log through its global logger.
+	ctrl.SetLogger(log)
+
+	cfg := env.RestConfig
+	if cfg == nil {
+		if cfg, err = ctrl.GetConfig(); err != nil {
+			return fmt.Errorf("reaching the API server: %w", err)
+		}
+	}
+	mgr, err := newManager(cfg, o, log)
+	if err != nil {
+		return err
+	}
+	pub := env.Publisher
+	if pub == nil {
+		pub = NoPublisher{}
+	}
+	r := &TierReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Events:    mgr.GetEventRecorder("tiercache-operator"),
+		Publisher: pub,
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	if err := setupWebhooks(mgr, o, env); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting", "namespace", o.Namespace, "certMode", o.CertMode, "leaderElection", o.LeaderElect)
+	return mgr.Start(ctx)
+}
+
+func newManager(cfg *rest.Config, o Options, log logr.Logger) (manager.Manager, error) {
+	scheme, err := newScheme()
+	if err != nil {
+		return nil, err
+	}
+	// The cache holds only injected Pods (they carry the tier label): the
+	// controller counts them, and nothing else reads Pods.
+	tierLabel, err := labels.NewRequirement(inject.LabelTier, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	sync := o.SyncPeriod
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{
+			SyncPeriod: &sync,
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Label: labels.NewSelector().Add(*tierLabel)},
+			},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// setupWebhooks registers the two webhooks on a server that starts once
+// its certificate exists: at once with --cert-mode=external, after the
+// rotator wrote it with --cert-mode=self. Every replica serves webhooks;
+// none needs to lead.
+func setupWebhooks(mgr manager.Manager, o Options, env Env) error {
+	srv := webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})
+	srv.Register(PodMutatePath, admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o,
+	})))
+	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{})))
+
+	ready := make(chan struct{})
+	switch o.CertMode {
+	case CertModeExternal:
+		close(ready)
+	case CertModeSelf:
+		dns := o.WebhookService + "." + o.Namespace + ".svc"
+		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecretName},
+			CertDir:        o.WebhookCertDir,
+			CAName:         "tiercache-ca",
+			CAOrganization: "tiercache",
+			DNSName:        dns,
+			ExtraDNSNames:  append([]string{dns + ".cluster.local"}, env.CertExtraDNSNames...),
+			IsReady:        ready,
+			Webhooks: []rotator.WebhookInfo{
+				{Name: o.MutatingWebhook, Type: rotator.Mutating},
+				{Name: o.ValidatingWebhook, Type: rotator.Validating},
+			},
+			RequireLeaderElection: false,
+		}); err != nil {
+			return fmt.Errorf("setting up certificate rotation: %w", err)
+		}
+	}
+	if err := mgr.Add(&gatedServer{srv: srv, ready: ready}); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
+		select {
+		case <-ready:
+			return srv.StartedChecker()(req)
+		default:
+			return fmt.Errorf("webhook certificate not ready")
+		}
+	})
+}
+
+// gatedServer starts the webhook server once ready is closed.
+type gatedServer struct {
+	srv   webhook.Server
+	ready <-chan struct{}
+}
+
+func (g *gatedServer) NeedLeaderElection() bool { return false }
+
+func (g *gatedServer) Start(ctx context.Context) error {
+	select {
+	case <-g.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	return g.srv.Start(ctx)
+}

@@ -1,0 +1,171 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
+	"github.com/tiercache/tiercache/internal/operator/render"
+)
+
+// Webhook paths, as registered in the webhook configurations (chart and
+// config/webhook).
+const (
+	PodMutatePath         = "/mutate-v1-pod"
+	CacheTierValidatePath = "/validate-tiercache-io-v1alpha1-cachetier"
+)
+
+// podInjector is the mutating admission webhook for Pods: it injects the
+// sidecar into pods annotated tiercache.io/tier, rendering the named tier
+// (without Secrets: those reach the container as secretKeyRef variables).
+type podInjector struct {
+	// Client reads CacheTiers from the manager's cache; APIReader is the
+	// fallback for a tier created a moment ago that the cache has not
+	// seen yet.
+	Client    client.Reader
+	APIReader client.Reader
+	Opts      Options
+}
+
+var _ admission.Defaulter[*corev1.Pod] = (*podInjector)(nil)
+
+// Default implements admission.Defaulter. An error denies the admission
+// with its message.
+func (w *podInjector) Default(ctx context.Context, pod *corev1.Pod) error {
+	ns := pod.Namespace
+	if req, err := admission.RequestFromContext(ctx); err == nil && req.Namespace != "" {
+		ns = req.Namespace
+	}
+	ok, reason := inject.InjectRequired(pod, ns, w.Opts.excluded())
+	if !ok {
+		logf.FromContext(ctx).V(1).Info("not injecting", "reason", reason)
+		return nil
+	}
+	name := pod.Annotations[inject.AnnotationTier]
+	tier, err := w.tier(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	p, err := w.params(tier)
+	if err != nil {
+		return err
+	}
+	if err := inject.Inject(pod, p); err != nil {
+		return fmt.Errorf("tiercache: cannot inject the sidecar: %w", err)
+	}
+	return nil
+}
+
+// tier returns the named CacheTier, or the built-in one when it is missing
+// and the operator runs with --missing-tier=defaults.
+func (w *podInjector) tier(ctx context.Context, ns, name string) (*v1alpha1.CacheTier, error) {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	var t v1alpha1.CacheTier
+	err := w.Client.Get(ctx, key, &t)
+	if apierrors.IsNotFound(err) && w.APIReader != nil {
+		err = w.APIReader.Get(ctx, key, &t)
+	}
+	switch {
+	case err == nil:
+		return &t, nil
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("tiercache: reading CacheTier %q: %w", name, err)
+	case w.Opts.MissingTier == MissingTierDefaults:
+		t = v1alpha1.CacheTier{}
+		t.Namespace, t.Name = ns, name
+		return &t, nil
+	default:
+		return nil, fmt.Errorf("tiercache: annotation %s names CacheTier %q, which does not exist in namespace %q; create it (kubectl apply a CacheTier named %q) or install the chart with injection.missingTier=defaults to inject the built-in config",
+			inject.AnnotationTier, name, ns, name)
+	}
+}
+
+// params renders the tier for the pod spec: the config with secret fields
+// empty, and the Secret references the sidecar reads from its environment.
+func (w *podInjector) params(t *v1alpha1.CacheTier) (inject.Params, error) {
+	cfg, err := render.Redacted(t)
+	if err != nil {
+		// The validating webhook refuses such a tier; one written while it
+		// was down (or before it existed) still must not reach a pod.
+		return inject.Params{}, fmt.Errorf("tiercache: CacheTier %q is not valid, not injecting: %w", t.Name, render.FieldErrors(err).ToAggregate())
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		return inject.Params{}, fmt.Errorf("tiercache: encoding the config of CacheTier %q: %w", t.Name, err)
+	}
+	sc := t.Spec.Sidecar
+	p := inject.Params{
+		Tier:            t.Name,
+		InitialConfig:   js,
+		ConfigHash:      cfg.Hash(),
+		L1MaxSize:       int64(cfg.L1.MaxSize),
+		Image:           w.Opts.SidecarImage,
+		ImagePullPolicy: corev1.PullPolicy(w.Opts.SidecarImagePullPolicy),
+		Resources:       sc.Resources,
+		Port:            sc.Port,
+		AdminPort:       sc.AdminPort,
+		ControlPlane:    w.Opts.ControlPlaneAddress,
+		PurgeToken:      t.Spec.Purge.TokenSecretRef,
+	}
+	if sc.Image != "" {
+		p.Image = sc.Image
+	}
+	if sc.ImagePullPolicy != "" {
+		p.ImagePullPolicy = sc.ImagePullPolicy
+	}
+	if l2 := t.Spec.L2; l2 != nil {
+		p.RedisPassword = l2.PasswordSecretRef
+		if l2.TLS != nil {
+			p.RedisCACert = l2.TLS.CASecretRef
+		}
+	}
+	return p, nil
+}
+
+// tierValidator is the validating admission webhook for CacheTiers: the
+// same render and tierconfig.Validate the controller and the sidecar run,
+// with errors naming the CacheTier fields.
+type tierValidator struct{}
+
+var _ admission.Validator[*v1alpha1.CacheTier] = tierValidator{}
+
+func (tierValidator) ValidateCreate(_ context.Context, t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	return validateTier(t)
+}
+
+func (tierValidator) ValidateUpdate(_ context.Context, _, t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	return validateTier(t)
+}
+
+func (tierValidator) ValidateDelete(context.Context, *v1alpha1.CacheTier) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func validateTier(t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	if _, err := render.Redacted(t); err != nil {
+		return nil, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("CacheTier").GroupKind(), t.Name, render.FieldErrors(err))
+	}
+	return nil, nil
+}
+
+// newScheme returns the scheme the operator's clients and webhooks use.
+func newScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
