@@ -1,0 +1,191 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+func appPod(ns, name string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "example.test/app:1",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstrName("http")},
+			}},
+		}}},
+	}
+}
+
+func sidecarOf(p *corev1.Pod) *corev1.Container {
+	for i := range p.Spec.InitContainers {
+		if p.Spec.InitContainers[i].Name == inject.ContainerName {
+			return &p.Spec.InitContainers[i]
+		}
+	}
+	return nil
+}
+
+func envValue(c *corev1.Container, name string) (corev1.EnvVar, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return corev1.EnvVar{}, false
+}
+
+// TestPodsAreInjectedThroughTheAPIServer creates pods through the API
+// server and reads them back: the annotated pod carries the sidecar, the
+// others are untouched, a pod naming a missing tier is refused.
+func TestPodsAreInjectedThroughTheAPIServer(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+
+	tier := newTier(ns, "pages", v1alpha1.CacheTierSpec{
+		L1:    v1alpha1.L1Spec{MaxSize: qty("64Mi")},
+		Rules: []v1alpha1.Rule{{Name: "static", Match: v1alpha1.Match{PathPrefix: "/static/"}, TTL: "1h"}},
+		Purge: v1alpha1.PurgeSpec{TokenSecretRef: secretRef("purge", "token")},
+	})
+	if err := c.Create(ctx, tier); err != nil {
+		t.Fatal(err)
+	}
+
+	pod := appPod(ns, "web-1", map[string]string{inject.AnnotationTier: "pages"})
+	eventually(t, 30*time.Second, func() error {
+		// The webhook reads tiers from its cache, falling back to the API
+		// server, so a tier created a moment ago is found.
+		return c.Create(ctx, pod)
+	})
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+		t.Fatal(err)
+	}
+	sc := sidecarOf(&got)
+	if sc == nil {
+		t.Fatalf("the stored pod has no sidecar: init containers %v", got.Spec.InitContainers)
+	}
+	if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Error("the sidecar is not a native sidecar (restartPolicy Always)")
+	}
+	if sc.Image != "example.test/tiercache-sidecar:test" {
+		t.Errorf("image %q", sc.Image)
+	}
+	if got.Labels[inject.LabelTier] != "pages" {
+		t.Errorf("labels %v", got.Labels)
+	}
+	var takeover bool
+	for _, p := range sc.Ports {
+		takeover = takeover || (p.Name == "http" && p.ContainerPort == inject.DefaultPort)
+	}
+	if !takeover {
+		t.Errorf("the sidecar did not take over the port named http: %v", sc.Ports)
+	}
+	if app := got.Spec.Containers[0]; app.Ports[0].Name != "" || app.ReadinessProbe.HTTPGet.Port.IntValue() != 8080 {
+		t.Errorf("app port %+v, probe port %v", app.Ports[0], app.ReadinessProbe.HTTPGet.Port)
+	}
+	wantArgs := []string{"--upstream=http://127.0.0.1:8080", "--tier=pages", "--control-plane=tiercache-xds.tiercache-system.svc:18000"}
+	for _, a := range wantArgs {
+		if !strings.Contains(strings.Join(sc.Args, " "), a) {
+			t.Errorf("args %v lack %s", sc.Args, a)
+		}
+	}
+	// The config in the pod spec is the rendered tier, without secrets:
+	// the token reaches the container from its Secret.
+	e, ok := envValue(sc, inject.EnvInitialConfig)
+	if !ok {
+		t.Fatal("no initial config in the pod spec")
+	}
+	cfg, err := tierconfig.Parse([]byte(e.Value))
+	if err != nil {
+		t.Fatalf("the initial config does not parse: %v", err)
+	}
+	if cfg.L1.MaxSize != 64<<20 || len(cfg.Rules) != 1 || cfg.Rules[0].TTL.Std() != time.Hour || cfg.Purge.Token != "" {
+		t.Errorf("initial config %+v", cfg)
+	}
+	if tok, ok := envValue(sc, inject.EnvPurgeToken); !ok || tok.ValueFrom == nil || tok.ValueFrom.SecretKeyRef == nil || tok.ValueFrom.SecretKeyRef.Name != "purge" {
+		t.Errorf("purge token env %+v", tok)
+	}
+	if got.Annotations[inject.AnnotationConfigHash] != cfg.Hash() {
+		t.Errorf("config-hash annotation %q, config hashes %q", got.Annotations[inject.AnnotationConfigHash], cfg.Hash())
+	}
+	if mem, want := sc.Resources.Limits.Memory(), inject.DerivedMemory(64<<20); mem.Cmp(want) != 0 {
+		t.Errorf("memory limit %s, want %s", mem, want.String())
+	}
+
+	// The controller counts the injected pod.
+	eventually(t, 30*time.Second, func() error {
+		var tr v1alpha1.CacheTier
+		if err := c.Get(ctx, client.ObjectKeyFromObject(tier), &tr); err != nil {
+			return err
+		}
+		if tr.Status.InjectedPods != 1 {
+			return errorf("injectedPods = %d", tr.Status.InjectedPods)
+		}
+		return nil
+	})
+
+	// An unannotated pod is stored as sent.
+	plain := appPod(ns, "plain", nil)
+	if err := c.Create(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(plain), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.InitContainers) != 0 || got.Spec.Containers[0].Ports[0].Name != "http" || got.Labels[inject.LabelTier] != "" {
+		t.Errorf("an unannotated pod was changed: %+v", got.Spec)
+	}
+
+	// A pod naming a tier that does not exist is refused, naming it.
+	err = c.Create(ctx, appPod(ns, "orphan", map[string]string{inject.AnnotationTier: "nope"}))
+	if err == nil || !strings.Contains(err.Error(), `CacheTier "nope"`) || !strings.Contains(err.Error(), "missingTier") {
+		t.Errorf("a pod naming a missing tier: %v", err)
+	}
+
+	// Pods in the operator's namespace are never touched.
+	own := appPod(operatorNS, "own", map[string]string{inject.AnnotationTier: "pages"})
+	if err := c.Create(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(own), &got); err != nil {
+		t.Fatal(err)
+	}
+	if sidecarOf(&got) != nil {
+		t.Error("a pod in the operator's namespace was injected")
+	}
+}
+
+// TestInjectionRefusesAnInvalidTier: a tier stored while the validating
+// webhook was unavailable (its failurePolicy set to Ignore, or before it
+// was registered) must still not reach a pod. The API server cannot be
+// made to store one here, so the handler's rendering is driven directly.
+func TestInjectionRefusesAnInvalidTier(t *testing.T) {
+	w := &podInjector{Opts: Options{SidecarImage: "img", MissingTier: MissingTierRefuse}}
+	bad := newTier("ns", "bad", v1alpha1.CacheTierSpec{L1: v1alpha1.L1Spec{MaxSize: qty("512Ki")}})
+	_, err := w.params(bad)
+	if err == nil || !strings.Contains(err.Error(), "spec.l1.maxSize") {
+		t.Fatalf("params of an invalid tier: %v", err)
+	}
+	good, err := w.params(newTier("ns", "good", v1alpha1.CacheTierSpec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg tierconfig.Config
+	if err := json.Unmarshal(good.InitialConfig, &cfg); err != nil || cfg.Hash() != tierconfig.Default().Hash() {
+		t.Errorf("an empty tier renders %s (%v), want the built-in default", good.InitialConfig, err)
+	}
+}

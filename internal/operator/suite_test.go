@@ -1,0 +1,182 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// The tests of this package run the whole operator (RunWith) against a
+// real API server and etcd started by envtest, with the CRD from
+// config/crd and the webhook registrations from config/webhook. The
+// binaries come from hack/k8s-tools.sh (make test exports
+// KUBEBUILDER_ASSETS).
+
+const operatorNS = "tiercache-system"
+
+// cluster is the shared API server of the package's tests.
+var cluster struct {
+	env    *envtest.Environment
+	cfg    *rest.Config
+	client client.Client
+	stop   context.CancelFunc
+	done   chan error
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if os.Getenv("TIERCACHE_REQUIRE_ENVTEST") != "" {
+			fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, or `eval $(bash hack/k8s-tools.sh env)` first")
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "skipping the API-server tests: KUBEBUILDER_ASSETS is not set (make test sets it)")
+		return m.Run()
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			Paths: []string{filepath.Join("..", "..", "config", "webhook")},
+		},
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+		}
+	}()
+	scheme, err := newScheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cluster.env, cluster.cfg, cluster.client = env, cfg, c
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNS}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+
+	wo := env.WebhookInstallOptions
+	opCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWith(opCtx, []string{
+			"--namespace=" + operatorNS,
+			"--cert-mode=external",
+			"--webhook-host=" + wo.LocalServingHost,
+			"--webhook-port=" + strconv.Itoa(wo.LocalServingPort),
+			"--webhook-cert-dir=" + wo.LocalServingCertDir,
+			"--metrics-bind-address=0",
+			"--health-probe-bind-address=127.0.0.1:0",
+			"--sidecar-image=example.test/tiercache-sidecar:test",
+			"--control-plane-address=tiercache-xds.tiercache-system.svc:18000",
+		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg})
+	}()
+	cluster.stop, cluster.done = stop, done
+	// The API server calls the webhooks with failurePolicy Fail: wait
+	// until they answer.
+	addr := net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintln(os.Stderr, "the operator's webhook server did not start within 60s:", err)
+			stop()
+			return 1
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	code := m.Run()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "operator:", err)
+			code = 1
+		}
+	case <-time.After(30 * time.Second):
+		fmt.Fprintln(os.Stderr, "operator did not stop within 30s")
+		code = 1
+	}
+	return code
+}
+
+// logSink is where the operator under test logs: stderr with
+// TIERCACHE_TEST_LOG=1, else nowhere.
+func logSink() io.Writer {
+	if os.Getenv("TIERCACHE_TEST_LOG") != "" {
+		return os.Stderr
+	}
+	return io.Discard
+}
+
+// needCluster skips (or, under make test, fails) a test without envtest.
+func needCluster(t *testing.T) client.Client {
+	t.Helper()
+	if cluster.client == nil {
+		t.Skip("no API server: KUBEBUILDER_ASSETS is not set")
+	}
+	return cluster.client
+}
+
+// eventually retries f until it returns nil or the timeout passes, then
+// fails with f's last error.
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %v", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// namespace creates a fresh namespace for one test.
+func namespace(t *testing.T, c client.Client) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+func intstrName(s string) intstr.IntOrString { return intstr.FromString(s) }

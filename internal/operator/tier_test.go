@@ -1,0 +1,265 @@
+package operator
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+)
+
+func qty(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
+
+func secretRef(name, key string) *corev1.SecretKeySelector {
+	return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}
+}
+
+func newTier(ns, name string, spec v1alpha1.CacheTierSpec) *v1alpha1.CacheTier {
+	return &v1alpha1.CacheTier{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+}
+
+// TestTheAPIServerRefusesInvalidCacheTiers creates each tier through the
+// API server: the schema, its CEL rules and the validating webhook (the
+// sidecar's own Validate) must each refuse their cases with a message
+// naming the field.
+func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+
+	valid := newTier(ns, "valid", v1alpha1.CacheTierSpec{
+		L1: v1alpha1.L1Spec{MaxSize: qty("64Mi"), Shards: 64},
+		L2: &v1alpha1.L2Spec{Addresses: []string{"redis.shop.svc:6379"}, Timeout: "80ms", PasswordSecretRef: secretRef("redis", "password")},
+		Defaults: v1alpha1.DefaultsSpec{
+			FallbackTTL: "1m", StaleWhileRevalidate: "30s", StaleIfError: "1h", NegativeTTL: "10s", HeuristicPercent: 10,
+		},
+		Rules: []v1alpha1.Rule{
+			{Name: "api", Match: v1alpha1.Match{PathPrefix: "/api/"}, Bypass: true},
+			{Name: "static", Match: v1alpha1.Match{Regex: `^/static/.*\.(css|js)$`}, TTL: "24h",
+				CacheKey: v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true, Headers: []string{"Accept-Language"}, Cookies: []string{"currency"}}},
+		},
+		Coalescing: v1alpha1.CoalescingSpec{Timeout: "5s"},
+		Purge:      v1alpha1.PurgeSpec{TokenSecretRef: secretRef("purge", "token")},
+		Sidecar:    v1alpha1.SidecarSpec{Port: 8300, AdminPort: 8301},
+	})
+	if err := c.Create(ctx, valid); err != nil {
+		t.Fatalf("a valid tier was refused: %v", err)
+	}
+
+	cases := map[string]struct {
+		spec v1alpha1.CacheTierSpec
+		name string
+		want []string // substrings of the error
+	}{
+		"a shard count that is not a power of two is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{L1: v1alpha1.L1Spec{Shards: 3}},
+			want: []string{"spec.l1.shards", "Unsupported value"},
+		},
+		"a duration that is not a Go duration is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "5 minutes"}},
+			want: []string{"spec.origin.timeout", "should match"},
+		},
+		"sentinel mode without a master name is refused by a CEL rule": {
+			spec: v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"s:26379"}, Mode: v1alpha1.L2Sentinel}},
+			want: []string{"spec.l2.masterName", "masterName is required when mode is sentinel"},
+		},
+		"two addresses in standalone mode are refused by a CEL rule": {
+			spec: v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"a:6379", "b:6379"}}},
+			want: []string{"spec.l2.addresses", "standalone mode takes exactly one address"},
+		},
+		"a match with two selectors is refused by a CEL rule": {
+			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{Path: "/a", PathPrefix: "/b"}}}},
+			want: []string{"spec.rules[0].match", "exactly one of path, pathPrefix, regex must be set"},
+		},
+		"a rule named default is refused by a CEL rule": {
+			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "default", Match: v1alpha1.Match{Path: "/a"}}}},
+			want: []string{"spec.rules[0].name", "reserved"},
+		},
+		"queryInclude with queryExclude is refused by a CEL rule": {
+			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{Path: "/a"},
+				CacheKey: v1alpha1.CacheKey{QueryInclude: []string{"q"}, QueryExclude: []string{"utm_*"}}}}},
+			want: []string{"spec.rules[0].cacheKey", "mutually exclusive"},
+		},
+		"equal sidecar ports are refused by a CEL rule": {
+			spec: v1alpha1.CacheTierSpec{Sidecar: v1alpha1.SidecarSpec{Port: 9000, AdminPort: 9000}},
+			want: []string{"spec.sidecar", "port and adminPort must differ"},
+		},
+		"a name longer than a label value is refused by a CEL rule": {
+			name: strings.Repeat("n", 64),
+			want: []string{"metadata.name: must be at most 63 characters"},
+		},
+		"an L1 below 1Mi is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{L1: v1alpha1.L1Spec{MaxSize: qty("512Ki")}},
+			want: []string{"admission webhook", "spec.l1.maxSize", "1Mi"},
+		},
+		"an entry size above a shard is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{L1: v1alpha1.L1Spec{MaxSize: qty("16Mi"), MaxEntrySize: qty("2Mi")}},
+			want: []string{"admission webhook", "spec.l1.maxEntrySize", "l1.maxSize/l1.shards"},
+		},
+		"a regex that does not compile is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{Regex: "(("}}}},
+			want: []string{"admission webhook", "spec.rules[0].match.regex"},
+		},
+		"an origin timeout over 10m is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "11m"}},
+			want: []string{"admission webhook", "spec.origin.timeout", "10m"},
+		},
+		"a hop-by-hop header in the cache key is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{Path: "/a"},
+				CacheKey: v1alpha1.CacheKey{Headers: []string{"Connection"}}}}},
+			want: []string{"admission webhook", "spec.rules[0].cacheKey.headers[0]"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			n := tc.name
+			if n == "" {
+				n = "invalid"
+			}
+			err := c.Create(ctx, newTier(ns, n, tc.spec))
+			if err == nil {
+				t.Fatal("the API server accepted it")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+
+	// An update is validated too, and the stored tier is unchanged.
+	var got v1alpha1.CacheTier
+	if err := c.Get(ctx, client.ObjectKeyFromObject(valid), &got); err != nil {
+		t.Fatal(err)
+	}
+	bad := got.DeepCopy()
+	bad.Spec.L1.MaxSize = qty("512Ki")
+	if err := c.Update(ctx, bad); err == nil || !strings.Contains(err.Error(), "spec.l1.maxSize") {
+		t.Errorf("an invalid update: %v", err)
+	}
+}
+
+// condition returns the tier's condition of type t, or nil.
+func condition(tier *v1alpha1.CacheTier, t string) *metav1.Condition {
+	return meta.FindStatusCondition(tier.Status.Conditions, t)
+}
+
+// TestStatusFollowsSpecAndSecrets: conditions converge, a missing Secret
+// makes the tier not Valid until it appears, and a rotated Secret changes
+// the rendered config hash.
+func TestStatusFollowsSpecAndSecrets(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+
+	tier := newTier(ns, "pages", v1alpha1.CacheTierSpec{
+		L2:    &v1alpha1.L2Spec{Addresses: []string{"redis:6379"}, PasswordSecretRef: secretRef("redis", "password")},
+		Purge: v1alpha1.PurgeSpec{TokenSecretRef: secretRef("purge", "token")},
+	})
+	if err := c.Create(ctx, tier); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tier)
+	get := func() *v1alpha1.CacheTier {
+		var got v1alpha1.CacheTier
+		if err := c.Get(ctx, key, &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+
+	// Neither Secret exists: not Valid, with the field and Secret named.
+	eventually(t, 30*time.Second, func() error {
+		got := get()
+		v := condition(got, v1alpha1.ConditionValid)
+		if v == nil || v.Status != metav1.ConditionFalse || v.Reason != v1alpha1.ReasonSecretMissing {
+			return errorf("Valid = %+v", v)
+		}
+		if !strings.Contains(v.Message, "spec.l2.passwordSecretRef") || !strings.Contains(v.Message, `"redis"`) {
+			return errorf("message %q does not name the field and Secret", v.Message)
+		}
+		if r := condition(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse {
+			return errorf("Ready = %+v", r)
+		}
+		return nil
+	})
+
+	secret := func(name, k, v string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{k: []byte(v)}}
+	}
+	redis := secret("redis", "password", "first-password")
+	for _, s := range []*corev1.Secret{redis, secret("purge", "token", "0123456789abcdef-token")} {
+		if err := c.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var firstHash string
+	eventually(t, 30*time.Second, func() error {
+		got := get()
+		for _, ct := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady} {
+			if cond := condition(got, ct); cond == nil || cond.Status != metav1.ConditionTrue || cond.ObservedGeneration != got.Generation {
+				return errorf("%s = %+v", ct, cond)
+			}
+		}
+		if got.Status.ObservedGeneration != got.Generation || got.Status.ConfigHash == "" || got.Status.L2Mode != "standalone" {
+			return errorf("status %+v", got.Status)
+		}
+		firstHash = got.Status.ConfigHash
+		return nil
+	})
+
+	// Rotating the password changes the rendered config.
+	redis.Data["password"] = []byte("second-password")
+	if err := c.Update(ctx, redis); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if h := get().Status.ConfigHash; h == firstHash {
+			return errorf("config hash still %s after the Secret rotated", h)
+		}
+		return nil
+	})
+
+	// A purge token that the sidecar would refuse makes the tier not Valid.
+	var purge corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "purge"}, &purge); err != nil {
+		t.Fatal(err)
+	}
+	purge.Data["token"] = []byte("short")
+	if err := c.Update(ctx, &purge); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		v := condition(get(), v1alpha1.ConditionValid)
+		if v == nil || v.Reason != v1alpha1.ReasonInvalidSpec || !strings.Contains(v.Message, "spec.purge.tokenSecretRef") {
+			return errorf("Valid = %+v", v)
+		}
+		if strings.Contains(v.Message, "short") {
+			return errorf("the message quotes the secret: %q", v.Message)
+		}
+		return nil
+	})
+
+	// A spec change bumps observedGeneration.
+	cur := get()
+	cur.Spec.Purge.TokenSecretRef = nil
+	if err := c.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		got := get()
+		v := condition(got, v1alpha1.ConditionValid)
+		if got.Status.ObservedGeneration != got.Generation || v == nil || v.Status != metav1.ConditionTrue {
+			return errorf("generation %d, status %+v", got.Generation, got.Status)
+		}
+		return nil
+	})
+}
