@@ -17,13 +17,17 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -46,11 +50,25 @@ type Env struct {
 	// CertExtraDNSNames are added to a self-managed serving certificate
 	// (tests reach the webhook on localhost).
 	CertExtraDNSNames []string
+	// SkipNameValidation lets tests run several operators in one process
+	// (controller names are otherwise process-wide unique).
+	SkipNameValidation bool
 }
 
-// Run runs the operator until ctx is cancelled.
+// Run runs the operator until ctx is cancelled. It also points the
+// process-wide loggers of controller-runtime and client-go (klog) at
+// stderr, which RunWith must not do: they are not safe to set while
+// another operator in the process runs.
 func Run(ctx context.Context, args []string) error {
+	log := newLogger(os.Stderr)
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
 	return RunWith(ctx, args, Env{Getenv: os.Getenv, Stderr: os.Stderr})
+}
+
+// newLogger logs JSON lines to w.
+func newLogger(w io.Writer) logr.Logger {
+	return logr.FromSlogHandler(slog.NewJSONHandler(w, nil))
 }
 
 // RunWith runs the operator with explicit surroundings.
@@ -59,9 +77,7 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	log := logr.FromSlogHandler(slog.NewJSONHandler(env.Stderr, nil))
-	// controller-runtime's packages log through its global logger.
-	ctrl.SetLogger(log)
+	log := newLogger(env.Stderr)
 
 	cfg := env.RestConfig
 	if cfg == nil {
@@ -69,7 +85,7 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 			return fmt.Errorf("reaching the API server: %w", err)
 		}
 	}
-	mgr, err := newManager(cfg, o, log)
+	mgr, err := newManager(cfg, o, log, env.SkipNameValidation)
 	if err != nil {
 		return err
 	}
@@ -86,7 +102,7 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	if err := setupWebhooks(mgr, o, env); err != nil {
+	if err := setupWebhooks(ctx, mgr, o, env); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -96,7 +112,7 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	return mgr.Start(ctx)
 }
 
-func newManager(cfg *rest.Config, o Options, log logr.Logger) (manager.Manager, error) {
+func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation bool) (manager.Manager, error) {
 	scheme, err := newScheme()
 	if err != nil {
 		return nil, err
@@ -117,6 +133,7 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger) (manager.Manager, 
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: &skipNameValidation},
 		Cache: cache.Options{
 			SyncPeriod: &sync,
 			ByObject: map[client.Object]cache.ByObject{
@@ -134,7 +151,7 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger) (manager.Manager, 
 // its certificate exists: at once with --cert-mode=external, after the
 // rotator wrote it with --cert-mode=self. Every replica serves webhooks;
 // none needs to lead.
-func setupWebhooks(mgr manager.Manager, o Options, env Env) error {
+func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env) error {
 	srv := webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})
 	srv.Register(PodMutatePath, admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o,
@@ -146,6 +163,9 @@ func setupWebhooks(mgr manager.Manager, o Options, env Env) error {
 	case CertModeExternal:
 		close(ready)
 	case CertModeSelf:
+		if err := ensureCertSecret(ctx, mgr, o); err != nil {
+			return err
+		}
 		dns := o.WebhookService + "." + o.Namespace + ".svc"
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
 			SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecretName},
@@ -175,6 +195,26 @@ func setupWebhooks(mgr manager.Manager, o Options, env Env) error {
 			return fmt.Errorf("webhook certificate not ready")
 		}
 	})
+}
+
+// ensureCertSecret creates the (empty) Secret the rotator fills, unless it
+// exists: the rotator only updates it. The chart creates it too; this
+// covers an operator run outside the chart.
+func ensureCertSecret(ctx context.Context, mgr manager.Manager, o Options) error {
+	var s corev1.Secret
+	key := types.NamespacedName{Namespace: o.Namespace, Name: o.CertSecretName}
+	err := mgr.GetAPIReader().Get(ctx, key, &s)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading the certificate Secret %s: %w", key, err)
+	}
+	s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := mgr.GetClient().Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the certificate Secret %s: %w", key, err)
+	}
+	return nil
 }
 
 // gatedServer starts the webhook server once ready is closed.

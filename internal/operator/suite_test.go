@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -42,6 +45,10 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// The process-wide loggers are set once, before any operator runs
+	// (Run does this in the real command).
+	ctrl.SetLogger(newLogger(logSink()))
+	klog.SetLogger(newLogger(logSink()))
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		if os.Getenv("TIERCACHE_REQUIRE_ENVTEST") != "" {
 			fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, or `eval $(bash hack/k8s-tools.sh env)` first")
@@ -98,14 +105,15 @@ func runMain(m *testing.M) int {
 			"--health-probe-bind-address=127.0.0.1:0",
 			"--sidecar-image=example.test/tiercache-sidecar:test",
 			"--control-plane-address=tiercache-xds.tiercache-system.svc:18000",
-		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg})
+		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, SkipNameValidation: true})
 	}()
 	cluster.stop, cluster.done = stop, done
 	// The API server calls the webhooks with failurePolicy Fail: wait
 	// until they answer.
 	addr := net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		// A full handshake, so the server logs no aborted one.
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a liveness probe of the test's own server
 		if err == nil {
 			conn.Close()
 			break
@@ -180,3 +188,8 @@ func namespace(t *testing.T, c client.Client) string {
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
 
 func intstrName(s string) intstr.IntOrString { return intstr.FromString(s) }
+
+// envtestAdmin is a user in system:masters, for kubectl and helm.
+func envtestAdmin() envtest.User {
+	return envtest.User{Name: "admin", Groups: []string{"system:masters"}}
+}
