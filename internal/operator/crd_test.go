@@ -74,9 +74,9 @@ func TestKubectlExplainDocumentsCacheTier(t *testing.T) {
 	}
 	for field, want := range map[string]string{
 		"cachetier.spec.l2.passwordSecretRef": "Redis password",
-		"ct.spec.rules.cacheKey.queryExclude":  "utm_*",
-		"cachetier.spec.sidecar.port":          "15180",
-		"cachetier.status.configHash":          "sha256",
+		"ct.spec.rules.cacheKey.queryExclude": "utm_*",
+		"cachetier.spec.sidecar.port":         "15180",
+		"cachetier.status.configHash":         "sha256",
 	} {
 		out, err := exec.Command(kubectl, "--kubeconfig", path, "explain", field).CombinedOutput()
 		if err != nil {

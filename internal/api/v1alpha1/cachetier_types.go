@@ -112,8 +112,8 @@ const (
 )
 
 // L2Spec configures the shared Redis tier.
-// +kubebuilder:validation:XValidation:rule="self.mode != 'sentinel' || (has(self.masterName) && self.masterName != '')",message="masterName is required when mode is sentinel",fieldPath=".masterName"
-// +kubebuilder:validation:XValidation:rule="self.mode == 'sentinel' || !has(self.masterName) || self.masterName == ''",message="masterName is allowed only when mode is sentinel",fieldPath=".masterName"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'sentinel' || (has(self.masterName) && size(self.masterName) > 0)",message="masterName is required when mode is sentinel",fieldPath=".masterName"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'sentinel' || !has(self.masterName) || size(self.masterName) == 0",message="masterName is allowed only when mode is sentinel",fieldPath=".masterName"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'standalone' || self.addresses.size() == 1",message="standalone mode takes exactly one address",fieldPath=".addresses"
 type L2Spec struct {
 	// Addresses are host:port pairs: the server (standalone), the
