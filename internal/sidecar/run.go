@@ -53,6 +53,10 @@ type Options struct {
 	MemoryLimit     string
 	RedisAddr       string
 	RedisPassword   string
+	RedisCACert     string
+	PurgeToken      string
+	InitialConfig   string
+	StateDir        string
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -67,7 +71,11 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.AdminListen, "admin-listen", ":9090", "admin address: /metrics, /healthz, /readyz, /purge")
 	fs.StringVar(&o.ConfigFile, "config", "", "tier config file (YAML or JSON); none = built-in defaults")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "L2 Redis address(es), comma separated (overrides l2.addresses); none = L1 only")
-	fs.StringVar(&o.RedisPassword, "redis-password", "", "L2 Redis password (overrides l2.password; prefer TIERCACHE_REDIS_PASSWORD)")
+	fs.StringVar(&o.RedisPassword, "redis-password", "", "L2 Redis password when the config sets none (prefer TIERCACHE_REDIS_PASSWORD)")
+	fs.StringVar(&o.RedisCACert, "redis-ca-cert", "", "PEM CA bundle for L2 TLS when the config sets none (prefer TIERCACHE_REDIS_CA_CERT)")
+	fs.StringVar(&o.PurgeToken, "purge-token", "", "purge token when the config sets none (prefer TIERCACHE_PURGE_TOKEN)")
+	fs.StringVar(&o.InitialConfig, "initial-config", "", "tier config as text (YAML or JSON): the config the operator places in the pod spec; not with --config")
+	fs.StringVar(&o.StateDir, "state-dir", "", "directory for the last good config (an emptyDir in the pod); its config.json is preferred at start")
 	fs.StringVar(&o.Tier, "tier", "", "CacheTier name (identity sent to the control plane)")
 	fs.StringVar(&o.PodName, "pod-name", "", "pod name (identity)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "pod namespace (identity)")
@@ -112,6 +120,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	if o.MaxHeaderBytes < 4096 {
 		return o, errors.New("--max-header-bytes: must be >= 4096")
 	}
+	if o.ConfigFile != "" && o.InitialConfig != "" {
+		return o, errors.New("--config and --initial-config (TIERCACHE_INITIAL_CONFIG) are both set: give one")
+	}
 	return o, nil
 }
 
@@ -142,17 +153,16 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
 		return fmt.Errorf("--upstream: must be an absolute http(s) URL such as http://127.0.0.1:8081 (got %q)", o.Upstream)
 	}
-	cfg := tierconfig.Default()
-	if o.ConfigFile != "" {
-		if cfg, err = tierconfig.Load(o.ConfigFile); err != nil {
-			return err
-		}
+	cfg, source, err := startupConfig(o, log)
+	if err != nil {
+		return err
 	}
 	applyFlags(&cfg, o)
 	compiled, err := tierconfig.Compile(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("config from %s: %w", source, err)
 	}
+	log.Info("config loaded", "source", source, "hash", compiled.Config.Hash())
 	holder := tierconfig.NewHolder(compiled)
 	if limit, err := memoryLimit(o.MemoryLimit, getenv("GOMEMLIMIT"), compiled.Config.L1.MaxSize); err != nil {
 		return err

@@ -23,9 +23,14 @@ import (
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// applyFlags lets --redis-addr and --redis-password (or their
-// environment variables) override the config file: the operator passes
-// the Redis endpoint and the Secret's password that way.
+// applyFlags applies the command line to a config from any source (file,
+// pod spec, last good file, control plane). --redis-addr overrides
+// l2.addresses (the demo and benchmarks point a file config at their own
+// Redis). The secrets (--redis-password, --purge-token, --redis-ca-cert,
+// which the injected pod sets from Secrets) fill in only what the config
+// leaves empty: the operator's rendered config in the pod spec is redacted,
+// while a config pushed by the control plane carries the current, possibly
+// rotated, values and must win over the environment fixed at pod start.
 func applyFlags(cfg *tierconfig.Config, o Options) {
 	if o.RedisAddr != "" {
 		var addrs []string
@@ -39,8 +44,14 @@ func applyFlags(cfg *tierconfig.Config, o Options) {
 			cfg.L2.Mode = tierconfig.L2Cluster
 		}
 	}
-	if o.RedisPassword != "" {
+	if cfg.L2.Password == "" {
 		cfg.L2.Password = o.RedisPassword
+	}
+	if cfg.L2.CACert == "" {
+		cfg.L2.CACert = o.RedisCACert
+	}
+	if cfg.Purge.Token == "" {
+		cfg.Purge.Token = o.PurgeToken
 	}
 }
 
