@@ -1,0 +1,63 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// LoadLastGood reads the config a Client persisted (tierconfig.Load: parsed,
+// defaults filled, validated). A missing file is an error satisfying
+// errors.Is(err, fs.ErrNotExist). Version(c) is the version it was pushed
+// with: pass it as ClientOptions.InitialVersion.
+func LoadLastGood(path string) (tierconfig.Config, error) {
+	c, err := tierconfig.Load(path)
+	if err != nil {
+		return tierconfig.Config{}, fmt.Errorf("last good config: %w", err)
+	}
+	return c, nil
+}
+
+// saveLastGood writes c's JSON to path atomically: a reader (this sidecar
+// restarted) sees the old file or the new one, never a torn one. The file
+// holds secrets (Redis password, purge token), so it is private.
+func saveLastGood(path string, c tierconfig.Config) error {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("save last good config: %w", err)
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("save last good config: %w", err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("save last good config: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("save last good config: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("save last good config: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("save last good config: %w", err)
+	}
+	ok = true
+	return nil
+}
