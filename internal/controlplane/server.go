@@ -52,6 +52,9 @@ type Options struct {
 	OnNACK func(NACK)
 	// Now is the clock for NACK times; default time.Now.
 	Now func() time.Time
+	// GRPCOptions are added after the ones above: pass
+	// grpc.Creds(credentials.NewTLS(...)) here to serve TLS.
+	GRPCOptions []grpc.ServerOption
 }
 
 func (o Options) withDefaults() Options {
@@ -235,7 +238,7 @@ func (s *Server) NACKs(tierKey string) NACKStats {
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	xdsCtx, cancelXDS := context.WithCancel(ctx)
 	defer cancelXDS()
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(s.opts.MaxConcurrentStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:    s.opts.KeepAliveTime,
@@ -245,7 +248,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			MinTime:             s.opts.KeepAliveMinTime,
 			PermitWithoutStream: true,
 		}),
-	)
+	}, s.opts.GRPCOptions...)...)
 	handlers := &handlerSet{idle: make(chan struct{})}
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, ads{sotwv3.NewServer(xdsCtx, s.cache, callbacks{s}), handlers})
 
