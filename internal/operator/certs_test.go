@@ -122,6 +122,7 @@ func TestSelfManagedCertificates(t *testing.T) {
 			"--leader-elect=false",
 			"--metrics-bind-address=0",
 			"--health-probe-bind-address=127.0.0.1:0",
+			"--xds-listen=",
 		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, CertExtraDNSNames: []string{"localhost"}, SkipNameValidation: true})
 	}()
 	t.Cleanup(func() {

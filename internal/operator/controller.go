@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -16,8 +17,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
@@ -55,6 +58,9 @@ type TierReconciler struct {
 	APIReader client.Reader
 	Events    events.EventRecorder
 	Publisher Publisher
+	// Refresh re-reconciles each tier this often to update the connected
+	// sidecar count (0: only on changes).
+	Refresh time.Duration
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -121,6 +127,10 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	status.ConnectedSidecars = int32(r.Publisher.Connected(key))
+	if nr, ok := r.Publisher.(nackReporter); ok {
+		total, last := nr.NACKs(key)
+		status.NACKs, status.LastNACK = int64(total), truncate(last, 1024)
+	}
 
 	if !equality.Semantic.DeepEqual(status, &tier.Status) {
 		r.emitTransitions(&tier, status)
@@ -130,7 +140,9 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, perr
 		}
 	}
-	return reconcile.Result{}, requeueErr
+	// Connected sidecars change without any Kubernetes event: look again
+	// in a while.
+	return reconcile.Result{RequeueAfter: r.Refresh}, requeueErr
 }
 
 // emitTransitions records an Event when Valid or Ready changes or its
@@ -184,19 +196,24 @@ func secretRefs(t *v1alpha1.CacheTier) []string {
 	return out
 }
 
-// SetupWithManager registers the controller: CacheTiers, the Secrets they
-// reference (metadata only; values are read uncached when rendering), and
-// injected Pods (by their tier label; the manager's cache holds only Pods
-// that carry it, see newManager).
-func (r *TierReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+// handlerFor is an event handler that maps objects to tier requests.
+type handlerFor = handler.EventHandler
+
+// onlyMetadata watches an object's metadata only.
+var onlyMetadata = builder.OnlyMetadata
+
+// indexSecretRefs indexes CacheTiers by the Secrets they reference and
+// returns the handler that maps a Secret to the tiers that use it.
+func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handlerFor, error) {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.CacheTier{}, secretRefIndex, func(o client.Object) []string {
 		return secretRefs(o.(*v1alpha1.CacheTier))
 	}); err != nil {
-		return fmt.Errorf("index CacheTier secret references: %w", err)
+		return nil, fmt.Errorf("index CacheTier secret references: %w", err)
 	}
-	secretToTiers := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+	c := mgr.GetClient()
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		var tiers v1alpha1.CacheTierList
-		if err := r.Client.List(ctx, &tiers, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretRefIndex: o.GetName()}); err != nil {
+		if err := c.List(ctx, &tiers, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretRefIndex: o.GetName()}); err != nil {
 			return nil
 		}
 		reqs := make([]reconcile.Request, 0, len(tiers.Items))
@@ -204,7 +221,15 @@ func (r *TierReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager)
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}})
 		}
 		return reqs
-	})
+	}), nil
+}
+
+// SetupWithManager registers the status controller (leader only):
+// CacheTiers, the Secrets they reference (metadata only; values are read
+// uncached when rendering), injected Pods (by their tier label; the
+// manager's cache holds only Pods that carry it, see newManager), and
+// NACKs reported by the control plane on nacked.
+func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handlerFor, nacked <-chan event.GenericEvent) error {
 	podToTier := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[inject.LabelTier]
 		if name == "" || strings.Contains(name, "/") {
@@ -217,5 +242,6 @@ func (r *TierReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager)
 		For(&v1alpha1.CacheTier{}).
 		Watches(&corev1.Secret{}, secretToTiers, builder.OnlyMetadata).
 		Watches(&corev1.Pod{}, podToTier).
+		WatchesRawSource(source.Channel(nacked, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }

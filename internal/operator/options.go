@@ -41,6 +41,11 @@ type Options struct {
 	// --control-plane ("" = sidecars run on the config placed in the
 	// pod spec).
 	ControlPlaneAddress string
+	// XDSListen is where this replica serves the control plane ("" =
+	// none: sidecars keep the config placed in their pod spec).
+	XDSListen string
+	// StatusRefresh re-reads connected sidecar counts this often.
+	StatusRefresh time.Duration
 	// MissingTier is "refuse" (admission denies a pod naming a tier that
 	// does not exist) or "defaults" (inject with the built-in config).
 	MissingTier string
@@ -84,6 +89,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.SidecarImage, "sidecar-image", defaultSidecarImage, "sidecar image injected unless the tier sets spec.sidecar.image")
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "", "Always, IfNotPresent or Never (default: the cluster's)")
 	fs.StringVar(&o.ControlPlaneAddress, "control-plane-address", "", "xDS address injected sidecars connect to (host:port); empty: no live config")
+	fs.StringVar(&o.XDSListen, "xds-listen", ":18000", "control plane (xDS over gRPC) address; empty disables live config")
+	fs.DurationVar(&o.StatusRefresh, "status-refresh", 30*time.Second, "how often each tier's status re-reads its connected sidecar count")
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
 	fs.StringVar(&excluded, "excluded-namespaces", "kube-system,kube-public,kube-node-lease", "comma-separated namespaces never injected (the operator's own always is)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Hour, "full re-reconcile period")
@@ -127,6 +134,9 @@ func (o Options) Validate() error {
 	}
 	if o.WebhookPort < 1 || o.WebhookPort > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port: must be 1-65535 (got %d)", o.WebhookPort))
+	}
+	if o.StatusRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("--status-refresh: must be > 0 (got %s)", o.StatusRefresh))
 	}
 	if o.SyncPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("--sync-period: must be > 0 (got %s)", o.SyncPeriod))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,8 +29,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -50,6 +53,10 @@ type Env struct {
 	// CertExtraDNSNames are added to a self-managed serving certificate
 	// (tests reach the webhook on localhost).
 	CertExtraDNSNames []string
+	// Registerer takes the operator's own metrics
+	// (tiercache_connected_sidecars); nil = controller-runtime's registry,
+	// served on --metrics-bind-address.
+	Registerer prometheus.Registerer
 	// SkipNameValidation lets tests run several operators in one process
 	// (controller names are otherwise process-wide unique).
 	SkipNameValidation bool
@@ -89,17 +96,35 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	rec := mgr.GetEventRecorder("tiercache-operator")
+	reg := env.Registerer
+	if reg == nil {
+		reg = crmetrics.Registry
+	}
+	nacked := make(chan event.GenericEvent, 64)
 	pub := env.Publisher
 	if pub == nil {
-		pub = NoPublisher{}
+		if pub, err = setupControlPlane(mgr, o, reg, slog.New(slog.NewJSONHandler(env.Stderr, nil)), rec, nacked); err != nil {
+			return err
+		}
+	}
+	secretToTiers, err := indexSecretRefs(ctx, mgr)
+	if err != nil {
+		return err
 	}
 	r := &TierReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		Events:    mgr.GetEventRecorder("tiercache-operator"),
+		Events:    rec,
 		Publisher: pub,
 	}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
+	if o.XDSListen != "" {
+		r.Refresh = o.StatusRefresh
+	}
+	if err := r.SetupWithManager(mgr, secretToTiers, nacked); err != nil {
+		return err
+	}
+	if err := (&PublishReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Publisher: pub}).SetupWithManager(mgr, secretToTiers); err != nil {
 		return err
 	}
 	if err := setupWebhooks(ctx, mgr, o, env); err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -38,6 +39,8 @@ var cluster struct {
 	client client.Client
 	stop   context.CancelFunc
 	done   chan error
+	// xdsAddr is where the operator under test serves the control plane.
+	xdsAddr string
 }
 
 func TestMain(m *testing.M) {
@@ -92,6 +95,13 @@ func runMain(m *testing.M) int {
 	}
 
 	wo := env.WebhookInstallOptions
+	xl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cluster.xdsAddr = xl.Addr().String()
+	xl.Close()
 	opCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -105,7 +115,9 @@ func runMain(m *testing.M) int {
 			"--health-probe-bind-address=127.0.0.1:0",
 			"--sidecar-image=example.test/tiercache-sidecar:test",
 			"--control-plane-address=tiercache-xds.tiercache-system.svc:18000",
-		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, SkipNameValidation: true})
+			"--xds-listen=" + cluster.xdsAddr,
+			"--status-refresh=1s",
+		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, SkipNameValidation: true, Registerer: prometheus.NewRegistry()})
 	}()
 	cluster.stop, cluster.done = stop, done
 	// The API server calls the webhooks with failurePolicy Fail: wait

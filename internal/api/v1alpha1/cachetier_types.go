@@ -392,6 +392,8 @@ const (
 	ReasonPublished     = "Published"
 	ReasonNotValid      = "NotValid"
 	ReasonPublishFailed = "PublishFailed"
+	// ReasonConfigRejected is the Event reason of a sidecar's NACK.
+	ReasonConfigRejected = "ConfigRejected"
 )
 
 // CacheTierStatus is what the operator observed and rendered.
@@ -419,4 +421,11 @@ type CacheTierStatus struct {
 	// for this tier.
 	// +optional
 	ConnectedSidecars int32 `json:"connectedSidecars"`
+	// NACKs counts the pushed configs that sidecars refused (their own
+	// validation failed) since the reporting operator replica started.
+	// +optional
+	NACKs int64 `json:"nacks,omitempty"`
+	// LastNACK is the most recent refusal: version, sidecar and reason.
+	// +optional
+	LastNACK string `json:"lastNACK,omitempty"`
 }

@@ -1,0 +1,164 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/controlplane"
+	"github.com/tiercache/tiercache/internal/operator/render"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// xdsPublisher adapts the control-plane server to the controller's
+// Publisher, and reports NACKs.
+type xdsPublisher struct{ srv *controlplane.Server }
+
+func (p xdsPublisher) Publish(ctx context.Context, key string, c tierconfig.Config) error {
+	_, _, err := p.srv.Publish(ctx, key, c)
+	return err
+}
+func (p xdsPublisher) Clear(key string)         { p.srv.Clear(key) }
+func (p xdsPublisher) Connected(key string) int { return p.srv.Connected(key) }
+func (p xdsPublisher) NACKs(key string) (uint64, string) {
+	n := p.srv.NACKs(key)
+	if n.Total == 0 {
+		return 0, ""
+	}
+	return n.Total, fmt.Sprintf("version %.12s refused by %s: %s", n.Last.Version, n.Last.Node, n.Last.Message)
+}
+
+// nackReporter is implemented by Publishers that hear NACKs.
+type nackReporter interface {
+	NACKs(key string) (total uint64, last string)
+}
+
+// xdsRunnable serves the control plane on every replica: sidecars may
+// connect to any of them, so none needs to lead.
+type xdsRunnable struct {
+	srv *controlplane.Server
+	ln  net.Listener
+}
+
+func (x xdsRunnable) NeedLeaderElection() bool { return false }
+
+func (x xdsRunnable) Start(ctx context.Context) error {
+	err := x.srv.Serve(ctx, x.ln)
+	if errors.Is(err, controlplane.ErrShutdownTimeout) {
+		// The streams were closed hard; that is the end of shutdown.
+		return nil
+	}
+	return err
+}
+
+// setupControlPlane starts the xDS server (unless --xds-listen is empty)
+// and returns the Publisher the controllers use. NACKs become Events on
+// the tier (from whichever replica heard them) and wake the status
+// controller through nacked.
+func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer, log *slog.Logger, rec events.EventRecorder, nacked chan<- event.GenericEvent) (Publisher, error) {
+	if o.XDSListen == "" {
+		return NoPublisher{}, nil
+	}
+	srv, err := controlplane.NewServer(controlplane.Options{
+		Logger:     log,
+		Registerer: reg,
+		OnNACK: func(n controlplane.NACK) {
+			ns, name, ok := strings.Cut(n.Tier, "/")
+			if !ok {
+				return
+			}
+			tier := &v1alpha1.CacheTier{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+			var cur v1alpha1.CacheTier
+			// The Event needs the tier's UID; the cache has it.
+			if err := mgr.GetClient().Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &cur); err == nil {
+				tier = &cur
+				rec.Eventf(tier, nil, corev1.EventTypeWarning, v1alpha1.ReasonConfigRejected, "Apply",
+					"sidecar %s refused config version %.12s: %s", n.Node, n.Version, n.Message)
+			}
+			select {
+			case nacked <- event.GenericEvent{Object: tier}:
+			default: // the status controller is already behind; a later reconcile sees the count
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.XDSListen)
+	if err != nil {
+		return nil, fmt.Errorf("--xds-listen: %w", err)
+	}
+	if err := mgr.Add(xdsRunnable{srv: srv, ln: ln}); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return xdsPublisher{srv}, nil
+}
+
+// PublishReconciler runs on every replica (not only the leader): it
+// renders each tier and publishes it to this replica's control plane, and
+// clears it when the tier is deleted. A tier that is not valid any more
+// publishes nothing: its sidecars keep the last valid config. Status is
+// the leader's TierReconciler's job.
+type PublishReconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Publisher Publisher
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *PublishReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := req.Namespace + "/" + req.Name
+	var tier v1alpha1.CacheTier
+	if err := r.Client.Get(ctx, req.NamespacedName, &tier); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Publisher.Clear(key)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if !tier.DeletionTimestamp.IsZero() {
+		r.Publisher.Clear(key)
+		return reconcile.Result{}, nil
+	}
+	cfg, err := render.Config(ctx, &tier, secretReader{r.APIReader})
+	var se *render.SecretError
+	switch {
+	case errors.As(err, &se) && !errors.Is(se.Err, render.ErrNotFound):
+		return reconcile.Result{}, err // transient: retry
+	case err != nil:
+		// Not valid: sidecars keep the last valid config (the status
+		// controller says so); nothing to publish.
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, r.Publisher.Publish(ctx, key, cfg)
+}
+
+// SetupWithManager registers the publishing controller with the same
+// watches as the status controller (the secret index is shared).
+func (r *PublishReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handlerFor) error {
+	notLeader := false
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("cachetier-publish").
+		For(&v1alpha1.CacheTier{}).
+		Watches(&corev1.Secret{}, secretToTiers, onlyMetadata).
+		WithOptions(controller.Options{NeedLeaderElection: &notLeader}).
+		Complete(r)
+}
