@@ -53,25 +53,7 @@ func TestEveryCRDFieldIsDocumented(t *testing.T) {
 // kubectl, as a user would.
 func TestKubectlExplainDocumentsCacheTier(t *testing.T) {
 	needCluster(t)
-	kubectl := os.Getenv("KUBECTL")
-	if kubectl == "" {
-		kubectl = filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	}
-	if _, err := os.Stat(kubectl); err != nil {
-		t.Fatalf("kubectl: %v (hack/k8s-tools.sh env sets KUBECTL)", err)
-	}
-	user, err := cluster.env.AddUser(envtestAdmin(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubectl, path := kubectlPath(t), adminKubeconfig(t)
 	for field, want := range map[string]string{
 		"cachetier.spec.l2.passwordSecretRef": "Redis password",
 		"ct.spec.rules.cacheKey.queryExclude": "utm_*",

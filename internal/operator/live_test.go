@@ -1,0 +1,195 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/sidecar"
+)
+
+// TestKubectlApplyChangesARunningSidecar: a sidecar connected to the
+// operator's control plane changes behaviour when its CacheTier is edited
+// with kubectl apply, without a restart; a config the sidecar refuses is
+// reported in the tier's status.
+func TestKubectlApplyChangesARunningSidecar(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+	kubeconfig := adminKubeconfig(t)
+
+	var hits atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		// No freshness information: not stored unless a rule says so.
+		_, _ = io.WriteString(w, "page body\n")
+	}))
+	defer origin.Close()
+
+	apply := func(manifest string) {
+		t.Helper()
+		cmd := exec.Command(kubectlPath(t), "--kubeconfig", kubeconfig, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl apply: %v\n%s", err, out)
+		}
+	}
+	const tierYAML = `apiVersion: tiercache.io/v1alpha1
+kind: CacheTier
+metadata: {name: live, namespace: %s}
+spec:
+  rules:
+    - name: page
+      match: {path: /page}
+%s`
+	apply(fmt.Sprintf(tierYAML, ns, "      bypass: true\n"))
+
+	sctx, stop := context.WithCancel(ctx)
+	addrs := make(chan sidecar.Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- sidecar.RunWith(sctx, []string{
+			"--upstream=" + origin.URL,
+			"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0",
+			"--tier=live", "--pod-name=web-0", "--pod-namespace=" + ns,
+			"--control-plane=" + cluster.xdsAddr,
+			"--state-dir=" + t.TempDir(),
+			"--log-format=text",
+		}, func(string) string { return "" }, logSink(), func(a sidecar.Addrs) { addrs <- a })
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("sidecar: %v", err)
+		}
+	}()
+	var a sidecar.Addrs
+	select {
+	case a = <-addrs:
+	case err := <-done:
+		t.Fatalf("sidecar exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("sidecar did not start")
+	}
+
+	xcache := func() string {
+		resp, err := http.Get("http://" + a.Serve + "/page")
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Header.Get("X-Cache")
+	}
+
+	// The sidecar connects, and the status counts it.
+	eventually(t, 30*time.Second, func() error {
+		var tier v1alpha1.CacheTier
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "live"}, &tier); err != nil {
+			return err
+		}
+		if tier.Status.ConnectedSidecars != 1 {
+			return fmt.Errorf("connectedSidecars = %d", tier.Status.ConnectedSidecars)
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, func() error {
+		if x := xcache(); !strings.HasPrefix(x, "BYPASS") {
+			return fmt.Errorf("X-Cache %q, want BYPASS from the pushed rule", x)
+		}
+		return nil
+	})
+
+	// kubectl apply: the rule now stores /page for an hour.
+	apply(fmt.Sprintf(tierYAML, ns, "      ttl: 1h\n"))
+	eventually(t, 10*time.Second, func() error {
+		if x := xcache(); !strings.HasPrefix(x, "HIT") {
+			return fmt.Errorf("X-Cache %q, want HIT once the new rule is live", x)
+		}
+		return nil
+	})
+	before := hits.Load()
+	for range 5 {
+		if x := xcache(); !strings.HasPrefix(x, "HIT") {
+			t.Fatalf("X-Cache %q after the rule applied", x)
+		}
+	}
+	if hits.Load() != before {
+		t.Errorf("the origin saw %d more requests while the rule held", hits.Load()-before)
+	}
+
+	// A config the sidecar refuses at apply time (a CA that is not PEM:
+	// valid for the schema and tierconfig.Validate, refused when the
+	// sidecar builds its Redis client) is a NACK: the sidecar keeps
+	// serving its last config, and the status says why.
+	if err := c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-ca"},
+		Data:       map[string][]byte{"ca.crt": []byte("not a certificate")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	apply(fmt.Sprintf(tierYAML, ns, `      ttl: 1h
+  l2:
+    addresses: ["127.0.0.1:1"]
+    tls: {enabled: true, caSecretRef: {name: redis-ca, key: ca.crt}}
+`))
+	eventually(t, 30*time.Second, func() error {
+		var tier v1alpha1.CacheTier
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "live"}, &tier); err != nil {
+			return err
+		}
+		if tier.Status.NACKs < 1 || !strings.Contains(tier.Status.LastNACK, "web-0") {
+			return fmt.Errorf("nacks %d, lastNACK %q", tier.Status.NACKs, tier.Status.LastNACK)
+		}
+		return nil
+	})
+	if x := xcache(); !strings.HasPrefix(x, "HIT") {
+		t.Errorf("X-Cache %q after the refused config; the last good one should still serve", x)
+	}
+}
+
+// adminKubeconfig writes a kubeconfig for a system:masters user of the
+// shared API server.
+func adminKubeconfig(t *testing.T) string {
+	t.Helper()
+	user, err := cluster.env.AddUser(envtestAdmin(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// kubectlPath is the kubectl that hack/k8s-tools.sh built.
+func kubectlPath(t *testing.T) string {
+	t.Helper()
+	k := os.Getenv("KUBECTL")
+	if k == "" {
+		k = filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	}
+	if _, err := os.Stat(k); err != nil {
+		t.Fatalf("kubectl: %v (hack/k8s-tools.sh env sets KUBECTL)", err)
+	}
+	return k
+}
