@@ -30,6 +30,9 @@ type Options struct {
 	// certificate into WebhookCertDir and injects the caBundle).
 	CertMode          string
 	CertSecretName    string
+	// CertExtraDNSNames are added to the self-managed certificate (an
+	// operator run outside the cluster, reached as localhost).
+	CertExtraDNSNames []string
 	WebhookService    string
 	MutatingWebhook   string
 	ValidatingWebhook string
@@ -83,6 +86,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory of tls.crt and tls.key")
 	fs.StringVar(&o.CertMode, "cert-mode", CertModeSelf, "self: create, rotate and inject the webhook certificate; external: use the one in --webhook-cert-dir (cert-manager)")
 	fs.StringVar(&o.CertSecretName, "cert-secret", "tiercache-webhook-cert", "Secret (in --namespace) holding the self-managed CA and certificate")
+	var extraDNS string
+	fs.StringVar(&extraDNS, "webhook-cert-extra-dns-names", "", "comma-separated extra DNS names in the self-managed certificate (e.g. localhost for an operator run outside the cluster)")
 	fs.StringVar(&o.WebhookService, "webhook-service", "tiercache-webhook", "Service in front of the webhook port (the certificate's DNS name)")
 	fs.StringVar(&o.MutatingWebhook, "mutating-webhook-configuration", defaultWebhookPrefix+"-inject", "MutatingWebhookConfiguration whose caBundle is managed")
 	fs.StringVar(&o.ValidatingWebhook, "validating-webhook-configuration", defaultWebhookPrefix+"-validate", "ValidatingWebhookConfiguration whose caBundle is managed")
@@ -100,11 +105,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	if fs.NArg() > 0 {
 		return Options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	for n := range strings.SplitSeq(excluded, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			o.ExcludedNamespaces = append(o.ExcludedNamespaces, n)
-		}
-	}
+	o.ExcludedNamespaces = splitList(excluded)
+	o.CertExtraDNSNames = splitList(extraDNS)
 	return o, o.Validate()
 }
 
@@ -147,4 +149,15 @@ func (o Options) Validate() error {
 // excluded reports whether pods in ns are never injected.
 func (o Options) excluded() []string {
 	return append([]string{o.Namespace}, o.ExcludedNamespaces...)
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
 }

@@ -198,7 +198,7 @@ func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env)
 			CAName:         "tiercache-ca",
 			CAOrganization: "tiercache",
 			DNSName:        dns,
-			ExtraDNSNames:  append([]string{dns + ".cluster.local"}, env.CertExtraDNSNames...),
+			ExtraDNSNames:  append(append([]string{dns + ".cluster.local"}, o.CertExtraDNSNames...), env.CertExtraDNSNames...),
 			IsReady:        ready,
 			Webhooks: []rotator.WebhookInfo{
 				{Name: o.MutatingWebhook, Type: rotator.Mutating},
