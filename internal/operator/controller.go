@@ -66,17 +66,9 @@ type TierReconciler struct {
 // Reconcile implements reconcile.Reconciler.
 func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.Namespace + "/" + req.Name
-	var tier v1alpha1.CacheTier
-	if err := r.Client.Get(ctx, req.NamespacedName, &tier); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.Publisher.Clear(key)
-			return reconcile.Result{}, nil
-		}
+	tier, err := liveTier(ctx, r.Client, req, r.Publisher)
+	if tier == nil || err != nil {
 		return reconcile.Result{}, err
-	}
-	if !tier.DeletionTimestamp.IsZero() {
-		r.Publisher.Clear(key)
-		return reconcile.Result{}, nil
 	}
 
 	status := tier.Status.DeepCopy()
@@ -84,7 +76,7 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	gen := tier.Generation
 	var requeueErr error
 
-	cfg, err := render.Config(ctx, &tier, secretReader{r.APIReader})
+	cfg, err := render.Config(ctx, tier, secretReader{r.APIReader})
 	var se *render.SecretError
 	switch {
 	case err == nil:
@@ -133,16 +125,34 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 
 	if !equality.Semantic.DeepEqual(status, &tier.Status) {
-		r.emitTransitions(&tier, status)
+		r.emitTransitions(tier, status)
 		patch := client.MergeFrom(tier.DeepCopy())
 		tier.Status = *status
-		if perr := r.Client.Status().Patch(ctx, &tier, patch); perr != nil {
+		if perr := r.Client.Status().Patch(ctx, tier, patch); perr != nil {
 			return reconcile.Result{}, perr
 		}
 	}
 	// Connected sidecars change without any Kubernetes event: look again
 	// in a while.
 	return reconcile.Result{RequeueAfter: r.Refresh}, requeueErr
+}
+
+// liveTier returns the tier req names, or nil when it is gone or being
+// deleted, after withdrawing its config from pub.
+func liveTier(ctx context.Context, c client.Reader, req reconcile.Request, pub Publisher) (*v1alpha1.CacheTier, error) {
+	var tier v1alpha1.CacheTier
+	if err := c.Get(ctx, req.NamespacedName, &tier); err != nil {
+		if apierrors.IsNotFound(err) {
+			pub.Clear(req.Namespace + "/" + req.Name)
+			return nil, nil
+		}
+		return nil, err
+	}
+	if !tier.DeletionTimestamp.IsZero() {
+		pub.Clear(req.Namespace + "/" + req.Name)
+		return nil, nil
+	}
+	return &tier, nil
 }
 
 // emitTransitions records an Event when Valid or Ready changes or its

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -125,20 +124,11 @@ type PublishReconciler struct {
 
 // Reconcile implements reconcile.Reconciler.
 func (r *PublishReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	key := req.Namespace + "/" + req.Name
-	var tier v1alpha1.CacheTier
-	if err := r.Client.Get(ctx, req.NamespacedName, &tier); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.Publisher.Clear(key)
-			return reconcile.Result{}, nil
-		}
+	tier, err := liveTier(ctx, r.Client, req, r.Publisher)
+	if tier == nil || err != nil {
 		return reconcile.Result{}, err
 	}
-	if !tier.DeletionTimestamp.IsZero() {
-		r.Publisher.Clear(key)
-		return reconcile.Result{}, nil
-	}
-	cfg, err := render.Config(ctx, &tier, secretReader{r.APIReader})
+	cfg, err := render.Config(ctx, tier, secretReader{r.APIReader})
 	var se *render.SecretError
 	switch {
 	case errors.As(err, &se) && !errors.Is(se.Err, render.ErrNotFound):
@@ -148,7 +138,7 @@ func (r *PublishReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		// controller says so); nothing to publish.
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, r.Publisher.Publish(ctx, key, cfg)
+	return reconcile.Result{}, r.Publisher.Publish(ctx, req.Namespace+"/"+req.Name, cfg)
 }
 
 // SetupWithManager registers the publishing controller with the same
