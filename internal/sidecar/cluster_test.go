@@ -99,13 +99,20 @@ type node struct {
 	*sidecar
 	hc          *http.Client
 	base, admin string
+	once        sync.Once
 }
 
 // startNode starts a sidecar in front of upstream (see start) and stops it
 // when the test ends.
 func startNode(t *testing.T, upstream string, extra ...string) *node {
 	t.Helper()
-	s := start(t, upstream, extra...)
+	return startNodeLogging(t, io.Discard, upstream, extra...)
+}
+
+// startNodeLogging is startNode with the sidecar's log going to stderr.
+func startNodeLogging(t *testing.T, stderr io.Writer, upstream string, extra ...string) *node {
+	t.Helper()
+	s := startLogging(t, stderr, upstream, extra...)
 	n := &node{
 		sidecar: s,
 		hc: &http.Client{
@@ -115,23 +122,29 @@ func startNode(t *testing.T, upstream string, extra ...string) *node {
 		base:  "http://" + s.addrs.Serve,
 		admin: "http://" + s.addrs.Admin,
 	}
-	t.Cleanup(func() {
+	t.Cleanup(func() { n.shutdown(t) })
+	return n
+}
+
+// shutdown stops the sidecar (once; the test's cleanup calls it too).
+func (n *node) shutdown(t *testing.T) {
+	t.Helper()
+	n.once.Do(func() {
 		// Idle keep-alive connections first: the server's graceful
 		// shutdown waits for a connection that never carried a request
 		// (one the client dialled but did not need) for up to 5s.
 		n.hc.CloseIdleConnections()
-		s.client.CloseIdleConnections()
-		s.cancel()
+		n.client.CloseIdleConnections()
+		n.cancel()
 		select {
-		case err := <-s.done:
+		case err := <-n.done:
 			if err != nil {
-				t.Errorf("sidecar %s: Run: %v", s.addrs.Serve, err)
+				t.Errorf("sidecar %s: Run: %v", n.addrs.Serve, err)
 			}
 		case <-time.After(15 * time.Second):
-			t.Errorf("sidecar %s did not stop", s.addrs.Serve)
+			t.Errorf("sidecar %s did not stop", n.addrs.Serve)
 		}
 	})
-	return n
 }
 
 // reply is what a client saw.

@@ -1,8 +1,10 @@
 // Package sidecar wires the sidecar process: flags (each also readable from
 // TIERCACHE_<FLAG>), the tier config, L1, the proxy, the purger, metrics,
-// the serving and admin servers, and graceful shutdown. cmd/sidecar only
-// calls Run, so tests drive the whole process in-process with their own
-// arguments.
+// the serving and admin servers, and graceful shutdown. With
+// --control-plane it also runs the control-plane client and applies pushed
+// configs live (live.go), rebuilding only the parts of the data plane a
+// config changes (generation.go). cmd/sidecar only calls Run, so tests
+// drive the whole process in-process with their own arguments.
 package sidecar
 
 import (
@@ -18,7 +20,6 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,12 +28,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tiercache/tiercache/internal/connguard"
-	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
-	"github.com/tiercache/tiercache/internal/store"
-	"github.com/tiercache/tiercache/internal/store/l1"
-	"github.com/tiercache/tiercache/internal/store/l2"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -57,6 +55,7 @@ type Options struct {
 	PurgeToken      string
 	InitialConfig   string
 	StateDir        string
+	ControlPlane    string
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -76,6 +75,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.PurgeToken, "purge-token", "", "purge token when the config sets none (prefer TIERCACHE_PURGE_TOKEN)")
 	fs.StringVar(&o.InitialConfig, "initial-config", "", "tier config as text (YAML or JSON): the config the operator places in the pod spec; not with --config")
 	fs.StringVar(&o.StateDir, "state-dir", "", "directory for the last good config (an emptyDir in the pod); its config.json is preferred at start")
+	fs.StringVar(&o.ControlPlane, "control-plane", "", "operator xDS address (host:port) for live config; needs --tier, --pod-name, --pod-namespace; none = static config")
 	fs.StringVar(&o.Tier, "tier", "", "CacheTier name (identity sent to the control plane)")
 	fs.StringVar(&o.PodName, "pod-name", "", "pod name (identity)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "pod namespace (identity)")
@@ -123,6 +123,22 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	if o.ConfigFile != "" && o.InitialConfig != "" {
 		return o, errors.New("--config and --initial-config (TIERCACHE_INITIAL_CONFIG) are both set: give one")
 	}
+	if o.ControlPlane != "" {
+		for _, id := range []struct{ flag, value string }{
+			{"tier", o.Tier}, {"pod-namespace", o.PodNamespace}, {"pod-name", o.PodName},
+		} {
+			env := "TIERCACHE_" + strings.ToUpper(strings.ReplaceAll(id.flag, "-", "_"))
+			switch {
+			case id.value == "":
+				errs = append(errs, fmt.Errorf("--control-plane needs --%s (or %s)", id.flag, env))
+			case strings.Contains(id.value, "/"):
+				errs = append(errs, fmt.Errorf("--%s: must not contain '/' (got %q)", id.flag, id.value))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
 }
 
@@ -157,12 +173,14 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
+	initial := cfg
 	applyFlags(&cfg, o)
 	compiled, err := tierconfig.Compile(cfg)
 	if err != nil {
 		return fmt.Errorf("config from %s: %w", source, err)
 	}
-	log.Info("config loaded", "source", source, "hash", compiled.Config.Hash())
+	version := controlplane.Version(initial)
+	log.Info("config loaded", "source", source, "version", version, "hash", compiled.Hash)
 	holder := tierconfig.NewHolder(compiled)
 	if limit, err := memoryLimit(o.MemoryLimit, getenv("GOMEMLIMIT"), compiled.Config.L1.MaxSize); err != nil {
 		return err
@@ -173,68 +191,41 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cache, err := l1.New(ctx, l1.Config{
-		MaxSize:      int64(compiled.Config.L1.MaxSize),
-		MaxEntrySize: int64(compiled.Config.L1.MaxEntrySize),
-		Shards:       compiled.Config.L1.Shards,
-		LifeWindow:   24 * time.Hour,
-	})
-	if err != nil {
-		return err
+	dp := &dataPlane{
+		ctx:        ctx,
+		o:          o,
+		getenv:     getenv,
+		upstream:   upstream,
+		log:        log,
+		holder:     holder,
+		rt:         proxy.NewTransport(),
+		id:         instanceID(o),
+		stopRetire: make(chan struct{}),
 	}
-	defer cache.Close()
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, func() metrics.L1Stats {
-		s := cache.Stats()
-		return metrics.L1Stats{Entries: uint64(s.Entries), Bytes: uint64(s.Bytes), Evictions: uint64(s.Evictions)}
-	})
+	if dp.m, err = metrics.New(reg, dp.l1Stats); err != nil {
+		return err
+	}
+	dp.setVersion(version)
+
+	var warm atomic.Bool
+	first, err := dp.build(compiled, nil, &warm)
 	if err != nil {
 		return err
 	}
-	m.SetConfig(compiled.Hash)
+	dp.cur.Store(first)
+	defer dp.close()
 
-	l2cfg := compiled.Config.L2
-	var client *l2.Client
-	if len(l2cfg.Addresses) > 0 {
-		if client, err = openL2(l2cfg, o, log); err != nil {
+	// The control-plane client starts after the first generation is in
+	// place and is stopped before the data plane closes. Nothing waits
+	// for it: the sidecar serves, and is ready, with the config it
+	// started with.
+	var cp *controlplane.Client
+	if o.ControlPlane != "" {
+		if cp, err = newControlPlaneClient(o, dp, initial, source, reg); err != nil {
 			return err
 		}
-		defer client.Close()
-	}
-	st, err := store.New(ctx, store.Options{
-		L1: cache, L2: client, Timeout: l2cfg.Timeout.Std(), Metrics: m, Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	purger := invalidate.NewPurger(cache, holder)
-	purger.OnPurge = m.Purges.Inc
-	popts := proxy.Options{
-		Upstream:    upstream,
-		Config:      holder,
-		Store:       st,
-		Invalidator: purger,
-		Metrics:     m,
-		Logger:      log,
-	}
-	var warm atomic.Bool
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer cancel() // ends the subscription and the preload before bg.Wait
-	if client != nil {
-		purger.SetRemote(remote{client, m.L2Errors.WithLabelValues("publish")}, instanceID(o), l2cfg.Timeout.Std(), log)
-		popts.Cluster = st
-		listen(ctx, &bg, client, st, purger, l2cfg.WarmStart, &warm, m.L2Errors.WithLabelValues("subscribe"), log)
-	} else {
-		warm.Store(true)
-	}
-	px, err := proxy.New(popts)
-	if err != nil {
-		return err
 	}
 
 	serveLn, err := net.Listen("tcp", o.Listen)
@@ -249,7 +240,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 
 	var draining atomic.Bool
 	serve := &http.Server{
-		Handler:           connguard.Middleware(px),
+		Handler:           connguard.Middleware(dp),
 		ConnContext:       connguard.ConnContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -257,16 +248,26 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	admin := &http.Server{
-		Handler:           adminMux(reg, purger, holder, &draining, &warm),
+		Handler:           adminMux(reg, dp.purgeHandler(), &draining, &warm),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- serve.Serve(connguard.Listener(serveLn)) }()
 	go func() { errc <- admin.Serve(adminLn) }()
+
+	cpCtx, cpCancel := context.WithCancel(ctx)
+	defer cpCancel()
+	cpDone := make(chan struct{})
+	if cp != nil {
+		go func() { defer close(cpDone); _ = cp.Run(cpCtx) }()
+	} else {
+		close(cpDone)
+	}
 	log.Info("tiercache sidecar serving",
 		"listen", serveLn.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", upstream.String(), "config", compiled.Hash,
+		"upstream", upstream.String(), "config", version, "source", source,
+		"control_plane", o.ControlPlane,
 		"tier", o.Tier, "pod", o.PodNamespace+"/"+o.PodName)
 	if ready != nil {
 		ready(Addrs{Serve: serveLn.Addr().String(), Admin: adminLn.Addr().String()})
@@ -293,25 +294,24 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 			runErr = err
 		}
 	}
+	// No config changes while draining.
+	cpCancel()
+	<-cpDone
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
 	defer scancel()
 	if err := serve.Shutdown(sctx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("draining requests: %w", err))
 	}
-	// Background refreshes get their own short bound: draining may have
-	// used up the shutdown timeout.
-	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer pcancel()
-	if err := px.Close(pctx); err != nil {
+	if err := admin.Shutdown(sctx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
-	if err := admin.Shutdown(sctx); err != nil {
+	if err := dp.close(); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
 	return runErr
 }
 
-func adminMux(reg *prometheus.Registry, purger *invalidate.Purger, cfg *tierconfig.Holder, draining, warm *atomic.Bool) *http.ServeMux {
+func adminMux(reg *prometheus.Registry, purge http.Handler, draining, warm *atomic.Bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -319,7 +319,8 @@ func adminMux(reg *prometheus.Registry, purger *invalidate.Purger, cfg *tierconf
 	})
 	// Ready means: listening, config loaded, the L1 preload from L2 ended
 	// (bounded by its timeout), not draining. It never depends on the
-	// origin, Redis being up, or the control plane.
+	// origin, Redis being up, or the control plane (a config pushed later
+	// that rebuilds L1 or L2 does not make the sidecar unready).
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
@@ -331,7 +332,7 @@ func adminMux(reg *prometheus.Registry, purger *invalidate.Purger, cfg *tierconf
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("/purge", invalidate.Handler(purger, cfg))
+	mux.Handle("/purge", purge)
 	return mux
 }
 

@@ -81,12 +81,18 @@ type sidecar struct {
 
 func start(t *testing.T, upstream string, extra ...string) *sidecar {
 	t.Helper()
+	return startLogging(t, io.Discard, upstream, extra...)
+}
+
+// startLogging is start with the sidecar's log going to stderr.
+func startLogging(t *testing.T, stderr io.Writer, upstream string, extra ...string) *sidecar {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Addrs, 1)
 	s := &sidecar{cancel: cancel, done: make(chan error, 1), client: &http.Client{Transport: &http.Transport{}}}
 	args := append([]string{"--upstream", upstream, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
 		"--log-level", "warn", "--shutdown-timeout", "5s", "--memory-limit", "0"}, extra...)
-	go func() { s.done <- RunWith(ctx, args, noEnv, io.Discard, func(a Addrs) { ready <- a }) }()
+	go func() { s.done <- RunWith(ctx, args, noEnv, stderr, func(a Addrs) { ready <- a }) }()
 	select {
 	case s.addrs = <-ready:
 	case err := <-s.done:

@@ -1,0 +1,396 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/proxy"
+	"github.com/tiercache/tiercache/internal/store"
+	"github.com/tiercache/tiercache/internal/store/l1"
+	"github.com/tiercache/tiercache/internal/store/l2"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// A generation is one build of the data plane: the L1 cache, the L2
+// client, the layered store over them, the purger, the invalidation
+// subscription and the proxy. Rules, defaults, origin, coalescing and purge
+// settings are not part of it: they are read per request from the shared
+// tierconfig.Holder, so changing them swaps the holder only. A config that
+// changes the L1 parameters or the L2 connection builds a new generation
+// (reusing the L1 cache or the L2 client when their parameters did not
+// change), swaps it in for new requests, and retires the old one in the
+// background once its requests have ended.
+type generation struct {
+	seq   uint64
+	l1cfg tierconfig.L1 // what cache was built with
+	l2cfg tierconfig.L2 // what client was built with (no addresses: none)
+
+	cache  *l1.Cache
+	client *l2.Client // nil: L1 only
+	// ownsL1 and ownsL2 say whether closing this generation closes cache
+	// and client: false once they were handed on to the next generation.
+	ownsL1, ownsL2 bool
+
+	store  *store.Layered
+	purger *invalidate.Purger
+	px     *proxy.Proxy
+	purge  http.Handler // admin POST /purge over purger
+
+	cancel context.CancelFunc // ends the subscription and the preload
+	bg     sync.WaitGroup     // the subscription and the preload
+
+	// active counts the requests (serving and purge) using this
+	// generation; retired is set once it is no longer current. idle is
+	// closed when both hold (see acquire).
+	active   atomic.Int64
+	retired  atomic.Bool
+	idle     chan struct{}
+	idleOnce sync.Once
+}
+
+func (g *generation) release() {
+	if g.active.Add(-1) == 0 && g.retired.Load() {
+		g.idleOnce.Do(func() { close(g.idle) })
+	}
+}
+
+// retire marks g as no longer current; idle closes once its last request
+// has ended.
+func (g *generation) retire() {
+	g.retired.Store(true)
+	if g.active.Load() == 0 {
+		g.idleOnce.Do(func() { close(g.idle) })
+	}
+}
+
+// dataPlane owns the generations of a running sidecar and everything they
+// share: the config holder, the metrics, the origin transport, the
+// sidecar's identity in invalidation messages.
+type dataPlane struct {
+	ctx      context.Context // the run's: L1 and L2 live as long as it
+	o        Options
+	getenv   func(string) string
+	upstream *url.URL
+	log      *slog.Logger
+	m        *metrics.Metrics
+	holder   *tierconfig.Holder
+	rt       http.RoundTripper
+	id       string
+
+	cur   atomic.Pointer[generation]
+	seq   uint64 // last generation built (Apply's goroutine only)
+	epoch purgeEpoch
+	// evictedBefore are the evictions of L1 caches no longer in use, so
+	// that tiercache_l1_evictions_total does not go down when L1 is
+	// rebuilt.
+	evictedBefore atomic.Int64
+	// version is the tier config version in effect (config_info).
+	version atomic.Pointer[string]
+
+	retiring   sync.WaitGroup
+	stopRetire chan struct{} // closed at shutdown: retirements stop waiting
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// l1Stats feeds the L1 gauges from the current generation.
+func (dp *dataPlane) l1Stats() metrics.L1Stats {
+	g := dp.cur.Load()
+	if g == nil {
+		return metrics.L1Stats{}
+	}
+	s := g.cache.Stats()
+	return metrics.L1Stats{
+		Entries:   uint64(s.Entries),
+		Bytes:     uint64(s.Bytes),
+		Evictions: uint64(dp.evictedBefore.Load() + s.Evictions),
+	}
+}
+
+// acquire returns the current generation, counted as in use until
+// release. A generation retired between the load and the count is given
+// back and the load retried: retire sets retired after the swap, so the
+// retry finds its successor. (Seq-cst atomics: either retire sees the
+// count, or acquire sees retired.)
+func (dp *dataPlane) acquire() *generation {
+	for {
+		g := dp.cur.Load()
+		g.active.Add(1)
+		if !g.retired.Load() {
+			return g
+		}
+		g.release()
+	}
+}
+
+// ServeHTTP serves a request with the current generation; the generation
+// is not closed before the request has ended.
+func (dp *dataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g := dp.acquire()
+	defer g.release()
+	g.px.ServeHTTP(w, r)
+}
+
+// purgeHandler is the admin POST /purge of the current generation.
+func (dp *dataPlane) purgeHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g := dp.acquire()
+		defer g.release()
+		g.purge.ServeHTTP(w, r)
+	})
+}
+
+// build builds a generation for c. It reuses prev's L1 cache when the L1
+// parameters are the same, and prev's L2 client when the L2 connection is
+// the same; commit hands them over. warm, when not nil, is set once the
+// L1 preload from L2 has ended (readiness, for the first generation). On
+// error nothing of prev is touched and what was built is closed.
+func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomic.Bool) (_ *generation, err error) {
+	cfg := c.Config
+	dp.seq++
+	g := &generation{seq: dp.seq, l1cfg: cfg.L1, l2cfg: cfg.L2, ownsL1: true, ownsL2: true, idle: make(chan struct{})}
+	var newL1, newL2 bool
+	defer func() {
+		if err == nil {
+			return
+		}
+		if g.store != nil {
+			_ = g.store.Close()
+		}
+		if newL2 {
+			_ = g.client.Close()
+		}
+		if newL1 {
+			_ = g.cache.Close()
+		}
+	}()
+
+	if prev != nil && prev.l1cfg == cfg.L1 {
+		g.cache = prev.cache
+	} else {
+		g.cache, err = l1.New(dp.ctx, l1.Config{
+			MaxSize:      int64(cfg.L1.MaxSize),
+			MaxEntrySize: int64(cfg.L1.MaxEntrySize),
+			Shards:       cfg.L1.Shards,
+			LifeWindow:   24 * time.Hour,
+		})
+		if err != nil {
+			return nil, err
+		}
+		newL1 = true
+	}
+	if len(cfg.L2.Addresses) > 0 {
+		if prev != nil && prev.client != nil && sameL2(prev.l2cfg, cfg.L2) {
+			g.client = prev.client
+		} else {
+			if g.client, err = openL2(cfg.L2, dp.o, dp.log); err != nil {
+				return nil, err
+			}
+			newL2 = true
+		}
+	}
+
+	gctx, cancel := context.WithCancel(dp.ctx)
+	g.cancel = cancel
+	defer func() {
+		if err != nil {
+			cancel()
+		}
+	}()
+	g.store, err = store.New(gctx, store.Options{
+		L1: g.cache, L2: g.client, Timeout: cfg.L2.Timeout.Std(), Metrics: dp.m, Logger: dp.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.purger = invalidate.NewPurger(g.cache, dp.holder)
+	g.purger.OnPurge = dp.m.Purges.Inc
+	popts := proxy.Options{
+		Upstream:    dp.upstream,
+		Config:      dp.holder,
+		Store:       g.store,
+		Invalidator: epochInvalidator{g.purger, &dp.epoch},
+		Metrics:     dp.m,
+		Logger:      dp.log,
+		Transport:   dp.rt,
+	}
+	if g.client != nil {
+		g.purger.SetRemote(remote{g.client, dp.m.L2Errors.WithLabelValues("publish")}, dp.id, cfg.L2.Timeout.Std(), dp.log)
+		popts.Cluster = g.store
+	}
+	if g.px, err = proxy.New(popts); err != nil {
+		return nil, err
+	}
+	g.purge = invalidate.Handler(g.purger, dp.holder)
+
+	// Nothing can fail from here on.
+	dp.epoch.add(g.purger)
+	if g.client != nil {
+		if warm == nil {
+			warm = new(atomic.Bool)
+		}
+		listen(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, dp.m.L2Errors.WithLabelValues("subscribe"), dp.log)
+	} else if warm != nil {
+		warm.Store(true)
+	}
+	return g, nil
+}
+
+// sameL2 reports whether a and b connect to L2 the same way (warm-start
+// settings only matter when a generation starts, so they do not count).
+func sameL2(a, b tierconfig.L2) bool {
+	if len(a.Addresses) == 0 && len(b.Addresses) == 0 {
+		return true
+	}
+	a.WarmStart, b.WarmStart = tierconfig.WarmStart{}, tierconfig.WarmStart{}
+	return slices.Equal(a.Addresses, b.Addresses) &&
+		a.Mode == b.Mode && a.MasterName == b.MasterName && a.Username == b.Username &&
+		a.Password == b.Password && a.TLS == b.TLS && a.CACert == b.CACert &&
+		a.KeyPrefix == b.KeyPrefix && a.Timeout == b.Timeout
+}
+
+// swap makes next the current generation and retires prev in the
+// background: once prev's requests have ended (bounded by
+// --shutdown-timeout), its proxy, subscription and store are closed, and
+// its L1 cache and L2 client unless next took them over. Only Apply's
+// goroutine calls swap.
+func (dp *dataPlane) swap(prev, next *generation) {
+	if next.cache == prev.cache {
+		prev.ownsL1 = false
+	} else {
+		dp.evictedBefore.Add(prev.cache.Stats().Evictions)
+	}
+	if prev.client != nil && next.client == prev.client {
+		prev.ownsL2 = false
+	}
+	dp.cur.Store(next)
+	prev.retire()
+	dp.retiring.Add(1)
+	go func() {
+		defer dp.retiring.Done()
+		t := time.NewTimer(dp.o.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-prev.idle:
+		case <-dp.stopRetire:
+		case <-t.C:
+			dp.log.Warn("config change: requests of the previous data plane still running; closing it under them",
+				"generation", prev.seq, "requests", prev.active.Load(), "waited", dp.o.ShutdownTimeout.String())
+		}
+		if err := dp.closeGeneration(prev); err != nil {
+			dp.log.Warn("config change: closing the previous data plane", "generation", prev.seq, "err", err)
+		} else {
+			dp.log.Debug("config change: previous data plane closed", "generation", prev.seq)
+		}
+	}()
+}
+
+// closeGeneration stops g's background refreshes (bounded), its
+// subscription and preload, flushes its store, and closes what it owns.
+func (dp *dataPlane) closeGeneration(g *generation) error {
+	// Background refreshes get their own short bound: draining may have
+	// used up the shutdown timeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(dp.ctx), 2*time.Second)
+	defer cancel()
+	err := g.px.Close(ctx)
+	g.cancel()
+	g.bg.Wait()
+	_ = g.store.Close()
+	// g's purger is idle now: no request, refresh or subscription uses it.
+	dp.epoch.retire(g.purger)
+	if g.ownsL2 && g.client != nil {
+		if cerr := g.client.Close(); cerr != nil {
+			err = fmt.Errorf("l2: %w", cerr)
+		}
+	}
+	if g.ownsL1 {
+		_ = g.cache.Close()
+	}
+	return err
+}
+
+// close ends the data plane at shutdown, after the control-plane client
+// and the serving server have stopped: retirements stop waiting, then the
+// current generation is closed.
+func (dp *dataPlane) close() error {
+	dp.closeOnce.Do(func() {
+		close(dp.stopRetire)
+		dp.retiring.Wait()
+		if g := dp.cur.Load(); g != nil {
+			dp.closeErr = dp.closeGeneration(g)
+		}
+	})
+	return dp.closeErr
+}
+
+// purgeEpoch is the proxy's purge generation across data-plane
+// generations. A fill compares the generation before and after it, and
+// does not store what a purge may have overtaken. An old generation's fill
+// can still store into an L1 or L2 that the new generation's purger has
+// just purged (they may share them), so every proxy counts the purges of
+// every purger: base holds the final counts of retired purgers, live the
+// purgers still in use. The sum never goes down.
+type purgeEpoch struct {
+	mu sync.Mutex // serializes writers
+	p  atomic.Pointer[epochState]
+}
+
+type epochState struct {
+	base uint64
+	live []*invalidate.Purger
+}
+
+func (e *purgeEpoch) add(p *invalidate.Purger) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := epochState{}
+	if old := e.p.Load(); old != nil {
+		s.base = old.base
+		s.live = append(s.live, old.live...)
+	}
+	s.live = append(s.live, p)
+	e.p.Store(&s)
+}
+
+// retire folds the final count of p, which must be idle, into base.
+func (e *purgeEpoch) retire(p *invalidate.Purger) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.p.Load()
+	if old == nil || !slices.Contains(old.live, p) {
+		return
+	}
+	s := epochState{base: old.base + p.Generation()}
+	for _, q := range old.live {
+		if q != p {
+			s.live = append(s.live, q)
+		}
+	}
+	e.p.Store(&s)
+}
+
+func (e *purgeEpoch) sum() uint64 {
+	s := e.p.Load()
+	n := s.base
+	for _, p := range s.live {
+		n += p.Generation()
+	}
+	return n
+}
+
+// epochInvalidator is a generation's purger as the proxy sees it.
+type epochInvalidator struct {
+	*invalidate.Purger
+	epoch *purgeEpoch
+}
+
+func (i epochInvalidator) Generation() uint64 { return i.epoch.sum() }

@@ -1,0 +1,134 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/controlplane"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// Apply puts a config pushed by the control plane into effect; an error
+// makes the client NACK it, and the config in effect stays. The command
+// line applies to it as to every other source (applyFlags). A change of
+// rules, defaults, origin, coalescing or purge settings swaps the compiled
+// config only: each request keeps the config it started with. A change of
+// the L1 parameters or of the L2 connection builds a new data-plane
+// generation (see generation) and retires the old one once its requests
+// have ended. A config equal in effect to the one in force changes
+// nothing. Apply is called from the client's goroutine, one at a time.
+func (dp *dataPlane) Apply(_ context.Context, cfg tierconfig.Config, version string) error {
+	applyFlags(&cfg, dp.o)
+	cur := dp.holder.Load()
+	if cfg.WithDefaults().Hash() == cur.Hash {
+		dp.setVersion(version)
+		dp.log.Debug("config unchanged in effect", "version", version)
+		return nil
+	}
+	compiled, err := tierconfig.Compile(cfg)
+	if err != nil {
+		return err
+	}
+	prev := dp.cur.Load()
+	l1Changed := compiled.Config.L1 != prev.l1cfg
+	l2Changed := !sameL2(compiled.Config.L2, prev.l2cfg)
+	var rebuilt []string
+	if l1Changed {
+		rebuilt = append(rebuilt, "l1")
+	}
+	if l2Changed {
+		rebuilt = append(rebuilt, "l2")
+	}
+	if len(rebuilt) == 0 {
+		dp.holder.Store(compiled)
+	} else {
+		next, err := dp.build(compiled, prev, nil)
+		if err != nil {
+			return err
+		}
+		// Requests still on the old generation may meet the new rules:
+		// the proxy checks for itself what it needs of the config
+		// (cluster-wide coalescing without L2 is off).
+		dp.holder.Store(compiled)
+		dp.swap(prev, next)
+		if l1Changed && compiled.Config.L1.MaxSize != prev.l1cfg.MaxSize {
+			dp.setMemoryLimit(compiled.Config.L1.MaxSize)
+		}
+	}
+	dp.setVersion(version)
+	what := "rules"
+	if len(rebuilt) > 0 {
+		what = strings.Join(rebuilt, ",")
+	}
+	dp.log.Info("config applied", "version", version, "hash", compiled.Hash, "rebuilt", what,
+		"generation", dp.cur.Load().seq)
+	return nil
+}
+
+// setVersion records the tier config version in effect (config_info).
+func (dp *dataPlane) setVersion(v string) {
+	if old := dp.version.Load(); old != nil && *old == v {
+		return
+	}
+	dp.version.Store(&v)
+	dp.m.SetConfig(v)
+}
+
+// setMemoryLimit sets the Go soft memory limit for an L1 of maxSize when
+// --memory-limit is auto (see memoryLimit).
+func (dp *dataPlane) setMemoryLimit(maxSize tierconfig.Size) {
+	if dp.o.MemoryLimit != "auto" {
+		return
+	}
+	limit, err := memoryLimit(dp.o.MemoryLimit, dp.getenv("GOMEMLIMIT"), maxSize)
+	if err != nil || limit <= 0 {
+		return
+	}
+	debug.SetMemoryLimit(limit)
+	dp.log.Info("memory limit set", "bytes", limit, "l1_max_size", maxSize.String())
+}
+
+// lastGoodPath is where the control-plane client keeps the last config it
+// applied ("" without --state-dir).
+func lastGoodPath(o Options) string {
+	if o.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(o.StateDir, LastGoodFile)
+}
+
+// newControlPlaneClient returns the client of --control-plane for dp.
+// initial is the config the sidecar started with, from source: when that
+// is the last good file, its version is the one in effect and is not
+// applied again; any other source's config is replaced by the first push.
+func newControlPlaneClient(o Options, dp *dataPlane, initial tierconfig.Config, source string, reg prometheus.Registerer) (*controlplane.Client, error) {
+	opts := controlplane.ClientOptions{
+		Target:       o.ControlPlane,
+		Namespace:    o.PodNamespace,
+		Pod:          o.PodName,
+		Tier:         o.Tier,
+		Apply:        dp.Apply,
+		LastGoodPath: lastGoodPath(o),
+		Registerer:   reg,
+		Logger:       dp.log,
+	}
+	if opts.LastGoodPath != "" {
+		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("--state-dir: %w", err)
+		}
+		if source == opts.LastGoodPath {
+			opts.InitialVersion = controlplane.Version(initial)
+		}
+	}
+	c, err := controlplane.NewClient(opts)
+	if err != nil {
+		return nil, fmt.Errorf("--control-plane: %w", err)
+	}
+	return c, nil
+}
