@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/tiercache/tiercache/internal/controlplane"
@@ -345,12 +346,41 @@ func TestSwitchingL2OnLiveSharesEntriesWithTheTiersOtherSidecars(t *testing.T) {
 
 	b := startNode(t, origin.URL, "--config", writeConfig(t, withL2))
 	b.waitReady(t)
+	rdb := redisClient(t, rs.Addr())
+	waitSubscribers(t, rdb, 2) // A and B
 	a.expect(t, "/fresh/shared", "MISS", "/fresh/shared v1")
-	waitInL2(t, redisClient(t, rs.Addr()), "tc:shop/web:", "/fresh/shared")
+	waitInL2(t, rdb, "tc:shop/web:", "/fresh/shared")
 	b.expect(t, "/fresh/shared", "HIT; layer=l2", "/fresh/shared v1")
 	if got := origin.count("GET", "/fresh/shared"); got != 1 {
 		t.Errorf("the origin got %d requests for /fresh/shared, want 1", got)
 	}
+
+	// And off again: the generation with L2 is closed (its subscription
+	// is gone long before A stops; the leak check covers the rest).
+	v = cp.publish(t, smallL1)
+	a.waitVersion(t, v)
+	waitSubscribers(t, rdb, 1) // B
+	a.expect(t, "/fresh/shared", "HIT; layer=l1", "/fresh/shared v1")
+	if got := logs.applied(); len(got) != 2 || got[1] != "l2" {
+		t.Errorf("logged config applied with rebuilt %q, want [l2 l2]", got)
+	}
+}
+
+// waitSubscribers waits until n clients subscribe to liveTier's
+// invalidation channel.
+func waitSubscribers(t *testing.T, rdb redis.UniversalClient, n int64) {
+	t.Helper()
+	const channel = "tc:shop/web:inval"
+	var got int64
+	for deadline := time.Now().Add(applyWithin); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		counts, err := rdb.PubSubNumSub(ctx, channel).Result()
+		cancel()
+		if got = counts[channel]; err == nil && got == n {
+			return
+		}
+	}
+	t.Fatalf("%d subscribers to %s after %s, want %d", got, channel, applyWithin, n)
 }
 
 func TestTheLastGoodConfigIsKeptAndServesARestartWhileTheControlPlaneIsDown(t *testing.T) {
