@@ -2,13 +2,20 @@ package sidecar
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/proxy"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -139,4 +146,85 @@ func BenchmarkServeThroughGenerations(b *testing.B) {
 			g.release()
 		}
 	})
+}
+
+// newTestDataPlane is a data plane with its first generation for cfg, as
+// RunWith builds it, closed when the test ends.
+func newTestDataPlane(t *testing.T, o Options, cfg tierconfig.Config) *dataPlane {
+	t.Helper()
+	applyFlags(&cfg, o)
+	compiled, err := tierconfig.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = 5 * time.Second
+	}
+	m, err := metrics.New(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := &dataPlane{
+		ctx: context.Background(), o: o, getenv: noEnv,
+		upstream: &url.URL{Scheme: "http", Host: "127.0.0.1:1"},
+		log:      slog.New(slog.DiscardHandler), m: m,
+		holder: tierconfig.NewHolder(compiled), rt: proxy.NewTransport(),
+		stopRetire: make(chan struct{}),
+	}
+	g, err := dp.build(compiled, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp.cur.Store(g)
+	t.Cleanup(func() {
+		if err := dp.close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return dp
+}
+
+func TestApplyingTheConfigInEffectChangesNothing(t *testing.T) {
+	small, err := tierconfig.Parse([]byte(smallL1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newTestDataPlane(t, Options{RedisPassword: "from-env"}, small)
+	first, compiled := dp.cur.Load(), dp.holder.Load()
+
+	if err := dp.Apply(context.Background(), small, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	// The same once the flags are applied: the password the config
+	// leaves empty comes from the environment either way.
+	same := small
+	same.L2.Password = "from-env"
+	if err := dp.Apply(context.Background(), same, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if dp.cur.Load() != first || dp.holder.Load() != compiled {
+		t.Fatal("applying the config in effect rebuilt or recompiled it")
+	}
+	if got := *dp.version.Load(); got != "v2" {
+		t.Errorf("version in effect %q, want v2", got)
+	}
+}
+
+func TestAConfigThatDoesNotCompileWithTheFlagsIsRefusedAndChangesNothing(t *testing.T) {
+	// Two --redis-addr addresses make cluster mode unless the config says
+	// otherwise; this one (valid on its own: no addresses) says
+	// standalone, which takes one address.
+	pushed, err := tierconfig.Parse([]byte(smallL1 + "l2: {mode: standalone}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newTestDataPlane(t, Options{RedisAddr: "127.0.0.1:1,127.0.0.1:2"}, tierconfig.Default())
+	first, compiled := dp.cur.Load(), dp.holder.Load()
+	err = dp.Apply(context.Background(), pushed, "v1")
+	if err == nil || !strings.Contains(err.Error(), "l2.addresses") {
+		t.Fatalf("Apply = %v, want an error naming l2.addresses", err)
+	}
+	if dp.cur.Load() != first || dp.holder.Load() != compiled {
+		t.Fatal("a refused config changed the data plane")
+	}
 }
