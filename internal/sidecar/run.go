@@ -98,7 +98,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 		if set[f.Name] {
 			return
 		}
-		env := "TIERCACHE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v := getenv(env); v != "" {
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
@@ -127,10 +127,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 		for _, id := range []struct{ flag, value string }{
 			{"tier", o.Tier}, {"pod-namespace", o.PodNamespace}, {"pod-name", o.PodName},
 		} {
-			env := "TIERCACHE_" + strings.ToUpper(strings.ReplaceAll(id.flag, "-", "_"))
 			switch {
 			case id.value == "":
-				errs = append(errs, fmt.Errorf("--control-plane needs --%s (or %s)", id.flag, env))
+				errs = append(errs, fmt.Errorf("--control-plane needs --%s (or %s)", id.flag, envName(id.flag)))
 			case strings.Contains(id.value, "/"):
 				errs = append(errs, fmt.Errorf("--%s: must not contain '/' (got %q)", id.flag, id.value))
 			}
@@ -140,6 +139,11 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 		}
 	}
 	return o, nil
+}
+
+// envName is the environment variable of a flag: TIERCACHE_<FLAG>.
+func envName(flag string) string {
+	return "TIERCACHE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
 // Run runs the sidecar until ctx ends, then drains and returns. Ready, when
