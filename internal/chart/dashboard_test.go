@@ -1,0 +1,135 @@
+package chart
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/controlplane"
+	"github.com/tiercache/tiercache/internal/metrics"
+)
+
+// descNames is a prometheus.Registerer that only records the metric names
+// its collectors describe, including vectors that have no series yet.
+type descNames map[string]bool
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (d descNames) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		c.Describe(ch)
+		close(ch)
+	}()
+	for desc := range ch {
+		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
+			d[m[1]] = true
+		}
+	}
+	return nil
+}
+
+func (d descNames) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = d.Register(c)
+	}
+}
+
+func (d descNames) Unregister(prometheus.Collector) bool { return false }
+
+// TestDashboardQueriesRegisteredMetrics: the dashboard is valid JSON, every
+// panel has a query, and every tiercache_* metric it queries is one the
+// sidecar (internal/metrics) or the operator's control plane
+// (internal/controlplane) registers, so a renamed metric cannot leave a
+// silently empty panel.
+func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
+	known := descNames{}
+	if _, err := metrics.New(known, func() metrics.L1Stats { return metrics.L1Stats{} }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlplane.NewServer(controlplane.Options{Registerer: known}); err != nil {
+		t.Fatal(err)
+	}
+
+	raw, err := os.ReadFile(filepath.Join(chartDir(t), "dashboards", "tiercache.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Definition string `json:"definition"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboards/tiercache.json: %v", err)
+	}
+	if dash.UID == "" {
+		t.Error("the dashboard has no uid (Grafana would duplicate it on every reload)")
+	}
+	metricName := regexp.MustCompile(`\btiercache_[a-z0-9_]+`)
+	used := map[string]bool{}
+	var exprs []string
+	for _, p := range dash.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	for _, v := range dash.Templating.List {
+		exprs = append(exprs, v.Definition)
+	}
+	for _, e := range exprs {
+		for _, m := range metricName.FindAllString(e, -1) {
+			used[m] = true
+		}
+	}
+	var unknown []string
+	for m := range used {
+		base := m
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(m, suffix); ok && known[b] {
+				base = b
+			}
+		}
+		if !known[base] {
+			unknown = append(unknown, m)
+		}
+	}
+	sort.Strings(unknown)
+	if len(unknown) > 0 {
+		t.Errorf("the dashboard queries metrics nothing registers: %v", unknown)
+	}
+	// The panels the chart's docs promise.
+	for _, m := range []string{
+		"tiercache_requests_total", "tiercache_origin_requests_total",
+		"tiercache_request_duration_seconds_bucket", "tiercache_origin_duration_seconds_bucket",
+		"tiercache_l2_errors_total", "tiercache_l2_circuit_open", "tiercache_l2_dropped_writes_total",
+		"tiercache_l1_bytes", "tiercache_l1_entries", "tiercache_l1_evictions_total",
+		"tiercache_connected_sidecars",
+	} {
+		if !used[m] {
+			t.Errorf("no panel queries %s", m)
+		}
+	}
+}
