@@ -28,8 +28,8 @@ type Options struct {
 	// and serving certificate and patches the webhook configurations'
 	// caBundle) or "external" (cert-manager or the user mounts the
 	// certificate into WebhookCertDir and injects the caBundle).
-	CertMode          string
-	CertSecretName    string
+	CertMode       string
+	CertSecretName string
 	// CertExtraDNSNames are added to the self-managed certificate (an
 	// operator run outside the cluster, reached as localhost).
 	CertExtraDNSNames []string
@@ -65,7 +65,7 @@ const (
 	CertModeExternal     = "external"
 	MissingTierRefuse    = "refuse"
 	MissingTierDefaults  = "defaults"
-	defaultSidecarImage  = "ghcr.io/tiercache/tiercache-sidecar:latest"
+	defaultSidecarImage  = "ghcr.io/tiercache/tiercache:latest"
 	defaultWebhookPrefix = "tiercache"
 )
 
