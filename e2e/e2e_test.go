@@ -1,0 +1,541 @@
+// Package e2e tests the whole path a user takes, with the built binaries
+// and real components: helm installs the chart into a real API server
+// (envtest's etcd and kube-apiserver), the operator binary runs as a local
+// process with the chart's own arguments and the chart's RBAC (its
+// ServiceAccount's identity), kubectl applies a CacheTier, a pod created
+// through the API server comes back injected, and sidecar processes start
+// from the injected container's own args and env in front of a real
+// origin process, sharing a real redis-server.
+//
+// There is no kubelet: the test plays its part where it must (it resolves
+// the container's env, projects the certificate Secret into the
+// operator's cert directory and points the webhook registrations at the
+// operator's loopback address) and rewrites listen and control-plane
+// addresses to loopback. Everything else is as installed.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
+	"github.com/tiercache/tiercache/internal/testredis"
+)
+
+const (
+	releaseNS = "tiercache-system"
+	appNS     = "shop"
+)
+
+// binaries are built once per test run into a temporary directory.
+type binaries struct{ sidecar, operator, origin string }
+
+func build(t *testing.T) binaries {
+	t.Helper()
+	dir := t.TempDir()
+	b := binaries{
+		sidecar:  filepath.Join(dir, "tiercache-sidecar"),
+		operator: filepath.Join(dir, "tiercache-operator"),
+		origin:   filepath.Join(dir, "demo-origin"),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for out, pkg := range map[string]string{b.sidecar: "./cmd/sidecar", b.operator: "./cmd/operator", b.origin: "./cmd/demo-origin"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+		cmd.Dir = ".."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if o, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, o)
+		}
+	}
+	return b
+}
+
+func need(t *testing.T, vars ...string) {
+	t.Helper()
+	for _, v := range vars {
+		if os.Getenv(v) == "" {
+			if os.Getenv("TIERCACHE_REQUIRE_ENVTEST") != "" {
+				t.Fatalf("%s is not set: run `make test` (hack/k8s-tools.sh env)", v)
+			}
+			t.Skipf("%s is not set (make test sets it)", v)
+		}
+	}
+}
+
+// run runs a command bounded by a minute and returns its output.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// kubeconfigFor writes a kubeconfig for a user of the API server.
+func kubeconfigFor(t *testing.T, env *envtest.Environment, u envtest.User) string {
+	t.Helper()
+	user, err := env.AddUser(u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), strings.ReplaceAll(u.Name, ":", "_")+".kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// eventually retries f every 100 ms until it succeeds or timeout passes.
+func eventually(t *testing.T, what string, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// serviceHost is the Host every replica sees, as clients of a Service
+// send it: the host is part of the cache key.
+const serviceHost = "web.shop.svc"
+
+// get fetches url with the Service's Host and returns the X-Cache header
+// and body.
+func get(url string) (string, string, error) {
+	c := http.Client{Timeout: 10 * time.Second}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return "", "", err
+	}
+	req.Host = serviceHost
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.Header.Get("X-Cache"), string(b), fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return resp.Header.Get("X-Cache"), string(b), nil
+}
+
+// expectXCache requires the X-Cache header of url to start with want.
+func expectXCache(t *testing.T, url, want string) {
+	t.Helper()
+	x, _, err := get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if !strings.HasPrefix(x, want) {
+		t.Fatalf("GET %s: X-Cache %q, want %s", url, x, want)
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	need(t, "KUBEBUILDER_ASSETS", "HELM", "KUBECTL")
+	if runtime.GOOS != "linux" {
+		t.Skip("the test processes are managed with Linux signals")
+	}
+	ctx := context.Background()
+	bins := build(t)
+	helm, kubectl := os.Getenv("HELM"), os.Getenv("KUBECTL")
+
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting envtest: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := kruntime.NewScheme()
+	for _, add := range []func(*kruntime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, admissionv1.AddToScheme, apiextv1.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := kubeconfigFor(t, env, envtest.User{Name: "admin", Groups: []string{"system:masters"}})
+
+	// 1. helm install, as the README says. The chart's objects must be
+	// accepted by the API server.
+	run(t, helm, "install", "tiercache", "../charts/tiercache", "--namespace", releaseNS, "--create-namespace",
+		"--kubeconfig", admin, "--wait=false", "--timeout", "2m")
+	eventually(t, "the CRD is established", 30*time.Second, func() error {
+		var crd apiextv1.CustomResourceDefinition
+		if err := c.Get(ctx, client.ObjectKey{Name: "cachetiers.tiercache.io"}, &crd); err != nil {
+			return err
+		}
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", crd.Status.Conditions)
+	})
+
+	// 2. The operator binary with the installed Deployment's arguments and
+	// the chart's RBAC: it authenticates as the chart's ServiceAccount.
+	var dep appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "tiercache-operator"}, &dep); err != nil {
+		t.Fatal(err)
+	}
+	opSpec := dep.Spec.Template.Spec.Containers[0]
+	if len(opSpec.Command) != 1 || filepath.Base(opSpec.Command[0]) != "tiercache-operator" {
+		t.Fatalf("operator command %q", opSpec.Command)
+	}
+	webhookAddr, healthAddr, xdsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	certDir := t.TempDir()
+	opArgs := rewriteArgs(t, opSpec.Args, map[string]string{
+		"--metrics-bind-address":      "0",
+		"--health-probe-bind-address": healthAddr,
+		"--webhook-port":              portOf(webhookAddr),
+		"--webhook-cert-dir":          certDir,
+		"--xds-listen":                xdsAddr,
+		"--control-plane-address":     xdsAddr,
+	})
+	opArgs = append(opArgs, "--webhook-host=127.0.0.1", "--webhook-cert-extra-dns-names=localhost")
+	saUser := envtest.User{Name: "system:serviceaccount:" + releaseNS + ":" + dep.Spec.Template.Spec.ServiceAccountName,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS, "system:authenticated"}}
+	opKubeconfig := kubeconfigFor(t, env, saUser)
+	startOperator := func() *proc {
+		return start(t, "operator", bins.operator, opArgs, []string{"KUBECONFIG=" + opKubeconfig, "POD_NAMESPACE=" + releaseNS})
+	}
+	op := startOperator()
+	kctx, stopKubelet := context.WithCancel(ctx)
+	kubeletDone := make(chan struct{})
+	go func() {
+		defer close(kubeletDone)
+		projectSecret(kctx, c, client.ObjectKey{Namespace: releaseNS, Name: "tiercache-webhook-cert"}, certDir)
+	}()
+	t.Cleanup(func() { stopKubelet(); <-kubeletDone })
+	eventually(t, "the webhooks point at the operator", 30*time.Second, func() error {
+		// The operator patches caBundle meanwhile: retry on conflicts.
+		return pointWebhooksAt(ctx, c, "https://localhost:"+portOf(webhookAddr))
+	})
+	eventually(t, "the operator is ready", 90*time.Second, func() error {
+		if op.exited() {
+			t.Fatalf("the operator exited: %v", op.err)
+		}
+		resp, err := http.Get("http://" + healthAddr + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz %s", resp.Status)
+		}
+		return nil
+	})
+
+	// 3. Redis, the origin, and a CacheTier applied with kubectl.
+	redis := testredis.Start(t)
+	originAddr := freeAddr(t)
+	origin := start(t, "origin", bins.origin, []string{"--listen", originAddr}, nil)
+	waitTCP(t, origin, originAddr, 30*time.Second)
+	run(t, kubectl, "--kubeconfig", admin, "create", "namespace", appNS)
+	applyTier := func(helloBypass bool) {
+		t.Helper()
+		rules := ""
+		if helloBypass {
+			rules = "  rules:\n    - name: hello\n      match: {path: /hello}\n      bypass: true\n"
+		}
+		manifest := fmt.Sprintf(`apiVersion: tiercache.io/v1alpha1
+kind: CacheTier
+metadata: {name: web, namespace: %s}
+spec:
+  l1: {maxSize: 32Mi}
+  l2:
+    addresses: [%q]
+    timeout: 2s
+%s`, appNS, redis.Addr(), rules)
+		cmd := exec.Command(kubectl, "--kubeconfig", admin, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl apply: %v\n%s", err, out)
+		}
+	}
+	// The webhook must answer before the apply: it validates tiers.
+	eventually(t, "the CacheTier is admitted", 60*time.Second, func() error {
+		cmd := exec.Command(kubectl, "--kubeconfig", admin, "apply", "--dry-run=server", "-f", "-")
+		cmd.Stdin = strings.NewReader(fmt.Sprintf("apiVersion: tiercache.io/v1alpha1\nkind: CacheTier\nmetadata: {name: web, namespace: %s}\n", appNS))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	applyTier(true)
+	eventually(t, "the tier is Ready", 60*time.Second, func() error {
+		var tier v1alpha1.CacheTier
+		if err := c.Get(ctx, client.ObjectKey{Namespace: appNS, Name: "web"}, &tier); err != nil {
+			return err
+		}
+		for _, cond := range tier.Status.Conditions {
+			if cond.Type == v1alpha1.ConditionReady && cond.Status == metav1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("status %+v", tier.Status)
+	})
+
+	// 4. Two pods of a Deployment-like workload, created through the API
+	// server and read back injected.
+	sidecarURL := map[string]string{}
+	adminURL := map[string]string{}
+	for _, name := range []string{"web-0", "web-1"} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: name, Labels: map[string]string{"app": "web"},
+				Annotations: map[string]string{inject.AnnotationTier: "web"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "app", Image: "example.test/web:1",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(mustAtoi(t, portOf(originAddr)))}},
+			}}},
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatalf("creating pod %s: %v", name, err)
+		}
+		var got corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+			t.Fatal(err)
+		}
+		var sc *corev1.Container
+		for i := range got.Spec.InitContainers {
+			if got.Spec.InitContainers[i].Name == inject.ContainerName {
+				sc = &got.Spec.InitContainers[i]
+			}
+		}
+		if sc == nil {
+			t.Fatalf("pod %s was not injected", name)
+		}
+		// 5. The sidecar process from the injected container's own args
+		// and env; only addresses become loopback ones.
+		listen, adminAddr := freeAddr(t), freeAddr(t)
+		args := rewriteArgs(t, sc.Args, map[string]string{
+			"--listen":        listen,
+			"--admin-listen":  adminAddr,
+			"--control-plane": xdsAddr,
+			"--state-dir":     t.TempDir(),
+		})
+		if !contains(args, "--upstream=http://127.0.0.1:"+portOf(originAddr)) {
+			t.Fatalf("injected args %q do not front the app port", args)
+		}
+		envs, err := containerEnv(ctx, c, &got, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := start(t, name, bins.sidecar, args, envs)
+		waitTCP(t, p, listen, 30*time.Second)
+		sidecarURL[name], adminURL[name] = "http://"+listen, "http://"+adminAddr
+	}
+	a, b := sidecarURL["web-0"], sidecarURL["web-1"]
+
+	// 6. MISS then HIT.
+	expectXCache(t, a+"/tagged/one", "MISS")
+	expectXCache(t, a+"/tagged/one", "HIT")
+	// 7. The other replica gets the entry from L2 (once the first one's
+	// write, which is asynchronous, has landed).
+	rc := goredis.NewClient(&goredis.Options{Addr: redis.Addr()})
+	defer rc.Close()
+	eventually(t, "the entry reaches Redis", 10*time.Second, func() error {
+		keys, _, err := rc.Scan(ctx, 0, "tc:"+appNS+"/web:e:*", 100).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			return fmt.Errorf("no entry under tc:%s/web:e:", appNS)
+		}
+		return nil
+	})
+	var seen []string
+	eventually(t, "an L2 hit on the second replica", 10*time.Second, func() error {
+		x, _, err := get(b + "/tagged/one")
+		if err != nil {
+			return err
+		}
+		seen = append(seen, x)
+		if !strings.HasPrefix(x, "HIT") || !strings.Contains(x, "l2") {
+			return fmt.Errorf("X-Cache %q, want an L2 hit (answers so far: %q)", x, seen)
+		}
+		return nil
+	})
+	// 8. A CacheTier edit changes a rule live.
+	expectXCache(t, a+"/hello", "BYPASS")
+	applyTier(false)
+	eventually(t, "the edited rule is live", 30*time.Second, func() error {
+		_, _, _ = get(a + "/hello")
+		x, _, err := get(a + "/hello")
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(x, "HIT") {
+			return fmt.Errorf("X-Cache %q, want HIT once the bypass rule is gone", x)
+		}
+		return nil
+	})
+	// 9. A purge through one replica removes the entry from both.
+	expectXCache(t, b+"/tagged/one", "HIT")
+	purge(t, adminURL["web-0"], `{"urls":["/tagged/one"]}`)
+	eventually(t, "the purge reaches the other replica", 5*time.Second, func() error {
+		x, _, err := get(b + "/tagged/one")
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(x, "MISS") {
+			return fmt.Errorf("X-Cache %q on the other replica after the purge", x)
+		}
+		return nil
+	})
+	// 10. Redis killed: still serving, from L1 and the origin.
+	redis.Kill()
+	for i := range 20 {
+		if _, _, err := get(a + fmt.Sprintf("/tagged/after-redis-%d", i%4)); err != nil {
+			t.Fatalf("with Redis down: %v", err)
+		}
+	}
+	expectXCache(t, a+"/hello", "HIT")
+	// 11. Operator killed: still serving with the last config (the
+	// /hello rule edit stays in effect).
+	op.kill()
+	for _, u := range []string{a, b} {
+		_, _, _ = get(u + "/hello")
+		expectXCache(t, u+"/hello", "HIT")
+	}
+	for name, p := range map[string]string{"web-0": adminURL["web-0"], "web-1": adminURL["web-1"]} {
+		resp, err := http.Get(p + "/readyz")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s not ready without the operator: %v %v", name, err, resp)
+		}
+		resp.Body.Close()
+	}
+}
+
+func purge(t *testing.T, adminURL, body string) {
+	t.Helper()
+	resp, err := http.Post(adminURL+"/purge", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res struct{ Purged int }
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != http.StatusOK || res.Purged < 1 {
+		t.Fatalf("purge: %s %+v %v", resp.Status, res, err)
+	}
+}
+
+// pointWebhooksAt replaces the Service in both webhook registrations by a
+// URL (the operator runs on loopback, not behind the Service), keeping
+// whatever caBundle the operator patched in.
+func pointWebhooksAt(ctx context.Context, c client.Client, base string) error {
+	toURL := func(cc *admissionv1.WebhookClientConfig) {
+		if cc.Service != nil {
+			u := base + *cc.Service.Path
+			cc.Service, cc.URL = nil, &u
+		}
+	}
+	var m admissionv1.MutatingWebhookConfiguration
+	if err := c.Get(ctx, client.ObjectKey{Name: "tiercache-inject"}, &m); err != nil {
+		return err
+	}
+	for i := range m.Webhooks {
+		toURL(&m.Webhooks[i].ClientConfig)
+	}
+	if err := c.Update(ctx, &m); err != nil {
+		return err
+	}
+	var v admissionv1.ValidatingWebhookConfiguration
+	if err := c.Get(ctx, client.ObjectKey{Name: "tiercache-validate"}, &v); err != nil {
+		return err
+	}
+	for i := range v.Webhooks {
+		toURL(&v.Webhooks[i].ClientConfig)
+	}
+	return c.Update(ctx, &v)
+}
+
+// projectSecret writes the Secret's keys into dir whenever they change,
+// as a kubelet's secret volume does, until ctx ends.
+func projectSecret(ctx context.Context, c client.Client, key client.ObjectKey, dir string) {
+	seen := map[string]string{}
+	for {
+		var s corev1.Secret
+		if err := c.Get(ctx, key, &s); err == nil {
+			for k, v := range s.Data {
+				if seen[k] == string(v) {
+					continue
+				}
+				tmp := filepath.Join(dir, "."+k+".tmp")
+				if os.WriteFile(tmp, v, 0o600) == nil && os.Rename(tmp, filepath.Join(dir, k)) == nil {
+					seen[k] = string(v)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func portOf(addr string) string {
+	_, port, _ := strings.Cut(addr, ":")
+	return port
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscanf(s, "%d", &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
