@@ -47,6 +47,9 @@ type Options struct {
 	// XDSListen is where this replica serves the control plane ("" =
 	// none: sidecars keep the config placed in their pod spec).
 	XDSListen string
+	// XDSTLSCert and XDSTLSKey, when set, serve the control plane over
+	// TLS with this certificate (re-read when the files change).
+	XDSTLSCert, XDSTLSKey string
 	// StatusRefresh re-reads connected sidecar counts this often.
 	StatusRefresh time.Duration
 	// MissingTier is "refuse" (admission denies a pod naming a tier that
@@ -95,6 +98,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "", "Always, IfNotPresent or Never (default: the cluster's)")
 	fs.StringVar(&o.ControlPlaneAddress, "control-plane-address", "", "xDS address injected sidecars connect to (host:port); empty: no live config")
 	fs.StringVar(&o.XDSListen, "xds-listen", ":18000", "control plane (xDS over gRPC) address; empty disables live config")
+	fs.StringVar(&o.XDSTLSCert, "xds-tls-cert-file", "", "PEM certificate for serving the control plane over TLS (with --xds-tls-key-file); sidecars then need --control-plane-ca")
+	fs.StringVar(&o.XDSTLSKey, "xds-tls-key-file", "", "PEM key of --xds-tls-cert-file")
 	fs.DurationVar(&o.StatusRefresh, "status-refresh", 30*time.Second, "how often each tier's status re-reads its connected sidecar count")
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
 	fs.StringVar(&excluded, "excluded-namespaces", "kube-system,kube-public,kube-node-lease", "comma-separated namespaces never injected (the operator's own always is)")
@@ -136,6 +141,9 @@ func (o Options) Validate() error {
 	}
 	if o.WebhookPort < 1 || o.WebhookPort > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port: must be 1-65535 (got %d)", o.WebhookPort))
+	}
+	if (o.XDSTLSCert == "") != (o.XDSTLSKey == "") {
+		errs = append(errs, errors.New("--xds-tls-cert-file and --xds-tls-key-file: give both or neither"))
 	}
 	if o.StatusRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("--status-refresh: must be > 0 (got %s)", o.StatusRefresh))

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,11 +10,14 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -75,9 +79,22 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 	if o.XDSListen == "" {
 		return NoPublisher{}, nil
 	}
+	var grpcOpts []grpc.ServerOption
+	if o.XDSTLSCert != "" {
+		// certwatcher re-reads the pair when cert-manager renews it.
+		w, err := certwatcher.New(o.XDSTLSCert, o.XDSTLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("--xds-tls-cert-file: %w", err)
+		}
+		if err := mgr.Add(w); err != nil {
+			return nil, err
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: w.GetCertificate})))
+	}
 	srv, err := controlplane.NewServer(controlplane.Options{
-		Logger:     log,
-		Registerer: reg,
+		Logger:      log,
+		Registerer:  reg,
+		GRPCOptions: grpcOpts,
 		OnNACK: func(n controlplane.NACK) {
 			ns, name, ok := strings.Cut(n.Tier, "/")
 			if !ok {

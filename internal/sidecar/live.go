@@ -2,13 +2,18 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/tierconfig"
@@ -118,6 +123,13 @@ func newControlPlaneClient(o Options, dp *dataPlane, initial tierconfig.Config, 
 		Registerer:   reg,
 		Logger:       dp.log,
 	}
+	if o.ControlPlaneCA != "" {
+		creds, err := controlPlaneTLS(o.ControlPlaneCA, o.ControlPlane)
+		if err != nil {
+			return nil, err
+		}
+		opts.DialOptions = append(opts.DialOptions, grpc.WithTransportCredentials(creds))
+	}
 	if opts.LastGoodPath != "" {
 		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("--state-dir: %w", err)
@@ -131,4 +143,22 @@ func newControlPlaneClient(o Options, dp *dataPlane, initial tierconfig.Config, 
 		return nil, fmt.Errorf("--control-plane: %w", err)
 	}
 	return c, nil
+}
+
+// controlPlaneTLS returns TLS credentials that trust only the CA in
+// caFile and check the server's name against target's host.
+func controlPlaneTLS(caFile, target string) (credentials.TransportCredentials, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--control-plane-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--control-plane-ca: no PEM certificate in %s", caFile)
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return nil, fmt.Errorf("--control-plane: %w", err)
+	}
+	return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host}), nil
 }

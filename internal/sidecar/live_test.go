@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 
 	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/testredis"
@@ -42,11 +43,12 @@ type cpServer struct {
 	stop func()
 }
 
-func startControlPlane(t *testing.T) *cpServer {
+func startControlPlane(t *testing.T, grpcOpts ...grpc.ServerOption) *cpServer {
 	t.Helper()
 	srv, err := controlplane.NewServer(controlplane.Options{
 		Logger:          slog.New(slog.DiscardHandler),
 		ShutdownTimeout: 2 * time.Second,
+		GRPCOptions:     grpcOpts,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -56,6 +56,7 @@ type Options struct {
 	InitialConfig   string
 	StateDir        string
 	ControlPlane    string
+	ControlPlaneCA  string
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -75,6 +76,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.PurgeToken, "purge-token", "", "purge token when the config sets none (prefer TIERCACHE_PURGE_TOKEN)")
 	fs.StringVar(&o.InitialConfig, "initial-config", "", "tier config as text (YAML or JSON): the config the operator places in the pod spec; not with --config")
 	fs.StringVar(&o.StateDir, "state-dir", "", "directory for the last good config (an emptyDir in the pod); its config.json is preferred at start")
+	fs.StringVar(&o.ControlPlaneCA, "control-plane-ca", "", "PEM file of the CA that signs the control plane's certificate: connect with TLS (default plaintext)")
 	fs.StringVar(&o.ControlPlane, "control-plane", "", "operator xDS address (host:port) for live config; needs --tier, --pod-name, --pod-namespace; none = static config")
 	fs.StringVar(&o.Tier, "tier", "", "CacheTier name (identity sent to the control plane)")
 	fs.StringVar(&o.PodName, "pod-name", "", "pod name (identity)")
