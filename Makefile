@@ -17,10 +17,17 @@ BIN_NAME_sidecar := tiercache-sidecar
 BIN_NAME_operator := tiercache-operator
 CMD_DIRS = $(patsubst cmd/%/,%,$(sort $(dir $(wildcard cmd/*/*.go))))
 
+
+.PHONY: e2e
+e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redis)
+	bash hack/ensure-redis.sh >/dev/null
+	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
+	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
+
 .PHONY: help build build-release test test-unit lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
 
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the commands into bin/ (tiercache-sidecar, demo-origin, loadgen, ...)
 	@mkdir -p bin
