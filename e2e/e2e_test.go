@@ -40,6 +40,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
+	"github.com/tiercache/tiercache/internal/testkube"
 	"github.com/tiercache/tiercache/internal/testredis"
 )
 
@@ -94,24 +95,6 @@ func run(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-// kubeconfigFor writes a kubeconfig for a user of the API server.
-func kubeconfigFor(t *testing.T, env *envtest.Environment, u envtest.User) string {
-	t.Helper()
-	user, err := env.AddUser(u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), strings.ReplaceAll(u.Name, ":", "_")+".kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // eventually retries f every 100 ms until it succeeds or timeout passes.
@@ -195,7 +178,7 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := kubeconfigFor(t, env, envtest.User{Name: "admin", Groups: []string{"system:masters"}})
+	admin := testkube.Kubeconfig(t, env, testkube.Admin)
 
 	// 1. helm install, as the README says. The chart's objects must be
 	// accepted by the API server.
@@ -235,9 +218,7 @@ func TestEndToEnd(t *testing.T) {
 		"--control-plane-address":     xdsAddr,
 	})
 	opArgs = append(opArgs, "--webhook-host=127.0.0.1", "--webhook-cert-extra-dns-names=localhost")
-	saUser := envtest.User{Name: "system:serviceaccount:" + releaseNS + ":" + dep.Spec.Template.Spec.ServiceAccountName,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS, "system:authenticated"}}
-	opKubeconfig := kubeconfigFor(t, env, saUser)
+	opKubeconfig := testkube.Kubeconfig(t, env, testkube.ServiceAccount(releaseNS, dep.Spec.Template.Spec.ServiceAccountName))
 	startOperator := func() *proc {
 		return start(t, "operator", bins.operator, opArgs, []string{"KUBECONFIG=" + opKubeconfig, "POD_NAMESPACE=" + releaseNS})
 	}
@@ -246,7 +227,7 @@ func TestEndToEnd(t *testing.T) {
 	kubeletDone := make(chan struct{})
 	go func() {
 		defer close(kubeletDone)
-		projectSecret(kctx, c, client.ObjectKey{Namespace: releaseNS, Name: "tiercache-webhook-cert"}, certDir)
+		testkube.ProjectSecret(kctx, c, client.ObjectKey{Namespace: releaseNS, Name: "tiercache-webhook-cert"}, certDir)
 	}()
 	t.Cleanup(func() { stopKubelet(); <-kubeletDone })
 	eventually(t, "the webhooks point at the operator", 30*time.Second, func() error {
@@ -490,31 +471,6 @@ func pointWebhooksAt(ctx context.Context, c client.Client, base string) error {
 		toURL(&v.Webhooks[i].ClientConfig)
 	}
 	return c.Update(ctx, &v)
-}
-
-// projectSecret writes the Secret's keys into dir whenever they change,
-// as a kubelet's secret volume does, until ctx ends.
-func projectSecret(ctx context.Context, c client.Client, key client.ObjectKey, dir string) {
-	seen := map[string]string{}
-	for {
-		var s corev1.Secret
-		if err := c.Get(ctx, key, &s); err == nil {
-			for k, v := range s.Data {
-				if seen[k] == string(v) {
-					continue
-				}
-				tmp := filepath.Join(dir, "."+k+".tmp")
-				if os.WriteFile(tmp, v, 0o600) == nil && os.Rename(tmp, filepath.Join(dir, k)) == nil {
-					seen[k] = string(v)
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 func portOf(addr string) string {

@@ -2,8 +2,6 @@ package chart
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tiercache/tiercache/internal/testkube"
 )
 
 // startAPIServer starts envtest's etcd and kube-apiserver with nothing
@@ -34,18 +34,7 @@ func startAPIServer(t *testing.T) (client.Client, string) {
 			t.Errorf("stopping envtest: %v", err)
 		}
 	})
-	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := testkube.Kubeconfig(t, env, testkube.Admin)
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)

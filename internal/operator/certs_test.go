@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/testkube"
 )
 
 // TestSelfManagedCertificates runs an operator with --cert-mode=self on an
@@ -106,7 +105,7 @@ func TestSelfManagedCertificates(t *testing.T) {
 	kubelet := make(chan struct{})
 	go func() {
 		defer close(kubelet)
-		projectSecret(opCtx, c, client.ObjectKey{Namespace: ns, Name: "tc-certs-secret"}, certDir)
+		testkube.ProjectSecret(opCtx, c, client.ObjectKey{Namespace: ns, Name: "tc-certs-secret"}, certDir)
 	}()
 	done := make(chan error, 1)
 	go func() {
@@ -168,30 +167,6 @@ func TestSelfManagedCertificates(t *testing.T) {
 	err = c.Create(ctx, newTier("default", "bad", v1alpha1.CacheTierSpec{L1: v1alpha1.L1Spec{MaxSize: qty("512Ki")}}))
 	if err == nil || !strings.Contains(err.Error(), "admission webhook") || !strings.Contains(err.Error(), "spec.l1.maxSize") {
 		t.Errorf("an invalid tier: %v", err)
-	}
-}
-
-// projectSecret writes the Secret's keys as files into dir whenever they
-// change, like a kubelet's secret volume, until ctx ends.
-func projectSecret(ctx context.Context, c client.Client, key client.ObjectKey, dir string) {
-	seen := map[string]string{}
-	for {
-		var s corev1.Secret
-		if err := c.Get(ctx, key, &s); err == nil {
-			for k, v := range s.Data {
-				if seen[k] != string(v) {
-					tmp := filepath.Join(dir, "."+k+".tmp")
-					if os.WriteFile(tmp, v, 0o600) == nil && os.Rename(tmp, filepath.Join(dir, k)) == nil {
-						seen[k] = string(v)
-					}
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tiercache/tiercache/internal/testkube"
 )
 
 // TestEveryCRDFieldIsDocumented walks the generated schema: every field
@@ -53,7 +55,7 @@ func TestEveryCRDFieldIsDocumented(t *testing.T) {
 // kubectl, as a user would.
 func TestKubectlExplainDocumentsCacheTier(t *testing.T) {
 	needCluster(t)
-	kubectl, path := kubectlPath(t), adminKubeconfig(t)
+	kubectl, path := kubectlPath(t), testkube.Kubeconfig(t, cluster.env, testkube.Admin)
 	for field, want := range map[string]string{
 		"cachetier.spec.l2.passwordSecretRef": "Redis password",
 		"ct.spec.rules.cacheKey.queryExclude": "utm_*",

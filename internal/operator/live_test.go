@@ -20,6 +20,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/sidecar"
+	"github.com/tiercache/tiercache/internal/testkube"
 )
 
 // TestKubectlApplyChangesARunningSidecar: a sidecar connected to the
@@ -30,7 +31,7 @@ func TestKubectlApplyChangesARunningSidecar(t *testing.T) {
 	c := needCluster(t)
 	ns := namespace(t, c)
 	ctx := context.Background()
-	kubeconfig := adminKubeconfig(t)
+	kubeconfig := testkube.Kubeconfig(t, cluster.env, testkube.Admin)
 
 	var hits atomic.Int64
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -160,25 +161,6 @@ spec:
 	if x := xcache(); !strings.HasPrefix(x, "HIT") {
 		t.Errorf("X-Cache %q after the refused config; the last good one should still serve", x)
 	}
-}
-
-// adminKubeconfig writes a kubeconfig for a system:masters user of the
-// shared API server.
-func adminKubeconfig(t *testing.T) string {
-	t.Helper()
-	user, err := cluster.env.AddUser(envtestAdmin(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // kubectlPath is the kubectl that hack/k8s-tools.sh built.

@@ -200,8 +200,3 @@ func namespace(t *testing.T, c client.Client) string {
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
 
 func intstrName(s string) intstr.IntOrString { return intstr.FromString(s) }
-
-// envtestAdmin is a user in system:masters, for kubectl and helm.
-func envtestAdmin() envtest.User {
-	return envtest.User{Name: "admin", Groups: []string{"system:masters"}}
-}
