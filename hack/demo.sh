@@ -23,17 +23,6 @@ if [[ "$ONESHOT" == 1 ]]; then
 else
   default_port() { echo "$1"; }
 fi
-ORIGIN_PORT="${DEMO_ORIGIN_PORT:-$(default_port 8081)}"
-PROXY_PORT="${DEMO_PORT:-$(default_port 8080)}"
-ADMIN_PORT="${DEMO_ADMIN_PORT:-$(default_port 9090)}"
-if [[ "$ORIGIN_PORT" == "$PROXY_PORT" || "$ORIGIN_PORT" == "$ADMIN_PORT" || "$PROXY_PORT" == "$ADMIN_PORT" ]]; then
-  tc_die "the origin, sidecar and admin ports must differ ($ORIGIN_PORT, $PROXY_PORT, $ADMIN_PORT)"
-fi
-
-ORIGIN="http://127.0.0.1:$ORIGIN_PORT"
-PROXY="http://127.0.0.1:$PROXY_PORT"
-ADMIN="http://127.0.0.1:$ADMIN_PORT"
-
 tc_need_cmd curl "${MAKE:-make}"
 
 if [[ -t 1 ]]; then bold=$'\e[1m' green=$'\e[32m' red=$'\e[31m' reset=$'\e[0m'; else bold="" green="" red="" reset=""; fi
@@ -60,15 +49,28 @@ trap cleanup EXIT
 trap 'interrupted=1; echo; echo "stopping the demo"; exit 130' INT
 trap 'interrupted=1; exit 143' TERM
 
+say "Building"
+"${MAKE:-make}" --no-print-directory build
+[[ -x bin/tiercache-sidecar ]] || tc_die "bin/tiercache-sidecar was not built (is cmd/sidecar there?)"
+
+# Ports are chosen after the build, so that nothing can take a free one
+# while it runs.
+ORIGIN_PORT="${DEMO_ORIGIN_PORT:-$(default_port 8081)}"
+PROXY_PORT="${DEMO_PORT:-$(default_port 8080)}"
+ADMIN_PORT="${DEMO_ADMIN_PORT:-$(default_port 9090)}"
+if [[ "$ORIGIN_PORT" == "$PROXY_PORT" || "$ORIGIN_PORT" == "$ADMIN_PORT" || "$PROXY_PORT" == "$ADMIN_PORT" ]]; then
+  tc_die "the origin, sidecar and admin ports must differ ($ORIGIN_PORT, $PROXY_PORT, $ADMIN_PORT)"
+fi
+
+ORIGIN="http://127.0.0.1:$ORIGIN_PORT"
+PROXY="http://127.0.0.1:$PROXY_PORT"
+ADMIN="http://127.0.0.1:$ADMIN_PORT"
+
 for p in "$ORIGIN_PORT" "$PROXY_PORT" "$ADMIN_PORT"; do
   if tc_port_busy "$p"; then
     tc_die "something already listens on 127.0.0.1:$p (another demo?); stop it or choose ports with DEMO_ORIGIN_PORT, DEMO_PORT, DEMO_ADMIN_PORT"
   fi
 done
-
-say "Building"
-"${MAKE:-make}" --no-print-directory build
-[[ -x bin/tiercache-sidecar ]] || tc_die "bin/tiercache-sidecar was not built (is cmd/sidecar there?)"
 
 say "Starting the demo origin on $ORIGIN and the sidecar on $PROXY (admin $ADMIN)"
 bin/demo-origin --listen "127.0.0.1:$ORIGIN_PORT" >"$workdir/origin.log" 2>&1 &
