@@ -132,9 +132,12 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, perr
 		}
 	}
+	if requeueErr != nil {
+		return reconcile.Result{}, requeueErr // retried with backoff
+	}
 	// Connected sidecars change without any Kubernetes event: look again
 	// in a while.
-	return reconcile.Result{RequeueAfter: r.Refresh}, requeueErr
+	return reconcile.Result{RequeueAfter: r.Refresh}, nil
 }
 
 // liveTier returns the tier req names, or nil when it is gone or being
