@@ -61,6 +61,9 @@ type TierReconciler struct {
 	// Refresh re-reconciles each tier this often to update the connected
 	// sidecar count (0: only on changes).
 	Refresh time.Duration
+	// ConnectedCount counts a tier's sidecars across all replicas; nil =
+	// the Publisher's own count.
+	ConnectedCount func(ctx context.Context, key string) (int, error)
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -118,7 +121,13 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			status.InjectedPods++
 		}
 	}
-	status.ConnectedSidecars = int32(r.Publisher.Connected(key))
+	connected := r.Publisher.Connected(key)
+	if r.ConnectedCount != nil {
+		if connected, err = r.ConnectedCount(ctx, key); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	status.ConnectedSidecars = int32(connected)
 	if nr, ok := r.Publisher.(nackReporter); ok {
 		total, last := nr.NACKs(key)
 		status.NACKs, status.LastNACK = int64(total), truncate(last, 1024)

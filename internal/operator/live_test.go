@@ -59,33 +59,7 @@ spec:
 %s`
 	apply(fmt.Sprintf(tierYAML, ns, "      bypass: true\n"))
 
-	sctx, stop := context.WithCancel(ctx)
-	addrs := make(chan sidecar.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- sidecar.RunWith(sctx, []string{
-			"--upstream=" + origin.URL,
-			"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0",
-			"--tier=live", "--pod-name=web-0", "--pod-namespace=" + ns,
-			"--control-plane=" + cluster.xdsAddr,
-			"--state-dir=" + t.TempDir(),
-			"--log-format=text",
-		}, func(string) string { return "" }, logSink(), func(a sidecar.Addrs) { addrs <- a })
-	}()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("sidecar: %v", err)
-		}
-	}()
-	var a sidecar.Addrs
-	select {
-	case a = <-addrs:
-	case err := <-done:
-		t.Fatalf("sidecar exited: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("sidecar did not start")
-	}
+	a := startSidecar(t, origin.URL, ns, "live", "web-0", cluster.xdsAddr)
 
 	xcache := func() string {
 		resp, err := http.Get("http://" + a.Serve + "/page")
@@ -161,6 +135,40 @@ spec:
 	if x := xcache(); !strings.HasPrefix(x, "HIT") {
 		t.Errorf("X-Cache %q after the refused config; the last good one should still serve", x)
 	}
+}
+
+// startSidecar runs a sidecar of tier in namespace ns, connected to the
+// control plane at xds, until the test ends.
+func startSidecar(t *testing.T, upstream, ns, tier, pod, xds string) sidecar.Addrs {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	addrs := make(chan sidecar.Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- sidecar.RunWith(ctx, []string{
+			"--upstream=" + upstream,
+			"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0",
+			"--tier=" + tier, "--pod-name=" + pod, "--pod-namespace=" + ns,
+			"--control-plane=" + xds,
+			"--state-dir=" + t.TempDir(),
+			"--log-format=text",
+		}, func(string) string { return "" }, logSink(), func(a sidecar.Addrs) { addrs <- a })
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("sidecar %s: %v", pod, err)
+		}
+	})
+	select {
+	case a := <-addrs:
+		return a
+	case err := <-done:
+		t.Fatalf("sidecar %s exited: %v", pod, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sidecar %s did not start", pod)
+	}
+	return sidecar.Addrs{}
 }
 
 // kubectlPath is the kubectl that hack/k8s-tools.sh built.

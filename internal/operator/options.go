@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 )
@@ -50,6 +51,10 @@ type Options struct {
 	// XDSTLSCert and XDSTLSKey, when set, serve the control plane over
 	// TLS with this certificate (re-read when the files change).
 	XDSTLSCert, XDSTLSKey string
+	// ReplicaName identifies this replica in its connected-sidecars
+	// report (default $POD_NAME, else the host name, which is the pod
+	// name in Kubernetes).
+	ReplicaName string
 	// StatusRefresh re-reads connected sidecar counts this often.
 	StatusRefresh time.Duration
 	// MissingTier is "refuse" (admission denies a pod naming a tier that
@@ -100,6 +105,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.XDSListen, "xds-listen", ":18000", "control plane (xDS over gRPC) address; empty disables live config")
 	fs.StringVar(&o.XDSTLSCert, "xds-tls-cert-file", "", "PEM certificate for serving the control plane over TLS (with --xds-tls-key-file); sidecars then need --control-plane-ca")
 	fs.StringVar(&o.XDSTLSKey, "xds-tls-key-file", "", "PEM key of --xds-tls-cert-file")
+	fs.StringVar(&o.ReplicaName, "replica-name", defaultReplicaName(getenv), "this replica's name in its connected-sidecars report (default $POD_NAME or the host name)")
 	fs.DurationVar(&o.StatusRefresh, "status-refresh", 30*time.Second, "how often each tier's status re-reads its connected sidecar count")
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
 	fs.StringVar(&excluded, "excluded-namespaces", "kube-system,kube-public,kube-node-lease", "comma-separated namespaces never injected (the operator's own always is)")
@@ -145,6 +151,9 @@ func (o Options) Validate() error {
 	if (o.XDSTLSCert == "") != (o.XDSTLSKey == "") {
 		errs = append(errs, errors.New("--xds-tls-cert-file and --xds-tls-key-file: give both or neither"))
 	}
+	if o.XDSListen != "" && (o.ReplicaName == "" || len(o.ReplicaName) > 200) {
+		errs = append(errs, fmt.Errorf("--replica-name: must be 1-200 characters (got %q)", o.ReplicaName))
+	}
 	if o.StatusRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("--status-refresh: must be > 0 (got %s)", o.StatusRefresh))
 	}
@@ -168,4 +177,12 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+func defaultReplicaName(getenv func(string) string) string {
+	if n := getenv("POD_NAME"); n != "" {
+		return n
+	}
+	n, _ := os.Hostname()
+	return n
 }

@@ -103,8 +103,9 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	}
 	nacked := make(chan event.GenericEvent, 64)
 	pub := env.Publisher
+	var totals *connectedTotals
 	if pub == nil {
-		if pub, err = setupControlPlane(mgr, o, reg, slog.New(slog.NewJSONHandler(env.Stderr, nil)), rec, nacked); err != nil {
+		if pub, totals, err = setupControlPlane(mgr, o, reg, slog.New(slog.NewJSONHandler(env.Stderr, nil)), rec, nacked); err != nil {
 			return err
 		}
 	}
@@ -120,6 +121,9 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	}
 	if o.XDSListen != "" {
 		r.Refresh = o.StatusRefresh
+	}
+	if totals != nil {
+		r.ConnectedCount = totals.Connected
 	}
 	if err := r.SetupWithManager(mgr, secretToTiers, nacked); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -162,6 +163,9 @@ func validateTier(t *v1alpha1.CacheTier) (admission.Warnings, error) {
 func newScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := corev1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := coordinationv1.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(s); err != nil {

@@ -75,19 +75,19 @@ func (x xdsRunnable) Start(ctx context.Context) error {
 // and returns the Publisher the controllers use. NACKs become Events on
 // the tier (from whichever replica heard them) and wake the status
 // controller through nacked.
-func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer, log *slog.Logger, rec events.EventRecorder, nacked chan<- event.GenericEvent) (Publisher, error) {
+func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer, log *slog.Logger, rec events.EventRecorder, nacked chan<- event.GenericEvent) (Publisher, *connectedTotals, error) {
 	if o.XDSListen == "" {
-		return NoPublisher{}, nil
+		return NoPublisher{}, nil, nil
 	}
 	var grpcOpts []grpc.ServerOption
 	if o.XDSTLSCert != "" {
 		// certwatcher re-reads the pair when cert-manager renews it.
 		w, err := certwatcher.New(o.XDSTLSCert, o.XDSTLSKey)
 		if err != nil {
-			return nil, fmt.Errorf("--xds-tls-cert-file: %w", err)
+			return nil, nil, fmt.Errorf("--xds-tls-cert-file: %w", err)
 		}
 		if err := mgr.Add(w); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: w.GetCertificate})))
 	}
@@ -115,17 +115,23 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 		},
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ln, err := net.Listen("tcp", o.XDSListen)
 	if err != nil {
-		return nil, fmt.Errorf("--xds-listen: %w", err)
+		return nil, nil, fmt.Errorf("--xds-listen: %w", err)
 	}
 	if err := mgr.Add(xdsRunnable{srv: srv, ln: ln}); err != nil {
 		ln.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return xdsPublisher{srv}, nil
+	if err := mgr.Add(&connectedReporter{
+		c: mgr.GetClient(), r: mgr.GetAPIReader(), ns: o.Namespace, replica: o.ReplicaName,
+		every: o.StatusRefresh, counts: srv.ConnectedAll, log: log,
+	}); err != nil {
+		return nil, nil, err
+	}
+	return xdsPublisher{srv}, &connectedTotals{r: mgr.GetAPIReader(), ns: o.Namespace, every: o.StatusRefresh}, nil
 }
 
 // PublishReconciler runs on every replica (not only the leader): it
