@@ -349,6 +349,16 @@ spec:
 		sidecarURL[name], adminURL[name] = "http://"+listen, "http://"+adminAddr
 	}
 	a, b := sidecarURL["web-0"], sidecarURL["web-1"]
+	eventually(t, "the tier's status counts both sidecars", 90*time.Second, func() error {
+		var tier v1alpha1.CacheTier
+		if err := c.Get(ctx, client.ObjectKey{Namespace: appNS, Name: "web"}, &tier); err != nil {
+			return err
+		}
+		if tier.Status.ConnectedSidecars != 2 || tier.Status.InjectedPods != 2 {
+			return fmt.Errorf("connectedSidecars %d, injectedPods %d", tier.Status.ConnectedSidecars, tier.Status.InjectedPods)
+		}
+		return nil
+	})
 
 	// 6. MISS then HIT.
 	expectXCache(t, a+"/tagged/one", "MISS")

@@ -118,6 +118,7 @@ func checkRBAC(t *testing.T, ctx context.Context, c client.Client) {
 		{"watch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "", ""},
 		{"create", "coordination.k8s.io", "leases", "", releaseNS, ""},
 		{"update", "coordination.k8s.io", "leases", "", releaseNS, "tiercache-operator.tiercache.io"},
+		{"delete", "coordination.k8s.io", "leases", "", releaseNS, "tiercache-connected-tiercache-operator-0"},
 		{"create", "", "events", "", releaseNS, ""},
 		{"create", "", "secrets", "", releaseNS, ""},
 		{"update", "", "secrets", "", releaseNS, "tiercache-webhook-cert"},
