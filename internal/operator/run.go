@@ -8,6 +8,8 @@ package operator
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -81,6 +83,9 @@ func newLogger(w io.Writer) logr.Logger {
 // RunWith runs the operator with explicit surroundings.
 func RunWith(ctx context.Context, args []string, env Env) error {
 	o, err := ParseArgs(args, env.Getenv, env.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the usage is printed
+	}
 	if err != nil {
 		return err
 	}
