@@ -1,6 +1,7 @@
 package httpcache
 
 import (
+	"iter"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -52,45 +53,38 @@ type RequestCC struct {
 func ParseResponseCC(h Header) ResponseCC {
 	var cc ResponseCC
 	var maxAge, sMaxAge freshnessDelta
-	for _, line := range values(h, "Cache-Control") {
-		for rest := line; ; {
-			var d directive
-			var ok bool
-			if d, rest, ok = nextDirective(rest); !ok {
-				break
+	for d := range directives(values(h, "Cache-Control")) {
+		switch {
+		case strings.EqualFold(d.name, "max-age"):
+			maxAge.add(d)
+		case strings.EqualFold(d.name, "s-maxage"):
+			sMaxAge.add(d)
+		case strings.EqualFold(d.name, "no-cache"):
+			if !d.hasValue || appendFieldNames(&cc.NoCacheFields, d.value) == 0 {
+				cc.NoCache = true
 			}
-			switch {
-			case strings.EqualFold(d.name, "max-age"):
-				maxAge.add(d)
-			case strings.EqualFold(d.name, "s-maxage"):
-				sMaxAge.add(d)
-			case strings.EqualFold(d.name, "no-cache"):
-				if !d.hasValue || appendFieldNames(&cc.NoCacheFields, d.value) == 0 {
-					cc.NoCache = true
-				}
-			case strings.EqualFold(d.name, "private"):
-				if !d.hasValue || appendFieldNames(&cc.PrivateFields, d.value) == 0 {
-					cc.Private = true
-				}
-			case strings.EqualFold(d.name, "no-store"):
-				cc.NoStore = true
-			case strings.EqualFold(d.name, "public"):
-				cc.Public = true
-			case strings.EqualFold(d.name, "must-revalidate"):
-				cc.MustRevalidate = true
-			case strings.EqualFold(d.name, "proxy-revalidate"):
-				cc.ProxyRevalidate = true
-			case strings.EqualFold(d.name, "no-transform"):
-				cc.NoTransform = true
-			case strings.EqualFold(d.name, "immutable"):
-				cc.Immutable = true
-			case strings.EqualFold(d.name, "must-understand"):
-				cc.MustUnderstand = true
-			case strings.EqualFold(d.name, "stale-while-revalidate"):
-				minDelta(&cc.StaleWhileRevalidate, d)
-			case strings.EqualFold(d.name, "stale-if-error"):
-				minDelta(&cc.StaleIfError, d)
+		case strings.EqualFold(d.name, "private"):
+			if !d.hasValue || appendFieldNames(&cc.PrivateFields, d.value) == 0 {
+				cc.Private = true
 			}
+		case strings.EqualFold(d.name, "no-store"):
+			cc.NoStore = true
+		case strings.EqualFold(d.name, "public"):
+			cc.Public = true
+		case strings.EqualFold(d.name, "must-revalidate"):
+			cc.MustRevalidate = true
+		case strings.EqualFold(d.name, "proxy-revalidate"):
+			cc.ProxyRevalidate = true
+		case strings.EqualFold(d.name, "no-transform"):
+			cc.NoTransform = true
+		case strings.EqualFold(d.name, "immutable"):
+			cc.Immutable = true
+		case strings.EqualFold(d.name, "must-understand"):
+			cc.MustUnderstand = true
+		case strings.EqualFold(d.name, "stale-while-revalidate"):
+			minDelta(&cc.StaleWhileRevalidate, d)
+		case strings.EqualFold(d.name, "stale-if-error"):
+			minDelta(&cc.StaleIfError, d)
 		}
 	}
 	cc.MaxAge = maxAge.result(&cc.Invalid)
@@ -109,43 +103,36 @@ func ParseResponseCC(h Header) ResponseCC {
 func ParseRequestCC(h Header) RequestCC {
 	var cc RequestCC
 	lines := values(h, "Cache-Control")
-	for _, line := range lines {
-		for rest := line; ; {
-			var d directive
-			var ok bool
-			if d, rest, ok = nextDirective(rest); !ok {
-				break
+	for d := range directives(lines) {
+		switch {
+		case strings.EqualFold(d.name, "max-age"):
+			v, ok := parseDelta(d.value)
+			if !ok {
+				v = 0
 			}
-			switch {
-			case strings.EqualFold(d.name, "max-age"):
-				v, ok := parseDelta(d.value)
-				if !ok {
-					v = 0
-				}
-				if !cc.MaxAge.Valid || v < cc.MaxAge.Value {
-					cc.MaxAge = Delta{Valid: true, Value: v}
-				}
-			case strings.EqualFold(d.name, "min-fresh"):
-				if v, ok := parseDelta(d.value); ok && (!cc.MinFresh.Valid || v > cc.MinFresh.Value) {
-					cc.MinFresh = Delta{Valid: true, Value: v}
-				}
-			case strings.EqualFold(d.name, "max-stale"):
-				if !d.hasValue {
-					cc.MaxStaleAny = true
-				} else {
-					minDelta(&cc.MaxStale, d)
-				}
-			case strings.EqualFold(d.name, "stale-if-error"):
-				minDelta(&cc.StaleIfError, d)
-			case strings.EqualFold(d.name, "no-cache"):
-				cc.NoCache = true
-			case strings.EqualFold(d.name, "no-store"):
-				cc.NoStore = true
-			case strings.EqualFold(d.name, "only-if-cached"):
-				cc.OnlyIfCached = true
-			case strings.EqualFold(d.name, "no-transform"):
-				cc.NoTransform = true
+			if !cc.MaxAge.Valid || v < cc.MaxAge.Value {
+				cc.MaxAge = Delta{Valid: true, Value: v}
 			}
+		case strings.EqualFold(d.name, "min-fresh"):
+			if v, ok := parseDelta(d.value); ok && (!cc.MinFresh.Valid || v > cc.MinFresh.Value) {
+				cc.MinFresh = Delta{Valid: true, Value: v}
+			}
+		case strings.EqualFold(d.name, "max-stale"):
+			if !d.hasValue {
+				cc.MaxStaleAny = true
+			} else {
+				minDelta(&cc.MaxStale, d)
+			}
+		case strings.EqualFold(d.name, "stale-if-error"):
+			minDelta(&cc.StaleIfError, d)
+		case strings.EqualFold(d.name, "no-cache"):
+			cc.NoCache = true
+		case strings.EqualFold(d.name, "no-store"):
+			cc.NoStore = true
+		case strings.EqualFold(d.name, "only-if-cached"):
+			cc.OnlyIfCached = true
+		case strings.EqualFold(d.name, "no-transform"):
+			cc.NoTransform = true
 		}
 	}
 	if cc.MaxStale.Valid {
@@ -230,6 +217,26 @@ func appendFieldNames(dst *[]string, list string) int {
 type directive struct {
 	name, value string
 	hasValue    bool
+}
+
+// directives yields the directives of every field line in turn. It and its
+// yield function inline into both parsers, so ranging over it does not
+// allocate on the hit path (TestHitPathDoesNotAllocate guards this).
+func directives(lines []string) iter.Seq[directive] {
+	return func(yield func(directive) bool) {
+		for _, line := range lines {
+			for rest := line; ; {
+				var d directive
+				var ok bool
+				if d, rest, ok = nextDirective(rest); !ok {
+					break
+				}
+				if !yield(d) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // nextDirective lexes the first directive of a Cache-Control field value
