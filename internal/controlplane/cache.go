@@ -51,11 +51,7 @@ func newTierCache() *tierCache { return &tierCache{tiers: make(map[string]*tierS
 func (c *tierCache) set(tier, name, version string, resource *anypb.Any) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := c.tiers[tier]
-	if t == nil {
-		t = &tierState{watches: make(map[int64]tierWatch)}
-		c.tiers[tier] = t
-	}
+	t := c.tierLocked(tier)
 	if t.resource != nil && t.version == version && t.name == name {
 		return false
 	}
@@ -67,6 +63,16 @@ func (c *tierCache) set(tier, name, version string, resource *anypb.Any) bool {
 		}
 	}
 	return true
+}
+
+// tierLocked returns tier's state, creating it; c.mu must be held.
+func (c *tierCache) tierLocked(tier string) *tierState {
+	t := c.tiers[tier]
+	if t == nil {
+		t = &tierState{watches: make(map[int64]tierWatch)}
+		c.tiers[tier] = t
+	}
+	return t
 }
 
 // version returns the published version of tier, or "".
@@ -118,11 +124,7 @@ func (c *tierCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := c.tiers[tier]
-	if t == nil {
-		t = &tierState{watches: make(map[int64]tierWatch)}
-		c.tiers[tier] = t
-	}
+	t := c.tierLocked(tier)
 	if t.shouldRespond(w) {
 		t.respond(w)
 		return func() {}, nil
