@@ -153,6 +153,19 @@ func startSidecar(t testing.TB, addr, ns, tier, pod string, notify chan<- applie
 	return sc
 }
 
+// nextApplied returns the next config applied through notify; what names
+// the awaited config for the failure when none comes within waitLong.
+func nextApplied(t testing.TB, notify <-chan applied, what string) applied {
+	t.Helper()
+	select {
+	case a := <-notify:
+		return a
+	case <-time.After(waitLong):
+		t.Fatalf("%s was not applied within %s", what, waitLong)
+		return applied{}
+	}
+}
+
 func (s *testSidecar) applies() []applied {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -44,12 +44,7 @@ func TestPublishIsAppliedWithinOneSecond(t *testing.T) {
 
 	start := time.Now()
 	v := publish(t, srv, "shop/frontend", 60)
-	var got applied
-	select {
-	case got = <-notify:
-	case <-time.After(waitLong):
-		t.Fatal("the published config was not applied")
-	}
+	got := nextApplied(t, notify, "the published config")
 	if lat := got.at.Sub(start); lat > time.Second {
 		t.Errorf("applied %s after Publish, want within 1s", lat)
 	}
@@ -113,7 +108,7 @@ func TestNACKIsParkedUntilNextPublish(t *testing.T) {
 	notify := make(chan applied, 4)
 	sc := startSidecar(t, srv.addr, "shop", "frontend", "web-0", notify)
 	v1 := publish(t, srv, "shop/frontend", 60)
-	<-notify
+	nextApplied(t, notify, "the first config")
 
 	// Publish refuses an invalid config, so push the resource by hand.
 	bad, badVersion := mustEncode(t, "shop/frontend", invalidConfig())
@@ -154,13 +149,8 @@ func TestNACKIsParkedUntilNextPublish(t *testing.T) {
 
 	// The next good publish reaches it.
 	v2 := publish(t, srv, "shop/frontend", 120)
-	select {
-	case a := <-notify:
-		if a.version != v2 {
-			t.Errorf("applied %s, want %s", a.version, v2)
-		}
-	case <-time.After(waitLong):
-		t.Fatal("the good config after a NACK was not applied")
+	if a := nextApplied(t, notify, "the good config after a NACK"); a.version != v2 {
+		t.Errorf("applied %s, want %s", a.version, v2)
 	}
 	if st := sc.State(); st.Responses != 3 || st.NACKs != 1 {
 		t.Errorf("state = %+v, want 3 responses and 1 NACK", st)
@@ -172,7 +162,7 @@ func TestApplyErrorNACKs(t *testing.T) {
 	notify := make(chan applied, 4)
 	sc := startSidecar(t, srv.addr, "shop", "frontend", "web-0", notify)
 	v1 := publish(t, srv, "shop/frontend", 60)
-	<-notify
+	nextApplied(t, notify, "the first config")
 	_, v2, _ := Encode("shop/frontend", ttlConfig(120))
 	sc.mu.Lock()
 	sc.fail = v2
@@ -194,7 +184,7 @@ func TestSidecarSurvivesServerRestart(t *testing.T) {
 	sc := startSidecar(t, srv.addr, "shop", "frontend", "web-0", notify,
 		func(o *ClientOptions) { o.LastGoodPath = file })
 	v1 := publish(t, srv, "shop/frontend", 60)
-	<-notify
+	nextApplied(t, notify, "the first config")
 
 	srv.stop()
 	eventually(t, waitLong, func() bool { return !sc.State().Connected }, "the sidecar did not notice the server going away")
@@ -219,13 +209,8 @@ func TestSidecarSurvivesServerRestart(t *testing.T) {
 	}
 
 	v2 := publish(t, srv2, "shop/frontend", 120)
-	select {
-	case a := <-notify:
-		if a.version != v2 {
-			t.Errorf("applied %s, want %s", a.version, v2)
-		}
-	case <-time.After(waitLong):
-		t.Fatal("an edit after the restart was not applied")
+	if a := nextApplied(t, notify, "an edit after the restart"); a.version != v2 {
+		t.Errorf("applied %s, want %s", a.version, v2)
 	}
 }
 
@@ -247,13 +232,8 @@ func TestSidecarStartsBeforeServer(t *testing.T) {
 	publish(t, srv2, "shop/frontend", 60)
 	eventually(t, waitLong, func() bool { return sc.State().Responses == 1 }, "no response after the server came up")
 	v2 := publish(t, srv2, "shop/frontend", 120)
-	select {
-	case a := <-notify:
-		if a.version != v2 {
-			t.Errorf("applied %s first, want %s: the initial version was re-applied", a.version, v2)
-		}
-	case <-time.After(waitLong):
-		t.Fatal("not applied")
+	if a := nextApplied(t, notify, "the config published after the server came up"); a.version != v2 {
+		t.Errorf("applied %s first, want %s: the initial version was re-applied", a.version, v2)
 	}
 }
 
@@ -262,7 +242,7 @@ func TestClearKeepsWatches(t *testing.T) {
 	notify := make(chan applied, 4)
 	sc := startSidecar(t, srv.addr, "shop", "frontend", "web-0", notify)
 	v1 := publish(t, srv, "shop/frontend", 60)
-	<-notify
+	nextApplied(t, notify, "the first config")
 	srv.Clear("shop/frontend")
 	if srv.Version("shop/frontend") != "" {
 		t.Error("Clear left a version")
@@ -273,13 +253,8 @@ func TestClearKeepsWatches(t *testing.T) {
 	}
 	// Re-created: the connected sidecar hears of it.
 	v2 := publish(t, srv, "shop/frontend", 120)
-	select {
-	case a := <-notify:
-		if a.version != v2 {
-			t.Errorf("applied %s, want %s", a.version, v2)
-		}
-	case <-time.After(waitLong):
-		t.Fatal("a tier published again after Clear did not reach its connected sidecar")
+	if a := nextApplied(t, notify, "a tier published again after Clear"); a.version != v2 {
+		t.Errorf("applied %s, want %s", a.version, v2)
 	}
 }
 
