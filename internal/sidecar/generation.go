@@ -246,12 +246,12 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 }
 
 // sameL2 reports whether a and b connect to L2 the same way (warm-start
-// settings only matter when a generation starts, so they do not count).
+// settings only matter when a generation starts, so they are not
+// compared).
 func sameL2(a, b tierconfig.L2) bool {
 	if len(a.Addresses) == 0 && len(b.Addresses) == 0 {
 		return true
 	}
-	a.WarmStart, b.WarmStart = tierconfig.WarmStart{}, tierconfig.WarmStart{}
 	return slices.Equal(a.Addresses, b.Addresses) &&
 		a.Mode == b.Mode && a.MasterName == b.MasterName && a.Username == b.Username &&
 		a.Password == b.Password && a.TLS == b.TLS && a.CACert == b.CACert &&

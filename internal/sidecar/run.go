@@ -148,9 +148,7 @@ func envName(flag string) string {
 	return "TIERCACHE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// Run runs the sidecar until ctx ends, then drains and returns. Ready, when
-// not nil, is called with the bound serving and admin addresses once both
-// listen (tests use it with ":0" addresses).
+// Run runs the sidecar until ctx ends, then drains and returns.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return RunWith(ctx, args, os.Getenv, stderr, nil)
 }
@@ -159,6 +157,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type Addrs struct{ Serve, Admin string }
 
 // RunWith is Run with the environment and a readiness callback injected.
+// ready, when not nil, is called with the bound serving and admin
+// addresses once both listen (tests use it with ":0" addresses).
 func RunWith(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready func(Addrs)) error {
 	o, err := ParseArgs(args, getenv, stderr)
 	if err != nil {

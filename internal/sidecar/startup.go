@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
@@ -22,8 +21,7 @@ const LastGoodFile = "config.json"
 // valid is skipped with a warning, never fatal: the next source serves. An
 // explicit --config or --initial-config that is not valid is an error.
 func startupConfig(o Options, log *slog.Logger) (tierconfig.Config, string, error) {
-	if o.StateDir != "" {
-		path := filepath.Join(o.StateDir, LastGoodFile)
+	if path := lastGoodPath(o); path != "" {
 		switch c, err := tierconfig.Load(path); {
 		case err == nil:
 			return c, path, nil
