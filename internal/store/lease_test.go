@@ -92,6 +92,11 @@ func TestAwaitFillReturnsTheLeadersFill(t *testing.T) {
 	if err := a.s.SetShared(ctx, key, marker); err != nil {
 		t.Fatal(err)
 	}
+	select {
+	case r := <-done:
+		t.Fatalf("AwaitFill took the Vary marker for the fill: %q, %v, kind %v", r.layer, r.err, r.e.Kind)
+	case <-time.After(50 * time.Millisecond): // ten polls
+	}
 	want := response(time.Now(), "/fill", time.Minute)
 	if err := a.s.SetShared(ctx, key, want); err != nil {
 		t.Fatal(err)
