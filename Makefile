@@ -78,7 +78,7 @@ fuzz-short: ## Run every Fuzz* target for FUZZTIME (default 8s)
 fuzz: ## Run every Fuzz* target for longer (FUZZTIME=60s)
 	@FUZZTIME=60s bash hack/fuzz.sh
 
-demo-smoke: ## Run the demo once and fail unless it shows MISS then HIT
+demo-smoke: ## Run the demo once and fail unless it shows MISS, HIT, then MISS after a purge
 	@DEMO_ONESHOT=1 bash hack/demo.sh
 
 demo: ## Start the demo origin and the sidecar, show MISS → HIT → purge → MISS, keep running until Ctrl-C

@@ -6,7 +6,8 @@
 #
 # Then it prints commands to try and keeps both processes running until
 # Ctrl-C. With DEMO_ONESHOT=1 (used by `make test`) it exits after the
-# showcase, non-zero unless the first request said MISS and the second HIT.
+# showcase, non-zero unless the requests said MISS, HIT, then MISS after the
+# purge.
 #
 # Ports: DEMO_ORIGIN_PORT (8081), DEMO_PORT (8080), DEMO_ADMIN_PORT (9090);
 # with DEMO_ONESHOT=1, free ports unless these are set.
@@ -139,7 +140,7 @@ EOF
 
 if [[ "$ONESHOT" == 1 ]]; then
   if ((failures)); then
-    echo "${red}demo smoke test FAILED: the sidecar did not answer MISS then HIT${reset}" >&2
+    echo "${red}demo smoke test FAILED: the sidecar did not answer MISS, HIT, then MISS after the purge${reset}" >&2
     exit 1
   fi
   echo "${green}demo smoke test passed${reset}"
