@@ -153,16 +153,13 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 // deleted, after withdrawing its config from pub.
 func liveTier(ctx context.Context, c client.Reader, req reconcile.Request, pub Publisher) (*v1alpha1.CacheTier, error) {
 	var tier v1alpha1.CacheTier
-	if err := c.Get(ctx, req.NamespacedName, &tier); err != nil {
-		if apierrors.IsNotFound(err) {
-			pub.Clear(req.Namespace + "/" + req.Name)
-			return nil, nil
-		}
-		return nil, err
-	}
-	if !tier.DeletionTimestamp.IsZero() {
+	err := c.Get(ctx, req.NamespacedName, &tier)
+	if apierrors.IsNotFound(err) || (err == nil && !tier.DeletionTimestamp.IsZero()) {
 		pub.Clear(req.Namespace + "/" + req.Name)
 		return nil, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	return &tier, nil
 }
@@ -218,15 +215,9 @@ func secretRefs(t *v1alpha1.CacheTier) []string {
 	return out
 }
 
-// handlerFor is an event handler that maps objects to tier requests.
-type handlerFor = handler.EventHandler
-
-// onlyMetadata watches an object's metadata only.
-var onlyMetadata = builder.OnlyMetadata
-
 // indexSecretRefs indexes CacheTiers by the Secrets they reference and
 // returns the handler that maps a Secret to the tiers that use it.
-func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handlerFor, error) {
+func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handler.EventHandler, error) {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.CacheTier{}, secretRefIndex, func(o client.Object) []string {
 		return secretRefs(o.(*v1alpha1.CacheTier))
 	}); err != nil {
@@ -251,7 +242,7 @@ func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handlerFor, error) 
 // uncached when rendering), injected Pods (by their tier label; the
 // manager's cache holds only Pods that carry it, see newManager), and
 // NACKs reported by the control plane on nacked.
-func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handlerFor, nacked <-chan event.GenericEvent) error {
+func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handler.EventHandler, nacked <-chan event.GenericEvent) error {
 	podToTier := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[inject.LabelTier]
 		if name == "" || strings.Contains(name, "/") {

@@ -17,10 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -166,12 +168,12 @@ func (r *PublishReconciler) Reconcile(ctx context.Context, req reconcile.Request
 
 // SetupWithManager registers the publishing controller with the same
 // watches as the status controller (the secret index is shared).
-func (r *PublishReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handlerFor) error {
+func (r *PublishReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handler.EventHandler) error {
 	notLeader := false
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("cachetier-publish").
 		For(&v1alpha1.CacheTier{}).
-		Watches(&corev1.Secret{}, secretToTiers, onlyMetadata).
+		Watches(&corev1.Secret{}, secretToTiers, builder.OnlyMetadata).
 		WithOptions(controller.Options{NeedLeaderElection: &notLeader}).
 		Complete(r)
 }
