@@ -163,7 +163,8 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// excluded reports whether pods in ns are never injected.
+// excluded lists the namespaces whose pods are never injected: the
+// operator's own and ExcludedNamespaces.
 func (o Options) excluded() []string {
 	return append([]string{o.Namespace}, o.ExcludedNamespaces...)
 }
