@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 const mi = 1 << 20
@@ -83,11 +84,11 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 		StartupProbe:   httpProbe("/healthz", admin, 1, 30),
 		RestartPolicy:  &always,
 		SecurityContext: &corev1.SecurityContext{
-			RunAsNonRoot:             ptr(true),
-			RunAsUser:                ptr(SidecarUID),
-			RunAsGroup:               ptr(SidecarUID),
-			ReadOnlyRootFilesystem:   ptr(true),
-			AllowPrivilegeEscalation: ptr(false),
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To(SidecarUID),
+			RunAsGroup:               ptr.To(SidecarUID),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
@@ -141,5 +142,3 @@ func stateVolume() corev1.Volume {
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size},
 	}}
 }
-
-func ptr[T any](v T) *T { return &v }
