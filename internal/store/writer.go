@@ -30,7 +30,8 @@ func (s *Layered) enqueueSet(key string, e *entry.Entry, ttl time.Duration) {
 		s.m.L2Dropped.Inc()
 		return
 	}
-	size := int64(entry.EncodedSize(e) + len(key))
+	n := entry.EncodedSize(e)
+	size := int64(n + len(key))
 	if s.queued.Add(size) > s.queueBytes {
 		s.queued.Add(-size)
 		s.m.L2Dropped.Inc()
@@ -40,7 +41,7 @@ func (s *Layered) enqueueSet(key string, e *entry.Entry, ttl time.Duration) {
 	// holds copies: the entry re-decoded from its own encoding, so that
 	// nothing in it aliases the caller's memory.
 	c := new(entry.Entry)
-	if err := entry.Decode(entry.Encode(make([]byte, 0, entry.EncodedSize(e)), e), c); err != nil {
+	if err := entry.Decode(entry.Encode(make([]byte, 0, n), e), c); err != nil {
 		s.queued.Add(-size) // unreachable: our own encoding always decodes
 		return
 	}
