@@ -100,29 +100,18 @@ _k8s_gomod() {
   } >"$dir/go.mod"
 }
 
-# _k8s_upstream_gomod WHAT MODULE@VERSION prints the path of that module's
-# go.mod in the module cache, downloading it (just the go.mod) when needed.
-_k8s_upstream_gomod() {
-  local what="$1" spec="$2" json gomod
+# _k8s_download WHAT MODULE@VERSION FIELD downloads the module into the
+# module cache when needed and prints FIELD of `go mod download -json`
+# (GoMod: the path of its go.mod; Dir: its source directory).
+_k8s_download() {
+  local what="$1" spec="$2" field="$3" json path
   json="$(cd / && timeout -k 10 "$TC_K8S_FETCH_TIMEOUT" go mod download -json "$spec" 2>&1 9>&-)" || {
     tc_log "error: $what: 'go mod download $spec' failed: $json"
     return 1
   }
-  gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p' <<<"$json")"
-  [[ -f "$gomod" ]] || { tc_log "error: $what: no go.mod for $spec in: $json"; return 1; }
-  printf '%s\n' "$gomod"
-}
-
-# _k8s_module_dir WHAT MODULE@VERSION prints the module's source directory.
-_k8s_module_dir() {
-  local what="$1" spec="$2" json dir
-  json="$(cd / && timeout -k 10 "$TC_K8S_FETCH_TIMEOUT" go mod download -json "$spec" 2>&1 9>&-)" || {
-    tc_log "error: $what: 'go mod download $spec' failed: $json"
-    return 1
-  }
-  dir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' <<<"$json")"
-  [[ -d "$dir" ]] || { tc_log "error: $what: no source directory for $spec in: $json"; return 1; }
-  printf '%s\n' "$dir"
+  path="$(sed -n "s/^[[:space:]]*\"$field\": \"\(.*\)\",\{0,1\}\$/\1/p" <<<"$json")"
+  [[ -n "$path" && -e "$path" ]] || { tc_log "error: $what: no $field for $spec in: $json"; return 1; }
+  printf '%s\n' "$path"
 }
 
 # --- etcd ---------------------------------------------------------------------
@@ -130,7 +119,7 @@ _k8s_module_dir() {
 _k8s_build_etcd() {
   local tmp="$1" what="etcd $ETCD_VERSION" mod="$1/build" upstream
   local module=go.etcd.io/etcd/server/v3
-  upstream="$(_k8s_upstream_gomod "$what" "$module@$ETCD_VERSION")" || return 1
+  upstream="$(_k8s_download "$what" "$module@$ETCD_VERSION" GoMod)" || return 1
   _k8s_gomod "$mod" tiercache.local/k8s-tools/etcd "$upstream" || return 1
   GOFLAGS="-mod=mod -buildvcs=false" _k8s_step "$what" "$mod" "$TC_K8S_FETCH_TIMEOUT" \
     go get "$module@$ETCD_VERSION" || return 1
@@ -157,7 +146,7 @@ _k8s_build_kube() {
   local staging_version="v0.${KUBE_VERSION#v1.}"
   local major="${KUBE_VERSION#v}"; major="${major%%.*}"
   local minor="${KUBE_VERSION#v*.}"; minor="${minor%%.*}"
-  upstream="$(_k8s_upstream_gomod "$what" "k8s.io/kubernetes@$KUBE_VERSION")" || return 1
+  upstream="$(_k8s_download "$what" "k8s.io/kubernetes@$KUBE_VERSION" GoMod)" || return 1
   staging="$(go mod edit -print "$upstream" | awk '
     /^require \($/ { inreq = 1; next }
     inreq && /^\)$/ { inreq = 0; next }
@@ -239,7 +228,7 @@ _k8s_build_helm() {
   # Offline (`helm template`, `helm lint`) helm assumes the Kubernetes version
   # in these variables, 1.20 unless set; a -X for a variable that does not
   # exist is silently ignored, so check that they do.
-  src="$(_k8s_module_dir "$what" "helm.sh/helm/v3@$HELM_VERSION")" || return 1
+  src="$(_k8s_download "$what" "helm.sh/helm/v3@$HELM_VERSION" Dir)" || return 1
   local f
   for f in pkg/chartutil pkg/lint/rules; do
     if ! grep -qs 'k8sVersionMajor = ' "$src/$f"/*.go || ! grep -qs 'k8sVersionMinor = ' "$src/$f"/*.go; then
