@@ -3,8 +3,15 @@
 // disagree. Keys are opaque to the stores: L1 uses them as they are (or a
 // digest when long), L2 hashes them into its Redis key names.
 //
-// Primary key:  "GET " scheme "://" host target [extras]
-// Variant key:  primary 0x00 'v' nonce(16 hex) 0x00 vary-values
+// Primary key:  "GET " scheme "://" host target
+// Variant key:  primary 0x00 'v' nonce(16 hex) 0x00 [extras] vary-values
+//
+// Under the primary key is either a response or a marker (entry.KindVary)
+// whose nonce names the current set of variants: responses that vary (by
+// their Vary header) and every response under a rule that adds request
+// headers or cookies to the key (the extras) are stored under variant
+// keys. Deleting the primary key (a purge, an unsafe request) thus retires
+// every variant of a URL without a scan, in L1 and L2 alike.
 //
 // The method class is always GET: HEAD is answered from GET entries and
 // nothing else is stored.

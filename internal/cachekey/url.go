@@ -7,15 +7,12 @@ import (
 )
 
 // PrimaryKeys returns the primary keys of a resource under both schemes,
-// shaped by the tier's rules, as the proxy stores them. Rules that add
-// request headers or cookies to the key have no single key per URL; for
-// those it returns nil and the caller must match entries by host and
-// target instead (RuleTarget).
+// shaped by the tier's rules, as the proxy stores them. Every stored
+// variant of the resource (by Vary, or by the request headers and cookies
+// its rule keys on) is reached through a marker under one of these keys,
+// so deleting them retires all of its variants.
 func PrimaryKeys(cfg *tierconfig.Compiled, host, escapedPath, rawQuery string) []string {
-	rule, tgt := RuleTarget(cfg, escapedPath, rawQuery)
-	if rule.HasKeyExtras {
-		return nil
-	}
+	_, tgt := RuleTarget(cfg, escapedPath, rawQuery)
 	keys := make([]string, 0, 2)
 	for _, scheme := range [...]string{"http", "https"} {
 		keys = append(keys, string(AppendPrimary(nil, scheme, Host(host, scheme), tgt)))

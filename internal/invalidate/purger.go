@@ -1,8 +1,9 @@
 // Package invalidate owns removing entries before their time: purges from
 // the admin API (by URL, path prefix or tag) and the invalidations that
-// unsafe requests cause (RFC 9111 §4.4). It keeps a generation number that
-// changes with every purge, so a fill that began before a purge is served
-// but never stored after it.
+// unsafe requests cause (RFC 9111 §4.4). It also knows the fills in
+// progress (Watches), so that a fill of a resource that is purged or
+// invalidated while it runs is served but never stored after it, while
+// fills of every other resource are stored as usual.
 //
 // With a Remote (L2), purges are cluster-wide: they delete from Redis and
 // are published on the tier's channel so that every sidecar of the tier
@@ -42,7 +43,8 @@ type Remote interface {
 	Publish(ctx context.Context, msg []byte) error
 }
 
-// Purger removes entries and counts generations.
+// Purger removes entries and tells the fills in progress that they were
+// overtaken.
 type Purger struct {
 	local  Local
 	remote Remote // nil: this sidecar only
@@ -51,7 +53,7 @@ type Purger struct {
 	// remoteTimeout bounds the L2 work an unsafe request waits for.
 	remoteTimeout time.Duration
 	cfg           *tierconfig.Holder
-	gen           atomic.Uint64
+	watches       *Watches
 	subscribed    atomic.Bool
 	// OnPurge, when set, is called after every purge or invalidation (for
 	// metrics).
@@ -61,8 +63,16 @@ type Purger struct {
 // NewPurger returns a Purger over local, shaping URLs with the tier config
 // in effect.
 func NewPurger(local Local, cfg *tierconfig.Holder) *Purger {
-	return &Purger{local: local, cfg: cfg, log: slog.Default()}
+	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches()}
 }
+
+// UseWatches makes the purger mark the fills registered in ws (shared by
+// every purger of a sidecar) instead of its own. Call it before serving.
+func (p *Purger) UseWatches(ws *Watches) { p.watches = ws }
+
+// Watch registers a fill of host (as received) and target (path?query as
+// keyed) that is about to start; see Watches. The caller must End it.
+func (p *Purger) Watch(host, target string) *Watch { return p.watches.Begin(host, target) }
 
 // SetRemote makes purges cluster-wide: they also delete from remote and
 // are published to the tier's other sidecars, which apply them to their L1
@@ -79,17 +89,12 @@ func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog
 	}
 }
 
-// Generation changes whenever anything is purged or invalidated, here or
-// (with a Remote) on another sidecar of the tier.
-func (p *Purger) Generation() uint64 { return p.gen.Load() }
-
 // Invalidate removes every variant of each absolute URL: the exact primary
 // keys when the URL's rule keys only on host and target, else by matching
 // entries. It is what unsafe requests trigger, so the common case does no
 // scan. With a Remote, the keys also go from L2 and the other sidecars are
 // told.
 func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
-	p.gen.Add(1)
 	keys := p.invalidateLocal(urls)
 	if p.remote != nil {
 		ctx, cancel := context.WithTimeout(ctx, p.remoteTimeout)
@@ -108,25 +113,25 @@ func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
 	p.purged()
 }
 
-// invalidateLocal applies Invalidate to L1 and returns the exact keys it
-// deleted (for L2).
+// invalidateLocal applies Invalidate to the fills in progress and to L1
+// and returns the exact keys it deleted (for L2). Every variant of a URL
+// (Vary, or request headers and cookies its rule keys on) hangs off a
+// marker under the URL's primary key, so deleting the primary keys
+// retires them all without a scan.
 func (p *Purger) invalidateLocal(urls []*url.URL) []string {
 	cfg := p.cfg.Load()
-	var scan []ref
+	refs := make([]ref, 0, len(urls))
+	for _, u := range urls {
+		refs = append(refs, p.refOf(cfg, u.Host, u.EscapedPath(), u.RawQuery))
+	}
+	p.watches.mark(refs, "", nil, false)
 	var all []string
 	for _, u := range urls {
 		keys := cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery)
-		if keys == nil {
-			scan = append(scan, p.refOf(cfg, u.Host, u.EscapedPath(), u.RawQuery))
-			continue
-		}
 		for _, k := range keys {
 			p.local.Delete(k)
 		}
 		all = append(all, keys...)
-	}
-	if len(scan) > 0 {
-		p.local.DeleteMatching(func(e *entry.Entry) bool { return matchesAny(e, scan) })
 	}
 	return all
 }
@@ -151,7 +156,6 @@ type Result struct {
 // other sidecar of the tier. r must have passed Validate. An error means
 // the shared part failed; the local part has been applied regardless.
 func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
-	p.gen.Add(1)
 	n := p.purgeLocal(r)
 	res := Result{Purged: n, L1: n}
 	var err error
@@ -169,6 +173,7 @@ func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 func (p *Purger) purgeLocal(r Request) int {
 	cfg := p.cfg.Load()
 	refs := p.refsOf(cfg, r.URLs)
+	p.watches.mark(refs, r.Prefix, r.Tags, false)
 	tags := tagSet(r.Tags)
 	n := 0
 	p.local.DeleteMatching(func(e *entry.Entry) bool {
@@ -183,8 +188,7 @@ func (p *Purger) purgeLocal(r Request) int {
 
 // purgeRemote applies r to L2: exact keys for absolute URLs whose rule
 // allows it, the tags' sets for tags, and one scan for everything else
-// (prefixes, origin-form URLs, which name every host, and rules that key
-// on request headers).
+// (prefixes and origin-form URLs, which name every host).
 func (p *Purger) purgeRemote(ctx context.Context, r Request) (int, error) {
 	cfg := p.cfg.Load()
 	var keys []string
@@ -195,10 +199,8 @@ func (p *Purger) purgeRemote(ctx context.Context, r Request) (int, error) {
 			continue
 		}
 		if u.Host != "" {
-			if k := cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery); k != nil {
-				keys = append(keys, k...)
-				continue
-			}
+			keys = append(keys, cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery)...)
+			continue
 		}
 		scanURLs = append(scanURLs, raw)
 	}
@@ -259,7 +261,6 @@ func (p *Purger) HandleMessage(b []byte) {
 	if m.From == p.id {
 		return
 	}
-	p.gen.Add(1)
 	if len(m.Invalidate) > 0 {
 		urls := make([]*url.URL, 0, len(m.Invalidate))
 		for _, raw := range m.Invalidate {
@@ -284,7 +285,7 @@ func (p *Purger) HandleMessage(b []byte) {
 // come back from L2. The first subscription (at start) drops nothing.
 func (p *Purger) Subscribed() {
 	if p.subscribed.Swap(true) {
-		p.gen.Add(1)
+		p.watches.mark(nil, "", nil, true)
 		p.local.Reset()
 		p.log.Info("resubscribed to invalidations; L1 cleared in case messages were missed")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
 
@@ -37,7 +38,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	staleRes := func() shared {
 		return shared{e: c.stale, xcache: xStaleCoal, out: outcome{metrics.ResultStale, c.layer, false}}
 	}
-	gen := p.inval.Generation()
+	// Watch before asking the origin: a purge of this resource from here
+	// on means the answer may be served but not stored.
+	watch := p.inval.Watch(c.host, c.tgt)
+	defer watch.End()
 	base := context.WithoutCancel(r.Context())
 	if c.background {
 		base = p.ctx
@@ -74,7 +78,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		return p.serveStale(w, r, c)
 	}
 	if resp.StatusCode == http.StatusNotModified && validating {
-		e := p.revalidated(ctx, c, resp.Header, reqTime, respTime, gen)
+		e := p.revalidated(ctx, c, resp.Header, reqTime, respTime, watch)
 		finish(shared{e: e, xcache: xRevalCoal, out: outcome{metrics.ResultRevalidated, c.layer, false}})
 		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated)
 		return outcome{metrics.ResultRevalidated, c.layer, false}
@@ -146,7 +150,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		StaleIfError:         d.StaleIfError,
 		Flags:                flags(d),
 	}
-	vary, vk := p.put(ctx, c, e, resp.Header, r, gen)
+	vary, vk := p.put(ctx, c, e, resp.Header, r, watch)
 	finish(shared{e: e, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, vary: vary, varyKey: vk})
 	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 }
@@ -163,8 +167,9 @@ func flags(d httpcache.Decision) entry.Flag {
 }
 
 // revalidated applies a 304 to the stored response (RFC 9111 §4.3.4) and
-// stores the result; it returns the entry to serve.
-func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqTime, respTime time.Time, gen uint64) *entry.Entry {
+// stores the result unless a purge overtook the revalidation; it returns
+// the entry to serve.
+func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqTime, respTime time.Time, watch *invalidate.Watch) *entry.Entry {
 	merged := httpcache.MergeNotModified(c.stale.HTTPHeader(), h304)
 	d := httpcache.Decide(httpcache.Exchange{
 		Method: http.MethodGet, ReqHeader: c.reqH,
@@ -182,28 +187,32 @@ func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqT
 		_ = p.store.Delete(ctx, c.key)
 		return &e
 	}
-	if p.inval.Generation() == gen {
-		p.set(ctx, c, c.key, &e)
-	}
+	watch.Commit(e.Tags, func() { p.set(ctx, c, c.key, &e) })
 	return &e
 }
 
-// put stores e for the request, behind a Vary marker when the response
-// varies. A purge since the fetch began (gen changed) means the response
-// is served but not stored. It returns the response's Vary names and the
+// put stores e for the request, behind a marker when the response varies
+// or the rule keys on request headers or cookies. A purge of the resource
+// or of one of its tags since the fetch began means the response is
+// served but not stored. It returns the response's Vary names and the
 // request's values for them.
-func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Header, r *http.Request, gen uint64) ([]string, []byte) {
+func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Header, r *http.Request, watch *invalidate.Watch) ([]string, []byte) {
 	names, _ := httpcache.VaryNames(respH)
 	var vk []byte
 	if len(names) > 0 {
 		vk = httpcache.AppendVaryKey(nil, names, r.Header)
 	}
-	if p.inval.Generation() != gen {
-		return names, vk
-	}
-	if len(names) == 0 {
+	watch.Commit(e.Tags, func() { p.putVariant(ctx, c, e, names, vk) })
+	return names, vk
+}
+
+// putVariant stores e under the primary key, or under its variant key
+// behind the primary key's marker (created or replaced when missing or
+// naming other fields).
+func (p *Proxy) putVariant(ctx context.Context, c *call, e *entry.Entry, names []string, vk []byte) {
+	if len(names) == 0 && c.extras == "" {
 		p.set(ctx, c, c.prim, e)
-		return nil, nil
+		return
 	}
 	m := c.mark
 	if m == nil {
@@ -225,9 +234,9 @@ func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Hea
 		p.set(ctx, c, c.prim, m)
 	}
 	key := cachekey.AppendVariant([]byte(c.prim), m.Nonce)
+	key = append(key, c.extras...)
 	key = append(key, vk...)
 	p.set(ctx, c, string(key), e)
-	return names, vk
 }
 
 func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {

@@ -15,14 +15,18 @@ import (
 // keyBuf builds a request's keys in a reused buffer so that the hit path
 // does not allocate for them.
 type keyBuf struct {
-	b                      []byte
+	b      []byte
+	extras []byte // the rule's request header and cookie key parts
+
 	resp, mark             entry.Entry // scratch entries lookups decode into
 	scheme, host           string
 	targetStart, targetEnd int // b[targetStart:targetEnd] is path?query as keyed
 	primaryLen             int // b[:primaryLen] is the primary key
 }
 
-// build writes the primary key of r under rule into kb.
+// build writes the primary key of r under rule into kb, and the rule's
+// extra key parts (request headers, cookies), which select a variant
+// behind the primary key's marker, into kb.extras.
 func (kb *keyBuf) build(r *http.Request, rule *tierconfig.CompiledRule) {
 	kb.scheme = cachekey.Scheme(forwardedProto(r.Header), r.TLS != nil)
 	kb.host = cachekey.Host(r.Host, kb.scheme)
@@ -30,8 +34,9 @@ func (kb *keyBuf) build(r *http.Request, rule *tierconfig.CompiledRule) {
 	kb.targetStart = len(b)
 	b = cachekey.AppendTarget(b, rule, r.URL.EscapedPath(), r.URL.RawQuery)
 	kb.targetEnd = len(b)
+	kb.extras = kb.extras[:0]
 	if rule.HasKeyExtras {
-		b = rule.AppendKeyExtras(b, r)
+		kb.extras = rule.AppendKeyExtras(kb.extras, r)
 	}
 	kb.primaryLen = len(b)
 	kb.b = b
@@ -49,10 +54,12 @@ func forwardedProto(h http.Header) string {
 // primary returns the primary key without copying; valid until kb changes.
 func (kb *keyBuf) primary() string { return unsafeString(kb.b[:kb.primaryLen]) }
 
-// variant appends the variant part for marker m and returns the variant key
-// (without copying; valid until kb changes).
+// variant appends the variant part for marker m (the rule's extra key
+// parts, then the request's values of the Vary fields) and returns the
+// variant key (without copying; valid until kb changes).
 func (kb *keyBuf) variant(m *entry.Entry, req http.Header) string {
 	b := cachekey.AppendVariant(kb.b[:kb.primaryLen], m.Nonce)
+	b = append(b, kb.extras...)
 	b = httpcache.AppendVaryKey(b, m.Vary, req)
 	kb.b = b
 	return unsafeString(b)
@@ -92,7 +99,12 @@ func (p *Proxy) lookup(ctx context.Context, kb *keyBuf, r *http.Request) found {
 	}
 	switch kb.resp.Kind {
 	case entry.KindResponse:
-		f.e, f.ok, f.layer = &kb.resp, true, layer
+		// Under a rule that keys on request headers or cookies, responses
+		// live behind a marker only; one stored directly under the primary
+		// key was stored before the rule said so and must not be shared.
+		if len(kb.extras) == 0 {
+			f.e, f.ok, f.layer = &kb.resp, true, layer
+		}
 	case entry.KindUncacheable:
 		f.hitForMiss = p.now().Before(kb.resp.FreshUntil())
 	case entry.KindVary:

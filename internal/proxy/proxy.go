@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
@@ -33,13 +34,15 @@ type Store interface {
 }
 
 // Invalidator removes entries when an unsafe request changes a resource
-// (RFC 9111 §4.4) and counts purges, so that a fill that started before a
-// purge is not stored after it.
+// (RFC 9111 §4.4), and watches fills, so that a fill of a resource that a
+// purge or invalidation overtakes is served but not stored after it.
 type Invalidator interface {
 	// Invalidate removes every stored variant of each absolute URL.
 	Invalidate(ctx context.Context, urls []*url.URL)
-	// Generation changes whenever anything is purged or invalidated.
-	Generation() uint64
+	// Watch registers a fill of host and target (path?query as keyed)
+	// before it asks the origin; the fill stores through the watch's
+	// Commit and ends it when done.
+	Watch(host, target string) *invalidate.Watch
 }
 
 // Cluster coalesces misses across the replicas of a tier (through Redis).

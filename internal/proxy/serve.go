@@ -29,14 +29,18 @@ var (
 
 // call carries what one cacheable request needs through the miss path.
 type call struct {
-	cfg   *tierconfig.Compiled
-	rule  *tierconfig.CompiledRule
-	rcc   httpcache.RequestCC
-	reqH  httpcache.Header // request header as the caching rules see it
-	host  string
-	tgt   string
-	prim  string       // primary key (owned copy)
-	key   string       // storage key of the response: primary or variant (owned copy)
+	cfg    *tierconfig.Compiled
+	rule   *tierconfig.CompiledRule
+	rcc    httpcache.RequestCC
+	reqH   httpcache.Header // request header as the caching rules see it
+	host   string
+	tgt    string
+	prim   string // primary key (owned copy)
+	extras string // the rule's extra key parts (owned copy), if any
+	// key is the storage key of the response (primary or variant) and the
+	// flight's key; before a marker exists under a rule with extras it is
+	// primary plus extras, a key that is never stored.
+	key   string
 	mark  *entry.Entry // Vary marker under prim, if any
 	stale *entry.Entry // stored response to validate or fall back to, if any
 	layer string       // where stale came from
@@ -109,6 +113,10 @@ func (p *Proxy) newCall(cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule,
 	c := &call{cfg: cfg, rule: rule, rcc: rcc, reqH: reqH, host: kb.host, tgt: kb.target()}
 	c.prim = string(kb.b[:kb.primaryLen])
 	c.key = c.prim
+	if len(kb.extras) > 0 {
+		c.extras = string(kb.extras)
+		c.key = c.prim + c.extras
+	}
 	if f.marker != nil {
 		c.mark = detach(f.marker)
 		c.key = string(kb.b) // the variant key lookup left in kb

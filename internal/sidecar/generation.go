@@ -86,9 +86,13 @@ type dataPlane struct {
 	rt       http.RoundTripper
 	id       string
 
-	cur   atomic.Pointer[generation]
-	seq   uint64 // last generation built (Apply's goroutine only)
-	epoch purgeEpoch
+	cur atomic.Pointer[generation]
+	seq uint64 // last generation built (Apply's goroutine only)
+	// watches are the fills in progress of every generation: an old
+	// generation's fill may still store into an L1 or L2 that the new
+	// generation's purger purges (they may share them), so every purger
+	// marks the fills of every generation.
+	watches *invalidate.Watches
 	// evictedBefore are the evictions of L1 caches no longer in use, so
 	// that tiercache_l1_evictions_total does not go down when L1 is
 	// rebuilt.
@@ -214,11 +218,12 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	}
 	g.purger = invalidate.NewPurger(g.cache, dp.holder)
 	g.purger.OnPurge = dp.m.Purges.Inc
+	g.purger.UseWatches(dp.watches)
 	popts := proxy.Options{
 		Upstream:    dp.upstream,
 		Config:      dp.holder,
 		Store:       g.store,
-		Invalidator: epochInvalidator{g.purger, &dp.epoch},
+		Invalidator: g.purger,
 		Metrics:     dp.m,
 		Logger:      dp.log,
 		Transport:   dp.rt,
@@ -233,7 +238,6 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	g.purge = invalidate.Handler(g.purger, dp.holder)
 
 	// Nothing can fail from here on.
-	dp.epoch.add(g.purger)
 	if g.client != nil {
 		if warm == nil {
 			warm = new(atomic.Bool)
@@ -306,7 +310,6 @@ func (dp *dataPlane) closeGeneration(g *generation) error {
 	g.bg.Wait()
 	_ = g.store.Close()
 	// g's purger is idle now: no request, refresh or subscription uses it.
-	dp.epoch.retire(g.purger)
 	if g.ownsL2 && g.client != nil {
 		if cerr := g.client.Close(); cerr != nil {
 			err = fmt.Errorf("l2: %w", cerr)
@@ -331,66 +334,3 @@ func (dp *dataPlane) close() error {
 	})
 	return dp.closeErr
 }
-
-// purgeEpoch is the proxy's purge generation across data-plane
-// generations. A fill compares the generation before and after it, and
-// does not store what a purge may have overtaken. An old generation's fill
-// can still store into an L1 or L2 that the new generation's purger has
-// just purged (they may share them), so every proxy counts the purges of
-// every purger: base holds the final counts of retired purgers, live the
-// purgers still in use. The sum never goes down.
-type purgeEpoch struct {
-	mu sync.Mutex // serializes writers
-	p  atomic.Pointer[epochState]
-}
-
-type epochState struct {
-	base uint64
-	live []*invalidate.Purger
-}
-
-func (e *purgeEpoch) add(p *invalidate.Purger) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	s := epochState{}
-	if old := e.p.Load(); old != nil {
-		s.base = old.base
-		s.live = append(s.live, old.live...)
-	}
-	s.live = append(s.live, p)
-	e.p.Store(&s)
-}
-
-// retire folds the final count of p, which must be idle, into base.
-func (e *purgeEpoch) retire(p *invalidate.Purger) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old := e.p.Load()
-	if old == nil || !slices.Contains(old.live, p) {
-		return
-	}
-	s := epochState{base: old.base + p.Generation()}
-	for _, q := range old.live {
-		if q != p {
-			s.live = append(s.live, q)
-		}
-	}
-	e.p.Store(&s)
-}
-
-func (e *purgeEpoch) sum() uint64 {
-	s := e.p.Load()
-	n := s.base
-	for _, p := range s.live {
-		n += p.Generation()
-	}
-	return n
-}
-
-// epochInvalidator is a generation's purger as the proxy sees it.
-type epochInvalidator struct {
-	*invalidate.Purger
-	epoch *purgeEpoch
-}
-
-func (i epochInvalidator) Generation() uint64 { return i.epoch.sum() }

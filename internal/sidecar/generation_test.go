@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
@@ -87,45 +86,37 @@ func TestTheL2ConnectionIsTheSameUnlessAConnectionSettingChanged(t *testing.T) {
 	}
 }
 
-// nopLocal is an empty L1 for purgers that only count.
-type nopLocal struct{}
-
-func (nopLocal) Delete(string)                                {}
-func (nopLocal) DeleteMatching(func(e *entry.Entry) bool) int { return 0 }
-func (nopLocal) Reset()                                       {}
-
-func TestThePurgeEpochCountsEveryPurgerAndNeverGoesDown(t *testing.T) {
-	compiled, err := tierconfig.Compile(tierconfig.Default())
+func TestAPurgeThroughTheNextGenerationOvertakesAFillOfThePreviousOne(t *testing.T) {
+	cfg := tierconfig.Default()
+	dp := newTestDataPlane(t, Options{}, cfg)
+	prev := dp.cur.Load()
+	// A new L1 size builds a new generation with a new purger.
+	cfg.L1.MaxSize = 2 * tierconfig.Default().L1.MaxSize
+	compiled, err := tierconfig.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := tierconfig.NewHolder(compiled)
-	purge := func(p *invalidate.Purger) {
-		p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "h", Path: "/x"}})
+	next, err := dp.build(compiled, prev, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var e purgeEpoch
-	old, next := invalidate.NewPurger(nopLocal{}, holder), invalidate.NewPurger(nopLocal{}, holder)
-	e.add(old)
-	purge(old)
-	before := e.sum()
-	e.add(next)
-	if got := e.sum(); got != before {
-		t.Fatalf("adding a purger moved the epoch from %d to %d", before, got)
+	t.Cleanup(func() { _ = dp.closeGeneration(next) })
+	if next.purger == prev.purger {
+		t.Fatal("the next generation reused the purger; the test needs two")
 	}
-	// A fill on the old generation sees a purge made through the new one.
-	purge(next)
-	if got := e.sum(); got == before {
-		t.Fatal("a purge through the new generation did not move the epoch")
+
+	// Fills of the old generation may store into an L1 or L2 the new one
+	// shares: a purge through the new purger must stop them, and only them.
+	purged := prev.purger.Watch("shop", "/x")
+	defer purged.End()
+	other := prev.purger.Watch("shop", "/y")
+	defer other.End()
+	next.purger.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "shop", Path: "/x"}})
+	if purged.Commit(nil, func() {}) {
+		t.Fatal("a fill of /x on the previous generation was stored after /x was invalidated through the next one")
 	}
-	before = e.sum()
-	e.retire(old)
-	if got := e.sum(); got != before {
-		t.Fatalf("retiring an idle purger moved the epoch from %d to %d", before, got)
-	}
-	e.retire(old) // twice is harmless
-	purge(next)
-	if got := e.sum(); got != before+1 {
-		t.Fatalf("epoch %d after one more purge, want %d", got, before+1)
+	if !other.Commit(nil, func() {}) {
+		t.Fatal("a fill of /y was not stored although only /x was invalidated")
 	}
 }
 
@@ -170,6 +161,7 @@ func newTestDataPlane(t *testing.T, o Options, cfg tierconfig.Config) *dataPlane
 		log:      slog.New(slog.DiscardHandler), m: m,
 		holder: tierconfig.NewHolder(compiled), rt: proxy.NewTransport(),
 		stopRetire: make(chan struct{}),
+		watches:    invalidate.NewWatches(),
 	}
 	g, err := dp.build(compiled, nil, nil)
 	if err != nil {

@@ -393,12 +393,19 @@ func TestTheLastGoodConfigIsKeptAndServesARestartWhileTheControlPlaneIsDown(t *t
 	v := cp.publish(t, smallL1+"rules: [{name: a, match: {pathPrefix: /a}, ttl: 60s}]\n")
 	first.waitVersion(t, v)
 
-	last, err := controlplane.LoadLastGood(filepath.Join(state, LastGoodFile))
-	if err != nil {
-		t.Fatal(err)
+	// The client saves a config after applying it: wait for the file.
+	var got string
+	var err error
+	for deadline := time.Now().Add(applyWithin); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var last tierconfig.Config
+		if last, err = controlplane.LoadLastGood(filepath.Join(state, LastGoodFile)); err == nil {
+			if got = controlplane.Version(last); got == v {
+				break
+			}
+		}
 	}
-	if got := controlplane.Version(last); got != v {
-		t.Fatalf("%s holds version %.12s, want %.12s", LastGoodFile, got, v)
+	if got != v {
+		t.Fatalf("%s holds version %.12s (%v), want %.12s", LastGoodFile, got, err, v)
 	}
 	if fi, err := os.Stat(filepath.Join(state, LastGoodFile)); err != nil || fi.Mode().Perm()&0o077 != 0 {
 		t.Errorf("%s: %v, mode %v; want private (it may hold secrets)", LastGoodFile, err, fi.Mode())

@@ -29,6 +29,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/controlplane"
+	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
 	"github.com/tiercache/tiercache/internal/tierconfig"
@@ -207,6 +208,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		rt:         proxy.NewTransport(),
 		id:         instanceID(o),
 		stopRetire: make(chan struct{}),
+		watches:    invalidate.NewWatches(),
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
