@@ -21,10 +21,12 @@
 //	srv.Serve(connguard.Listener(ln)) // ln is the plaintext TCP listener
 //
 // The tracker inspects the caller's buffer in place and never copies it.
-// Whatever it cannot follow (malformed framing, an HTTP/2 preface, too
-// many pipelined requests) makes it give up on the connection: every later
-// request on that connection is refused, so a misunderstanding fails
-// closed.
+// Whatever it cannot follow (malformed framing, an HTTP/2 preface) makes
+// it give up on the connection: every later request on that connection is
+// refused, so a misunderstanding fails closed. Pipelining is not limited:
+// the tracker can only run a few KiB ahead of net/http, so the verdicts it
+// queues stay bounded however many requests a client sends in one write
+// (see maxPending).
 //
 // Listener must wrap a plaintext listener: wrapping a TLS listener would
 // hide the *tls.Conn from net/http (no r.TLS, no ALPN).

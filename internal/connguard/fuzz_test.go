@@ -59,7 +59,7 @@ func streamProblem(data []byte, seed uint64) string {
 
 	lines := netHTTPRequestLines(data)
 	whole.mu.Lock()
-	results := whole.q[whole.head:]
+	results := blocksOf(whole)
 	dead := whole.st == stDead
 	whole.mu.Unlock()
 	for i, r := range results {

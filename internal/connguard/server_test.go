@@ -468,3 +468,175 @@ func TestShutdownLeavesNoGoroutines(t *testing.T) {
 
 	shutdown(t, srv, done)
 }
+
+// pipeline writes raw in one write from its own goroutine, so the server
+// can answer while the client is still sending, and returns the write's
+// result.
+func (c *client) pipeline(raw string) <-chan error {
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(c.c, raw)
+		wrote <- err
+	}()
+	return wrote
+}
+
+func TestServerAnswersLongPipelinedBursts(t *testing.T) {
+	const n = 1000
+	tests := []struct {
+		name    string
+		request func(i int) string
+		want    func(i int) string // body; "" means any 200
+	}{
+		{
+			name:    "a thousand GETs with distinct paths",
+			request: func(i int) string { return fmt.Sprintf("GET /p/%d HTTP/1.1\r\nHost: x\r\n\r\n", i) },
+			want:    func(i int) string { return fmt.Sprintf("/p/%d 0", i) },
+		},
+		{
+			// 20 bytes each: the densest stream net/http serves on a
+			// keep-alive connection, so the most header blocks its
+			// read-ahead can hold.
+			name:    "a thousand of the shortest requests net/http serves",
+			request: func(int) string { return "A / HTTP/1.1\nHost:\n\n" },
+			want:    func(int) string { return "/ 0" },
+		},
+		{
+			name: "a thousand POSTs with bodies, chunked and by length",
+			request: func(i int) string {
+				if i%2 == 0 {
+					return fmt.Sprintf("POST /c/%d HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", i)
+				}
+				return fmt.Sprintf("POST /l/%d HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab", i)
+			},
+			want: func(i int) string {
+				if i%2 == 0 {
+					return fmt.Sprintf("/c/%d 3", i)
+				}
+				return fmt.Sprintf("/l/%d 2", i)
+			},
+		},
+		{
+			name:    "a thousand OPTIONS * answered by net/http itself",
+			request: func(int) string { return "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n" },
+			want:    func(int) string { return "" },
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, e := serve(t, nil)
+			c := dial(t, addr)
+			var raw strings.Builder
+			for i := range n {
+				raw.WriteString(tc.request(i))
+			}
+			raw.WriteString("GET /last HTTP/1.1\r\nHost: x\r\n\r\n")
+			wrote := c.pipeline(raw.String())
+			for i := range n {
+				res, body := c.response()
+				if want := tc.want(i); res.StatusCode != http.StatusOK || want != "" && body != want {
+					t.Fatalf("response %d: got %d %q, want 200 %q", i, res.StatusCode, body, want)
+				}
+			}
+			if res, body := c.response(); res.StatusCode != http.StatusOK || body != "/last 0" {
+				t.Fatalf("last request: got %d %q", res.StatusCode, body)
+			}
+			if err := <-wrote; err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			want := n + 1
+			if tc.want(0) == "" {
+				want = 1 // net/http answered the others itself
+			}
+			if got := e.total(); got != want {
+				t.Errorf("handler called %d times, want %d", got, want)
+			}
+		})
+	}
+}
+
+func TestServerStillRefusesSmugglingAfterALongBurst(t *testing.T) {
+	addr, e := serve(t, nil)
+	c := dial(t, addr)
+	const n = 500
+	wrote := c.pipeline(strings.Repeat("GET /ok HTTP/1.1\r\nHost: x\r\n\r\n", n) +
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		"0\r\n\r\nGET /admin HTTP/1.1\r\nHost: x\r\n\r\n")
+	for i := range n {
+		if res, body := c.response(); res.StatusCode != http.StatusOK {
+			t.Fatalf("response %d: got %d %q", i, res.StatusCode, body)
+		}
+	}
+	if res, body := c.response(); res.StatusCode != http.StatusBadRequest ||
+		strings.TrimSpace(body) != "request has both Content-Length and Transfer-Encoding" {
+		t.Fatalf("smuggling request: got %d %q, want 400", res.StatusCode, body)
+	}
+	c.closed()
+	<-wrote
+	if m := e.count("/admin"); m != 0 {
+		t.Errorf("/admin served %d times", m)
+	}
+}
+
+// TestServerBoundsTrackerOnHijackedConnection: after a handler hijacks
+// the connection (as a WebSocket proxy does), net/http stops taking
+// results but the tracker still sees every byte. Request-shaped bytes
+// must not grow its queue without bound.
+func TestServerBoundsTrackerOnHijackedConnection(t *testing.T) {
+	const flood = 1 << 20
+	type seen struct {
+		n      int64
+		dead   bool
+		queued int
+		capa   int
+	}
+	got := make(chan seen, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		ConnContext: ConnContext,
+		Handler: Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tr := trackerFrom(r.Context())
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: raw\r\n\r\n")
+			n, _ := io.CopyN(io.Discard, brw, flood)
+			tr.mu.Lock()
+			s := seen{n: n, dead: tr.st == stDead, queued: len(tr.q) - tr.head, capa: cap(tr.q)}
+			tr.mu.Unlock()
+			got <- s
+		})),
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(Listener(ln)) }()
+	defer shutdown(t, srv, done)
+
+	c := dial(t, ln.Addr().String())
+	c.send("GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: raw\r\n\r\n")
+	res, err := http.ReadResponse(c.br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	block := "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+	wrote := c.pipeline(strings.Repeat(block, flood/len(block)+1))
+	var s seen
+	select {
+	case s = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler did not finish reading")
+	}
+	<-wrote
+	if s.n != flood {
+		t.Fatalf("handler read %d bytes, want %d", s.n, flood)
+	}
+	if !s.dead || s.queued > maxPending || s.capa > maxPending {
+		t.Errorf("tracker after %d bytes: dead %v, %d results queued, capacity %d; want dead, at most %d",
+			flood, s.dead, s.queued, s.capa, maxPending)
+	}
+}

@@ -38,8 +38,38 @@ const (
 	// bytes before the next request line (tolerance for old clients).
 	postCRLFSlack = 4
 
-	// maxPending bounds the results waiting for Middleware.
-	maxPending = 64
+	// netHTTPReadAhead is how many bytes the tracker can have seen that
+	// net/http has not yet consumed: net/http's server reads a connection
+	// only through its 4 KiB bufio.Reader (header blocks fill it; body
+	// reads are limited to the body's own framing, by Content-Length or
+	// by the current chunk, so they never read past the body) plus the
+	// single byte of its background read, which it starts while a handler
+	// runs and hands to the bufio.Reader on its next fill.
+	netHTTPReadAhead = 4096 + 1
+
+	// minHeaderBlock is the shortest byte sequence for which the tracker
+	// records a result: "M" SP SP "HTTP/1.0" LF LF.
+	minHeaderBlock = 13
+
+	// maxPending bounds the results waiting for Middleware. It is not a
+	// limit on pipelining, only on how far the tracker can run ahead of
+	// net/http:
+	//   - every header block whose request net/http has not begun to read
+	//     lies wholly in the read-ahead, so there are at most
+	//     netHTTPReadAhead/minHeaderBlock of them, however many requests a
+	//     client pipelines in one write;
+	//   - one more is the request net/http is reading or has handed to the
+	//     handler, which has not called take yet;
+	//   - and a few more are runs of "OPTIONS *" that net/http answered
+	//     itself, left for the next take to skip (push merges a run of
+	//     identical ones into one result).
+	// A stream that still fills the queue is one net/http is not reading
+	// as HTTP/1 requests any more (a hijacked connection, such as a
+	// WebSocket, carrying request-shaped bytes) or a client that
+	// interleaves different "OPTIONS *" lines by the hundred; the tracker
+	// gives up on it. The queue, 16 bytes a result, stays under 6 KiB per
+	// connection whatever the client sends.
+	maxPending = netHTTPReadAhead/minHeaderBlock + 4
 )
 
 type state uint8

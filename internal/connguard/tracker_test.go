@@ -18,10 +18,22 @@ func outcomeOf(t *tracker) outcome {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	o := outcome{dead: t.st == stDead, preface: t.preface}
-	for _, r := range t.q[t.head:] {
+	for _, r := range blocksOf(t) {
 		o.verdicts = append(o.verdicts, r.verdict)
 	}
 	return o
+}
+
+// blocksOf lists the queued results one per header block, undoing push's
+// merging of identical OPTIONS *. t.mu must be held.
+func blocksOf(t *tracker) []result {
+	var rs []result
+	for _, r := range t.q[t.head:] {
+		for range r.repeats + 1 {
+			rs = append(rs, r)
+		}
+	}
+	return rs
 }
 
 func feedString(t *tracker, s string) { t.feed([]byte(s)) }
@@ -222,9 +234,19 @@ var trackerCases = []struct {
 		want:   outcome{verdicts: []verdict{allowed}, dead: true},
 	},
 	{
-		name:   "more pipelined requests than the queue holds end tracking",
+		name:   "more header blocks than net/http can leave unread end tracking",
 		stream: strings.Repeat(getA, maxPending+1),
 		want:   outcome{verdicts: repeatVerdict(allowed, maxPending), dead: true},
+	},
+	{
+		name:   "more identical OPTIONS * requests than the queue holds are followed",
+		stream: strings.Repeat("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", 3*maxPending) + getA,
+		want:   outcome{verdicts: repeatVerdict(allowed, 3*maxPending+1)},
+	},
+	{
+		name:   "a suspicious OPTIONS * is not merged into the run before it",
+		stream: "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\nOPTIONS * HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed, bothLengths}},
 	},
 }
 
@@ -334,6 +356,29 @@ func TestTakeMatchesRequestsToHeaderBlocks(t *testing.T) {
 			want:   []verdict{allowed, allowed},
 		},
 		{
+			name:   "a run of identical OPTIONS * answered by net/http is skipped whole",
+			stream: strings.Repeat("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", 5) + getA,
+			takes:  []uint64{line("GET", "/a", "HTTP/1.1")},
+			want:   []verdict{allowed},
+		},
+		{
+			name:   "each OPTIONS * of a run that reaches the middleware is matched",
+			stream: strings.Repeat("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", 3) + getA,
+			takes: []uint64{
+				line("OPTIONS", "*", "HTTP/1.1"), line("OPTIONS", "*", "HTTP/1.1"), line("OPTIONS", "*", "HTTP/1.1"),
+				line("GET", "/a", "HTTP/1.1"),
+			},
+			want: []verdict{allowed, allowed, allowed, allowed},
+		},
+		{
+			name:   "a request beyond a run of OPTIONS * that reached the middleware is unverifiable",
+			stream: strings.Repeat("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", 2),
+			takes: []uint64{
+				line("OPTIONS", "*", "HTTP/1.1"), line("OPTIONS", "*", "HTTP/1.1"), line("OPTIONS", "*", "HTTP/1.1"),
+			},
+			want: []verdict{allowed, allowed, unverifiable},
+		},
+		{
 			name: "a suspicious OPTIONS * answered by net/http refuses the next request",
 			stream: "OPTIONS * HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
 				getA,
@@ -371,5 +416,58 @@ func TestTakeHTTP2(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTrackerQueueStaysBounded feeds floods that no handler takes from:
+// whatever a client sends, the queue and its backing array stop at
+// maxPending results.
+func TestTrackerQueueStaysBounded(t *testing.T) {
+	const shortest = "M  HTTP/1.0\n\n"
+	if len(shortest) != minHeaderBlock {
+		t.Fatalf("shortest header block is %d bytes, minHeaderBlock says %d", len(shortest), minHeaderBlock)
+	}
+	tests := []struct {
+		name     string
+		block    string
+		wantDead bool
+		wantLen  int
+	}{
+		{"a flood of the shortest header blocks ends tracking at the bound", shortest, true, maxPending},
+		{"a flood of GETs ends tracking at the bound", getA, true, maxPending},
+		{
+			"a flood of OPTIONS * alternating between versions ends tracking at the bound",
+			"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\nOPTIONS * HTTP/1.0\r\n\r\n", true, maxPending,
+		},
+		{"a flood of identical OPTIONS * stays one result", "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", false, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker()
+			chunk := []byte(strings.Repeat(tc.block, 4096/len(tc.block)+1))
+			for range 1 << 20 / len(chunk) { // about 1 MiB in 4 KiB reads
+				tr.feed(chunk)
+			}
+			tr.mu.Lock()
+			dead, n, c := tr.st == stDead, len(tr.q)-tr.head, cap(tr.q)
+			tr.mu.Unlock()
+			if dead != tc.wantDead || n != tc.wantLen {
+				t.Errorf("dead %v with %d results, want dead %v with %d", dead, n, tc.wantDead, tc.wantLen)
+			}
+			if c > maxPending {
+				t.Errorf("queue capacity %d exceeds maxPending %d", c, maxPending)
+			}
+		})
+	}
+}
+
+// TestMaxPendingCoversNetHTTPReadAhead states the bound's arithmetic: a
+// full read-ahead of the shortest blocks, plus the request being served,
+// fits.
+func TestMaxPendingCoversNetHTTPReadAhead(t *testing.T) {
+	tr := newTracker()
+	feedString(tr, getA+strings.Repeat("M  HTTP/1.0\n\n", netHTTPReadAhead/minHeaderBlock))
+	if o := outcomeOf(tr); o.dead {
+		t.Fatalf("tracker gave up within net/http's read-ahead: %d results", len(o.verdicts))
 	}
 }

@@ -1,5 +1,7 @@
 package connguard
 
+import "math"
+
 // verdict is what the tracker concluded about one request header block.
 type verdict uint8
 
@@ -52,24 +54,45 @@ type result struct {
 	// and Middleware never sees it.
 	optionsStar bool
 	verdict     verdict
+	// repeats counts further identical header blocks merged into this
+	// result (see push); it is only ever set on an allowed "OPTIONS *".
+	repeats uint32
 }
 
 // push records a finished header block. It reports false, and gives up on
-// the connection, when maxPending results are already waiting: the
-// tracker is only ever a few KiB ahead of net/http (its bufio.Reader), so
-// that many means someone is pipelining tiny requests at us.
+// the connection, when maxPending results are already waiting, which a
+// client net/http is serving cannot cause (see maxPending).
+//
+// An allowed "OPTIONS *" identical to the result queued last is merged
+// into it: net/http answers such requests itself (unless
+// Server.DisableGeneralOptionsHandler is set), so they stay queued until
+// the next take, and a client repeating one must not fill the queue.
 //
 // Called from feed, with t.mu held.
 func (t *tracker) push(r result) bool {
 	if t.head == len(t.q) {
 		t.q, t.head = t.q[:0], 0
 	}
+	if r.optionsStar && r.verdict == allowed && t.head < len(t.q) {
+		if last := &t.q[len(t.q)-1]; last.optionsStar && last.verdict == allowed &&
+			last.line == r.line && last.repeats < math.MaxUint32 {
+			last.repeats++
+			return true
+		}
+	}
 	if len(t.q)-t.head >= maxPending {
 		return false
 	}
-	if len(t.q) == cap(t.q) && t.head > 0 {
-		n := copy(t.q, t.q[t.head:])
-		t.q, t.head = t.q[:n], 0
+	if len(t.q) == cap(t.q) {
+		if t.head > 0 {
+			n := copy(t.q, t.q[t.head:])
+			t.q, t.head = t.q[:n], 0
+		} else {
+			// Grow by hand so that the capacity, too, stops at maxPending.
+			q := make([]result, len(t.q), min(max(2*cap(t.q), 4), maxPending))
+			copy(q, t.q)
+			t.q = q
+		}
 	}
 	t.q = append(t.q, r)
 	return true
@@ -95,11 +118,16 @@ func (t *tracker) take(protoMajor int, line uint64) verdict {
 		return unverifiable
 	}
 	for t.head < len(t.q) {
-		r := t.q[t.head]
-		t.head++
+		r := &t.q[t.head]
 		if r.anyLine || r.line == line {
+			if r.repeats > 0 {
+				r.repeats-- // one of a merged run of "OPTIONS *"
+			} else {
+				t.head++
+			}
 			return r.verdict
 		}
+		t.head++
 		if r.optionsStar {
 			if r.verdict != allowed {
 				return r.verdict

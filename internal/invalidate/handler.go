@@ -84,15 +84,9 @@ func Handler(p *Purger, cfg *tierconfig.Holder) http.Handler {
 			writeError(w, status, msg)
 			return
 		}
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-		dec.DisallowUnknownFields()
-		var req Request
-		if err := dec.Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, "purge: invalid JSON body: "+err.Error())
-			return
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			writeError(w, http.StatusBadRequest, "purge: invalid JSON body: data after the object")
+		req, status, msg := decode(w, r)
+		if status != 0 {
+			writeError(w, status, msg)
 			return
 		}
 		if err := req.Validate(); err != nil {
@@ -112,6 +106,28 @@ func Handler(p *Purger, cfg *tierconfig.Holder) http.Handler {
 		}
 		_ = json.NewEncoder(w).Encode(res)
 	})
+}
+
+// decode reads the purge request from r's body, at most maxBody bytes.
+// It returns a non-zero status and message when the body is not one JSON
+// object: 413 when it is larger than maxBody, 400 otherwise.
+func decode(w http.ResponseWriter, r *http.Request) (req Request, status int, msg string) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	invalid := func(err error, what string) (Request, int, string) {
+		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return req, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("purge: body larger than the limit of %d bytes; split the purge into several requests", mbe.Limit)
+		}
+		return req, http.StatusBadRequest, "purge: invalid JSON body: " + what
+	}
+	if err := dec.Decode(&req); err != nil {
+		return invalid(err, err.Error())
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid(err, "data after the object")
+	}
+	return req, 0, ""
 }
 
 // authorize returns a non-zero status and message when r may not purge.

@@ -156,6 +156,16 @@ func TestPodsAreInjectedThroughTheAPIServer(t *testing.T) {
 		t.Errorf("a pod naming a missing tier: %v", err)
 	}
 
+	// A pod whose port is not named http and that has no port annotation
+	// is refused with the fix in the message, not fronted on a guess.
+	unnamed := appPod(ns, "unnamed", map[string]string{inject.AnnotationTier: "pages"})
+	unnamed.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "grpc", ContainerPort: 9000}}
+	unnamed.Spec.Containers[0].ReadinessProbe = nil
+	err = c.Create(ctx, unnamed)
+	if err == nil || !strings.Contains(err.Error(), `name the app's HTTP port "http", or set annotation tiercache.io/port: <name|number>`) {
+		t.Errorf("a pod without a port named http: %v", err)
+	}
+
 	// Pods in the operator's namespace are never touched.
 	own := appPod(operatorNS, "own", map[string]string{inject.AnnotationTier: "pages"})
 	if err := c.Create(ctx, own); err != nil {

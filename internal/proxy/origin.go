@@ -46,6 +46,8 @@ func (p *Proxy) outbound(ctx context.Context, r *http.Request, keyed []string, f
 	out.Close = false
 	if out.Body == nil || r.ContentLength == 0 {
 		out.Body = http.NoBody
+	} else {
+		out.Body = &clientBody{rc: out.Body}
 	}
 	h := out.Header
 	httpcache.RemoveHopByHop(h)
@@ -111,6 +113,9 @@ func (p *Proxy) roundTrip(out *http.Request, w http.ResponseWriter) (*http.Respo
 	resp, err := p.rt.RoundTrip(out)
 	p.m.OriginDuration.Observe(p.now().Sub(start).Seconds())
 	if err != nil {
+		if ce, ok := clientBodyFailure(out, err); ok {
+			return nil, ce
+		}
 		p.m.OriginRequests.WithLabelValues("error").Inc()
 		return nil, err
 	}
@@ -119,8 +124,12 @@ func (p *Proxy) roundTrip(out *http.Request, w http.ResponseWriter) (*http.Respo
 }
 
 // originError answers a client when the origin could not be reached: 504
-// for a timeout, 502 otherwise.
+// for a timeout, 502 otherwise; or 4xx when the client's body was at fault.
 func (p *Proxy) originError(w http.ResponseWriter, r *http.Request, err error) {
+	if ce, ok := errors.AsType[*clientBodyError](err); ok {
+		p.answerClientBody(w, r, ce)
+		return
+	}
 	status := http.StatusBadGateway
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
 		status = http.StatusGatewayTimeout

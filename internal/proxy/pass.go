@@ -23,7 +23,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	resp, err := p.roundTrip(p.outbound(ctx, r, nil, false), w)
 	if err != nil {
 		p.originError(w, r, err)
-		return outcome{metrics.ResultError, metrics.LayerOrigin, false}
+		return outcome{metrics.ResultError, failedLayer(err), false}
 	}
 	defer resp.Body.Close()
 	h := w.Header()

@@ -37,11 +37,37 @@ func TestInjectErrors(t *testing.T) {
 	}{
 		"a pod without container ports cannot be fronted": {
 			pod:  func(p *corev1.Pod) { p.Spec.Containers[0].Ports = nil },
-			want: "no TCP container port to front: declare the app's port in containers[].ports or name it with annotation tiercache.io/port",
+			want: `no TCP container port to front: declare the app's HTTP port in containers[].ports and name it "http", or set annotation tiercache.io/port: <name|number>`,
 		},
 		"a pod with only UDP ports cannot be fronted": {
 			pod:  func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolUDP },
-			want: "no TCP container port to front: declare the app's port in containers[].ports or name it with annotation tiercache.io/port",
+			want: `no TCP container port to front: declare the app's HTTP port in containers[].ports and name it "http", or set annotation tiercache.io/port: <name|number>`,
+		},
+		"a pod whose ports have other names is refused, not fronted on its first port": {
+			pod: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "grpc", ContainerPort: 9000}, {Name: "metrics", ContainerPort: 9100}}
+			},
+			want: `no container port named "http" to front (TCP ports: grpc (9000), metrics (9100)): name the app's HTTP port "http", or set annotation tiercache.io/port: <name|number>; the first port is not guessed, since it may be metrics or gRPC`,
+		},
+		"a pod with a single unnamed port is refused, not fronted on a guess": {
+			pod:  func(p *corev1.Pod) { p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 3000}} },
+			want: `no container port named "http" to front (TCP ports: 3000): name the app's HTTP port "http", or set annotation tiercache.io/port: <name|number>; the first port is not guessed, since it may be metrics or gRPC`,
+		},
+		"a UDP port named http is not fronted": {
+			pod: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Ports = []corev1.ContainerPort{
+					{Name: "http", ContainerPort: 8443, Protocol: corev1.ProtocolUDP}, {Name: "web", ContainerPort: 8080},
+				}
+			},
+			want: `no container port named "http" to front (TCP ports: web (8080)): name the app's HTTP port "http", or set annotation tiercache.io/port: <name|number>; the first port is not guessed, since it may be metrics or gRPC`,
+		},
+		"a port annotation numbering only a UDP port is refused": {
+			pod: func(p *corev1.Pod) {
+				p.Annotations[AnnotationPort] = "8443"
+				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports,
+					corev1.ContainerPort{Name: "h3", ContainerPort: 8443, Protocol: corev1.ProtocolUDP})
+			},
+			want: `annotation tiercache.io/port: port "8443" of container "app" is UDP; only TCP can be fronted`,
 		},
 		"a port annotation naming no port is refused": {
 			pod:  func(p *corev1.Pod) { p.Annotations[AnnotationPort] = "web" },
@@ -115,11 +141,15 @@ func TestInjectErrors(t *testing.T) {
 			want: `container port name "tc-admin" of container "app" is reserved for the sidecar; rename the port`,
 		},
 		"a fronted port named tc-admin is refused": {
-			pod:  func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Name = AdminPortName },
+			pod: func(p *corev1.Pod) {
+				p.Annotations[AnnotationPort] = AdminPortName
+				p.Spec.Containers[0].Ports[0].Name = AdminPortName
+			},
 			want: `container port name "tc-admin" is reserved for the sidecar's admin port; rename the port`,
 		},
 		"an unnamed fronted port while another port is named tiercache is refused": {
 			pod: func(p *corev1.Pod) {
+				p.Annotations[AnnotationPort] = "8080"
 				p.Spec.Containers[0].Ports[0].Name = ""
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
 					Name: "other", Ports: []corev1.ContainerPort{{Name: DefaultPortName, ContainerPort: 7000}},

@@ -8,8 +8,8 @@ const (
 	// CacheTier in the pod's namespace.
 	AnnotationTier = "tiercache.io/tier"
 	// AnnotationPort picks the application port to front, by name or
-	// number. Without it the port named PreferredPortName is fronted, else
-	// the first TCP port of the first container that has one.
+	// number. Without it the TCP port named PreferredPortName is fronted;
+	// a pod with neither is refused (no port is guessed).
 	AnnotationPort = "tiercache.io/port"
 	// AnnotationConfigHash records the hash of the config rendered into the
 	// pod at admission.

@@ -3,6 +3,7 @@ package inject
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -10,29 +11,43 @@ import (
 // portRef locates a port: spec.containers[container].ports[port].
 type portRef struct{ container, port int }
 
-// frontedPort picks the application port the sidecar fronts: the one named
-// or numbered by AnnotationPort, else the TCP port named PreferredPortName,
-// else the first TCP port of the first container that has one. Only regular
-// containers are searched, in order.
+// frontedPort picks the application port the sidecar fronts: the TCP port
+// named or numbered by AnnotationPort, else the TCP port named
+// PreferredPortName. Only regular containers are searched, in order.
+//
+// There is no guess beyond that. A pod's first port is as likely to be
+// metrics, gRPC or an admin endpoint as its HTTP API, and a wrong guess
+// does not fail loudly: the sidecar would cache whatever answers there.
+// So a pod that names no port is refused with a message saying how to
+// name one, even when it declares a single port.
 func frontedPort(pod *corev1.Pod) (portRef, error) {
 	containers := pod.Spec.Containers
 	if want := pod.Annotations[AnnotationPort]; want != "" {
 		// IANA port names contain a letter, so a number is never a name.
 		number, numeric := strconv.Atoi(want)
+		var nonTCP *corev1.ContainerPort
+		var nonTCPIn string
 		for ci := range containers {
 			for pi, cp := range containers[ci].Ports {
 				if (numeric == nil && int(cp.ContainerPort) == number) || (numeric != nil && cp.Name == want) {
-					if !isTCP(cp) {
-						return portRef{}, fmt.Errorf("annotation %s: port %q of container %q is %s; only TCP can be fronted", AnnotationPort, want, containers[ci].Name, cp.Protocol)
+					// The same number may be declared for UDP and TCP (HTTP/3
+					// next to HTTP/1); the TCP one is meant.
+					if isTCP(cp) {
+						return portRef{ci, pi}, nil
 					}
-					return portRef{ci, pi}, nil
+					if nonTCP == nil {
+						nonTCP, nonTCPIn = &containers[ci].Ports[pi], containers[ci].Name
+					}
 				}
 			}
+		}
+		if nonTCP != nil {
+			return portRef{}, fmt.Errorf("annotation %s: port %q of container %q is %s; only TCP can be fronted", AnnotationPort, want, nonTCPIn, nonTCP.Protocol)
 		}
 		return portRef{}, fmt.Errorf("annotation %s: no container port named or numbered %q", AnnotationPort, want)
 	}
 
-	first, found := portRef{}, false
+	var candidates []string
 	for ci := range containers {
 		for pi, cp := range containers[ci].Ports {
 			if !isTCP(cp) {
@@ -41,15 +56,24 @@ func frontedPort(pod *corev1.Pod) (portRef, error) {
 			if cp.Name == PreferredPortName {
 				return portRef{ci, pi}, nil
 			}
-			if !found {
-				first, found = portRef{ci, pi}, true
-			}
+			candidates = append(candidates, describePort(cp))
 		}
 	}
-	if !found {
-		return portRef{}, fmt.Errorf("no TCP container port to front: declare the app's port in containers[].ports or name it with annotation %s", AnnotationPort)
+	if len(candidates) == 0 {
+		return portRef{}, fmt.Errorf("no TCP container port to front: declare the app's HTTP port in containers[].ports and name it %q, or set annotation %s: <name|number>", PreferredPortName, AnnotationPort)
 	}
-	return first, nil
+	return portRef{}, fmt.Errorf("no container port named %q to front (TCP ports: %s): name the app's HTTP port %q, or set annotation %s: <name|number>; the first port is not guessed, since it may be metrics or gRPC",
+		PreferredPortName, strings.Join(candidates, ", "), PreferredPortName, AnnotationPort)
+}
+
+// describePort is how an error message lists a candidate port: "api
+// (9000)", or the bare number when the port has no name.
+func describePort(cp corev1.ContainerPort) string {
+	n := strconv.Itoa(int(cp.ContainerPort))
+	if cp.Name == "" {
+		return n
+	}
+	return cp.Name + " (" + n + ")"
 }
 
 // isTCP treats an empty protocol as TCP, its default.
