@@ -245,3 +245,146 @@ func TestPoisoningAttacksLeaveCleanRequestsUntouched(t *testing.T) {
 		})
 	}
 }
+
+func TestAGetOrHeadWithABodyBypassesTheCache(t *testing.T) {
+	f := newFixture(t, "", cacheFor("max-age=60", "x"))
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, err := http.NewRequest(method, f.srv.URL+"/b", strings.NewReader("q=1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, f.send(req), 200, "BYPASS")
+	}
+	expect(t, f.get("/b"), 200, "MISS")
+	req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/b", strings.NewReader("q=1"))
+	expect(t, f.send(req), 200, "BYPASS") // never served from the cache either
+	if n := f.origin.count(); n != 4 {
+		t.Fatalf("origin saw %d requests, want 4", n)
+	}
+}
+
+func TestRulesMatchThePathTheOriginRoutes(t *testing.T) {
+	cfg := `
+rules:
+- name: private
+  match: {pathPrefix: /private/}
+  bypass: true
+`
+	f := newFixture(t, cfg, cacheFor("max-age=60", "x"))
+	for _, target := range []string{"/public/..%2fprivate/x", "/public/%2e%2e/private/x", "//private/x", "/public/..;/private/x"} {
+		expect(t, f.get(target), 200, "BYPASS")
+		if got := f.origin.last().URL.EscapedPath(); got != target {
+			t.Fatalf("the origin got path %q, want %q as received", got, target)
+		}
+	}
+}
+
+func TestTheOriginGetsTheHostTheKeyHolds(t *testing.T) {
+	f := newFixture(t, "", cacheFor("max-age=60", "x"))
+	expect(t, f.get("/h", "Host", "Shop.Example.COM.:80"), 200, "MISS")
+	got := f.origin.last()
+	if got.Host != "shop.example.com" || got.Header.Get("X-Forwarded-Host") != "shop.example.com" {
+		t.Fatalf("origin got Host %q, X-Forwarded-Host %q; want shop.example.com for both", got.Host, got.Header.Get("X-Forwarded-Host"))
+	}
+	expect(t, f.get("/h", "Host", "shop.example.com"), 200, "HIT; layer=l1")
+}
+
+func TestARuleTTLDoesNotOverrideNoCache(t *testing.T) {
+	cfg := `
+rules:
+- name: pinned
+  match: {path: /p}
+  ttl: 1h
+`
+	f := newFixture(t, cfg, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("ETag", `"v1"`)
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		_, _ = io.WriteString(w, "x")
+	})
+	expect(t, f.get("/p"), 200, "MISS")
+	expect(t, f.get("/p"), 200, "REVALIDATED")
+}
+
+func TestARuleTTLAppliesToCredentialedRequestsOnlyWhenTheRuleOptsIn(t *testing.T) {
+	for _, optIn := range []bool{false, true} {
+		cfg := fmt.Sprintf(`
+rules:
+- name: assets
+  match: {pathPrefix: /assets/}
+  ttl: 1h
+  ttlWithCredentials: %t
+`, optIn)
+		f := newFixture(t, cfg, cacheFor("", "x"))
+		for _, h := range [][]string{{"Cookie", "session=1"}, {"Authorization", "Bearer t"}} {
+			target := "/assets/" + h[0]
+			expect(t, f.get(target, h...), 200, "MISS")
+			want := "MISS"
+			if optIn && h[0] == "Cookie" {
+				// Authorization still needs public, s-maxage or
+				// must-revalidate from the origin (RFC 9111 §3.5).
+				want = "HIT; layer=l1"
+			}
+			expect(t, f.get(target), 200, want)
+		}
+	}
+}
+
+func TestStrictRequestHeadersForwardOnlyTheAllowlistOnFills(t *testing.T) {
+	cfg := `
+requestHeaders: {mode: strict, allow: [Accept, X-Allowed, X-Forwarded-Scheme]}
+rules:
+- name: tenant
+  match: {pathPrefix: /t/}
+  cacheKey: {headers: [X-Tenant]}
+- name: pass
+  match: {pathPrefix: /pass/}
+  bypass: true
+`
+	f := newFixture(t, cfg, cacheFor("max-age=60", "x"))
+	hdr := []string{"Accept", "text/html", "X-Allowed", "1", "X-Tenant", "acme", "X-Other", "1",
+		"Cookie", "s=1", "X-Forwarded-Scheme", "http", "X-Forwarded-For", "10.0.0.1"}
+	expect(t, f.get("/t/a", hdr...), 200, "MISS")
+	got := f.origin.last().Header
+	for _, k := range []string{"Accept", "X-Allowed", "X-Tenant"} {
+		if got.Get(k) == "" {
+			t.Errorf("%s (allowed or keyed) did not reach the origin", k)
+		}
+	}
+	for _, k := range []string{"X-Other", "Cookie", "X-Forwarded-Scheme"} {
+		if got.Get(k) != "" {
+			t.Errorf("%s reached the origin of a strict fill", k)
+		}
+	}
+	if xff := got.Get("X-Forwarded-For"); xff != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For = %q, want only the peer", xff)
+	}
+	expect(t, f.get("/pass/a", hdr...), 200, "BYPASS")
+	if f.origin.last().Header.Get("X-Other") == "" {
+		t.Error("a request that is never stored lost its headers")
+	}
+}
+
+func TestStrictFillsForwardTheVaryHeadersOnceTheMarkerNamesThem(t *testing.T) {
+	f := newFixture(t, "requestHeaders: {mode: strict}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Vary", "X-Variant")
+		fmt.Fprintf(w, "variant=%s", r.Header.Get("X-Variant"))
+	})
+	// The first fill does not know the Vary yet: X-Variant is withheld, so
+	// the answer is stored as the variant without it.
+	expect(t, f.get("/v", "X-Variant", "a"), 200, "MISS")
+	if r := f.get("/v"); r.xcache() != "HIT; layer=l1" || r.body != "variant=" {
+		t.Fatalf("without X-Variant: %q %q, want a hit of variant=", r.xcache(), r.body)
+	}
+	// Now the marker names it: it is forwarded and keyed.
+	if r := f.get("/v", "X-Variant", "a"); r.xcache() != "MISS" || r.body != "variant=a" {
+		t.Fatalf("X-Variant a: %q %q, want a miss of variant=a", r.xcache(), r.body)
+	}
+	if r := f.get("/v", "X-Variant", "a"); r.xcache() != "HIT; layer=l1" || r.body != "variant=a" {
+		t.Fatalf("X-Variant a again: %q %q, want a hit of variant=a", r.xcache(), r.body)
+	}
+}
