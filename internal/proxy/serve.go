@@ -52,9 +52,15 @@ type call struct {
 // serveCacheable handles GET and HEAD.
 func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
 	// The key and the Vary values must come from what the origin
-	// receives: drop the hop-by-hop fields (those named by Connection
-	// too) before anything reads the header.
-	httpcache.RemoveHopByHop(r.Header)
+	// receives: the fields the client names in Connection are dropped
+	// before anything reads the header (else "Connection: Accept-Language"
+	// fills the fr variant with the origin's answer for no language).
+	// Without a Connection field there is nothing to do here: the fixed
+	// hop-by-hop fields never reach the origin in any request, so its
+	// answer cannot depend on them; they go in outbound.
+	if _, ok := r.Header["Connection"]; ok {
+		httpcache.RemoveHopByHop(r.Header)
+	}
 	rule := cfg.Match(r.URL.Path)
 	if rule.Bypass || hasPrecondition(r.Header) || hasBody(r) {
 		// A body is not part of the key, so a GET or HEAD that carries
