@@ -64,13 +64,24 @@ func Scheme(forwardedProto string, tls bool) string {
 	return "http"
 }
 
-// Host normalizes a Host header value for keying: lowercase, and without
-// the scheme's default port. It allocates only when it has to change s.
+// Host normalizes a Host header value: lowercase, without the scheme's
+// default port and without the trailing dot of a fully qualified name
+// ("Example.COM.:80" is "example.com"). The proxy keys on it and sends it
+// to the origin (as Host and X-Forwarded-Host), so the key and what the
+// origin routes on are the same value. It allocates only when it has to
+// change s.
 func Host(s, scheme string) string {
 	if scheme == "http" && strings.HasSuffix(s, ":80") {
 		s = s[:len(s)-3]
 	} else if scheme == "https" && strings.HasSuffix(s, ":443") {
 		s = s[:len(s)-4]
+	}
+	name, port := s, ""
+	if i := strings.LastIndexByte(s, ':'); i >= 0 && !strings.Contains(s[i:], "]") {
+		name, port = s[:i], s[i:]
+	}
+	if len(name) > 1 && name[len(name)-1] == '.' {
+		s = name[:len(name)-1] + port
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; 'A' <= c && c <= 'Z' {

@@ -29,6 +29,12 @@ func TestHostNormalization(t *testing.T) {
 		"a non-default port is kept":          {"example.com:8080", "http", "example.com:8080"},
 		"port 443 over http is not a default": {"example.com:443", "http", "example.com:443"},
 		"an empty host stays empty":           {"", "http", ""},
+		"a trailing dot is dropped":           {"Example.com.", "http", "example.com"},
+		"a trailing dot before a port":        {"example.com.:8080", "http", "example.com:8080"},
+		"a trailing dot and a default port":   {"example.com.:443", "https", "example.com"},
+		"an IPv6 literal keeps its colons":    {"[::1]", "http", "[::1]"},
+		"an IPv6 literal with a port":         {"[::1]:80", "http", "[::1]"},
+		"a lone dot is left alone":            {".", "http", "."},
 	}
 	for name, c := range cases {
 		if got := Host(c.in, c.scheme); got != c.want {

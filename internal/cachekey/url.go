@@ -21,7 +21,9 @@ func PrimaryKeys(cfg *tierconfig.Compiled, host, escapedPath, rawQuery string) [
 }
 
 // RuleTarget returns the rule a URL's path falls under and its target
-// (path?query) as the proxy keys it.
+// (path?query) as the proxy keys it. Like the proxy, it matches rules on the
+// decoded, cleaned path (tierconfig.CleanPath, through Compiled.Match) and
+// keys the path as received.
 func RuleTarget(cfg *tierconfig.Compiled, escapedPath, rawQuery string) (*tierconfig.CompiledRule, string) {
 	path := escapedPath
 	if u, err := url.PathUnescape(escapedPath); err == nil {

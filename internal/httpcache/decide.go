@@ -15,8 +15,14 @@ type Policy struct {
 	AllowSetCookie bool
 	// ForceTTL, when > 0, replaces the origin's freshness lifetime for
 	// storable responses (like nginx proxy_cache_valid with ignored
-	// headers). no-store and private still prevent storing.
+	// headers). no-store and private still prevent storing, and no-cache
+	// still means revalidate on every use. It does not apply to requests
+	// that carry Authorization or Cookie (their answer may be personal)
+	// unless ForceTTLWithCredentials is set.
 	ForceTTL time.Duration
+	// ForceTTLWithCredentials applies ForceTTL to requests with
+	// Authorization or Cookie too (an explicit opt-in per rule).
+	ForceTTLWithCredentials bool
 	// MaxTTL, when > 0, caps the freshness lifetime.
 	MaxTTL time.Duration
 	// FallbackTTL, when > 0, is the lifetime of a heuristically cacheable
@@ -110,6 +116,10 @@ const (
 //     response carried it, so the proxy can apply Strip to any header it
 //     stores for this entry (including one merged from a 304).
 //   - several different Expires values mean already expired (§4.2.1).
+//   - Policy.ForceTTL is a configured override, so it yields to every
+//     signal that the answer is personal or must be checked: no-store,
+//     private, no-cache, and (unless ForceTTLWithCredentials) a request
+//     with Authorization or Cookie, where the origin's headers decide.
 func Decide(x Exchange, p Policy) Decision {
 	if x.Method != http.MethodGet {
 		return notStored("only GET responses are stored")
@@ -153,7 +163,9 @@ func Decide(x Exchange, p Policy) Decision {
 	}
 
 	heuristic := HeuristicallyCacheable(x.Status)
-	forced := p.ForceTTL > 0 && (heuristic || x.Status == http.StatusFound || x.Status == http.StatusTemporaryRedirect)
+	credentialed := len(values(x.ReqHeader, "Authorization")) > 0 || len(values(x.ReqHeader, "Cookie")) > 0
+	forced := p.ForceTTL > 0 && (!credentialed || p.ForceTTLWithCredentials) &&
+		(heuristic || x.Status == http.StatusFound || x.Status == http.StatusTemporaryRedirect)
 	expires := values(x.RespHeader, "Expires")
 	if !forced && !heuristic && !cc.Public && !cc.MaxAge.Valid && !cc.SMaxAge.Valid && len(expires) == 0 {
 		return notStored("the status code is not cacheable by default and the response has no explicit freshness")
@@ -168,7 +180,9 @@ func Decide(x Exchange, p Policy) Decision {
 	noCache := cc.NoCache
 	switch {
 	case forced:
-		lifetime, source, noCache = p.ForceTTL, sourceForced, false
+		// A forced lifetime replaces the origin's freshness, never its
+		// no-cache: that still means revalidate on every use.
+		lifetime, source = p.ForceTTL, sourceForced
 	case cc.Invalid:
 		source = sourceExplicit
 	case cc.SMaxAge.Valid:

@@ -45,9 +45,10 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 			{Name: "static", Match: v1alpha1.Match{Regex: `^/static/.*\.(css|js)$`}, TTL: "24h",
 				CacheKey: v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true, Headers: []string{"Accept-Language"}, Cookies: []string{"currency"}}},
 		},
-		Coalescing: v1alpha1.CoalescingSpec{Timeout: "5s"},
-		Purge:      v1alpha1.PurgeSpec{TokenSecretRef: secretRef("purge", "token")},
-		Sidecar:    v1alpha1.SidecarSpec{Port: 8300, AdminPort: 8301},
+		Coalescing:     v1alpha1.CoalescingSpec{Timeout: "5s"},
+		Purge:          v1alpha1.PurgeSpec{TokenSecretRef: secretRef("purge", "token")},
+		RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict, Allow: []string{"Accept", "X-Request-Id"}},
+		Sidecar:        v1alpha1.SidecarSpec{Port: 8300, AdminPort: 8301},
 	})
 	if err := c.Create(ctx, valid); err != nil {
 		t.Fatalf("a valid tier was refused: %v", err)
@@ -86,6 +87,22 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{Path: "/a"},
 				CacheKey: v1alpha1.CacheKey{QueryInclude: []string{"q"}, QueryExclude: []string{"utm_*"}}}}},
 			want: []string{"spec.rules[0].cacheKey", "mutually exclusive"},
+		},
+		"a request header allowlist without strict mode is refused by a CEL rule": {
+			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Allow: []string{"Accept"}}},
+			want: []string{"spec.requestHeaders.allow", "allow is used only when mode is strict"},
+		},
+		"an unknown request header mode is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: "paranoid"}},
+			want: []string{"spec.requestHeaders.mode", "Unsupported value"},
+		},
+		"an allowed header that is not a header name is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict, Allow: []string{"X Y"}}},
+			want: []string{"spec.requestHeaders.allow[0]", "should match"},
+		},
+		"an allowed hop-by-hop header is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict, Allow: []string{"Upgrade"}}},
+			want: []string{"admission webhook", "spec.requestHeaders.allow[0]", "hop-by-hop"},
 		},
 		"equal sidecar ports are refused by a CEL rule": {
 			spec: v1alpha1.CacheTierSpec{Sidecar: v1alpha1.SidecarSpec{Port: 9000, AdminPort: 9000}},

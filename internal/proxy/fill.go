@@ -49,7 +49,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	ctx, cancel := context.WithTimeout(base, c.cfg.Config.Origin.Timeout.Std())
 	defer cancel()
 
-	out := p.outbound(ctx, r, c.rule.KeyHeaders(), true)
+	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
+	if c.mark != nil {
+		c.fwd.vary = c.mark.Vary
+	}
+	out := p.outbound(ctx, r, c.fwd)
 	for _, k := range clientConditionals {
 		delete(out.Header, k)
 	}
@@ -200,7 +204,10 @@ func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Hea
 	names, _ := httpcache.VaryNames(respH)
 	var vk []byte
 	if len(names) > 0 {
-		vk = httpcache.AppendVaryKey(nil, names, r.Header)
+		// The variant is keyed by what the origin received: a Vary field
+		// this fill withheld counts as absent (the next fill, knowing the
+		// marker, forwards it).
+		vk = httpcache.AppendVaryKey(nil, names, sentHeader{r.Header, c.fwd})
 	}
 	watch.Commit(e.Tags, func() { p.putVariant(ctx, c, e, names, vk) })
 	return names, vk

@@ -16,17 +16,71 @@ import (
 	"github.com/tiercache/tiercache/internal/httpcache"
 )
 
-// unkeyedForwarding are request fields an origin may reflect into a
-// response (absolute links, redirects, routing) although they are not part
-// of the cache key. Forwarding a client's value on a cacheable request
-// would let one client poison the entry everyone else gets, so they are
-// dropped (X-Forwarded-Host and -Proto are then set from the keyed host and
-// scheme). A rule that lists one of them in cacheKey.headers makes it part
-// of the key, and then it is forwarded.
+// unkeyedForwarding are request fields that frameworks trust to rebuild
+// the request's scheme, host, port, path or method (absolute links,
+// redirects, routing) although they are not part of the cache key.
+// Forwarding a client's value on a fill would let one client decide the
+// entry everyone else gets (a Rack app told "X-Forwarded-Scheme: http"
+// stores a redirect loop), so fills withhold them, whatever the tier's
+// request header mode; X-Forwarded-Host and X-Forwarded-Proto are then set
+// from the keyed host and scheme. A header the key holds (a rule's
+// cacheKey.headers, or a name in the stored response's Vary) is forwarded.
+// Requests that are never stored keep them all.
+//
+// Client address fields (X-Forwarded-For, X-Real-IP, True-Client-IP, ...)
+// are not listed: they say who asks, not what is asked; an answer that
+// depends on them is per client and must be marked private or Vary by the
+// origin, and origins behind an ingress need them for logs and limits.
+// Strict mode (requestHeaders.mode) drops them on fills unless allowed.
+//
+// This is the one list; docs/caching.md has it as a table.
 var unkeyedForwarding = []string{
+	// host and port
 	"Forwarded", "X-Forwarded-Host", "X-Forwarded-Server", "X-Forwarded-Port",
-	"X-Forwarded-Prefix", "X-Host", "X-Original-Url", "X-Rewrite-Url",
-	"X-Original-Host", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
+	"X-Host", "X-Original-Host",
+	// scheme and TLS
+	"X-Forwarded-Scheme", "X-Forwarded-Ssl", "Front-End-Https", "X-Url-Scheme",
+	"X-Forwarded-Protocol", "X-Scheme", "X-Original-Proto",
+	// path and prefix
+	"X-Forwarded-Prefix", "X-Original-Prefix", "X-Original-Url", "X-Original-Uri",
+	"X-Rewrite-Url", "X-Forwarded-Uri", "X-Forwarded-Path", "X-Envoy-Original-Path",
+	// method
+	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
+}
+
+// fillHeaders says which client request headers a fill forwards.
+type fillHeaders struct {
+	// keyed are held by the key: the rule's cacheKey.headers and the Vary
+	// names of the stored marker, when known. Always forwarded.
+	keyed, vary []string
+	// strict forwards only allow (canonical names) besides keyed.
+	strict bool
+	allow  []string
+}
+
+// forwards reports whether a fill forwards the client's header name.
+func (fh *fillHeaders) forwards(name string) bool {
+	if containsFold(fh.keyed, name) || containsFold(fh.vary, name) {
+		return true
+	}
+	if containsFold(unkeyedForwarding, name) {
+		return false
+	}
+	return !fh.strict || containsFold(fh.allow, name)
+}
+
+// sentHeader is the client's header as a fill forwarded it: the fields
+// the fill withheld read as absent.
+type sentHeader struct {
+	h  http.Header
+	fh *fillHeaders
+}
+
+func (s sentHeader) Values(name string) []string {
+	if s.fh != nil && !s.fh.forwards(name) {
+		return nil
+	}
+	return s.h.Values(name)
 }
 
 // clientConditionals are dropped from a cache fill: the cache asks the
@@ -35,14 +89,16 @@ var unkeyedForwarding = []string{
 var clientConditionals = []string{"If-None-Match", "If-Modified-Since", "If-Range", "Range"}
 
 // outbound builds the request to the origin from the client's request r.
-// For a fill (whose answer may be stored) it withholds the unkeyed
-// forwarding headers, except those the rule keys on.
-func (p *Proxy) outbound(ctx context.Context, r *http.Request, keyed []string, fill bool) *http.Request {
+// For a fill (fill not nil: its answer may be stored) it forwards only the
+// headers fill allows. The Host the origin receives is the normalized host
+// the key holds.
+func (p *Proxy) outbound(ctx context.Context, r *http.Request, fill *fillHeaders) *http.Request {
 	out := r.Clone(ctx)
 	out.RequestURI = ""
 	out.URL.Scheme = p.upstream.Scheme
 	out.URL.Host = p.upstream.Host
-	out.Host = r.Host
+	scheme := cachekey.Scheme(forwardedProto(r.Header), r.TLS != nil)
+	out.Host = cachekey.Host(r.Host, scheme)
 	out.Close = false
 	if out.Body == nil || r.ContentLength == 0 {
 		out.Body = http.NoBody
@@ -52,16 +108,15 @@ func (p *Proxy) outbound(ctx context.Context, r *http.Request, keyed []string, f
 	h := out.Header
 	httpcache.RemoveHopByHop(h)
 	delete(h, "Expect") // the server already answered 100-continue
-	if fill {
-		for _, k := range unkeyedForwarding {
-			if !containsFold(keyed, k) {
+	if fill != nil {
+		for k := range h {
+			if !fill.forwards(k) {
 				delete(h, k)
 			}
 		}
 	}
-	scheme := cachekey.Scheme(forwardedProto(r.Header), r.TLS != nil)
-	if _, ok := h["X-Forwarded-Host"]; !ok && r.Host != "" {
-		h["X-Forwarded-Host"] = []string{r.Host}
+	if _, ok := h["X-Forwarded-Host"]; !ok && out.Host != "" {
+		h["X-Forwarded-Host"] = []string{out.Host}
 	}
 	h["X-Forwarded-Proto"] = []string{scheme}
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {

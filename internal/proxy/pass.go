@@ -20,7 +20,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	defer cancel()
 	// Nothing pass fetches is stored, so the client's forwarding headers
 	// cannot poison anything and go to the origin as they are.
-	resp, err := p.roundTrip(p.outbound(ctx, r, nil, false), w)
+	resp, err := p.roundTrip(p.outbound(ctx, r, nil), w)
 	if err != nil {
 		p.originError(w, r, err)
 		return outcome{metrics.ResultError, failedLayer(err), false}

@@ -49,12 +49,27 @@ type call struct {
 	// shared: this replica holds the tier-wide lease for the key, so its
 	// fill is written where the waiting replicas see it at once.
 	shared bool
+	// fwd: which client headers the fill forwarded.
+	fwd *fillHeaders
 }
 
 // serveCacheable handles GET and HEAD.
 func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
+	// The key and the Vary values must come from what the origin
+	// receives: the fields the client names in Connection are dropped
+	// before anything reads the header (else "Connection: Accept-Language"
+	// fills the fr variant with the origin's answer for no language).
+	// Without a Connection field there is nothing to do here: the fixed
+	// hop-by-hop fields never reach the origin in any request, so its
+	// answer cannot depend on them; they go in outbound.
+	if _, ok := r.Header["Connection"]; ok {
+		httpcache.RemoveHopByHop(r.Header)
+	}
 	rule := cfg.Match(r.URL.Path)
-	if rule.Bypass || hasPrecondition(r.Header) {
+	if rule.Bypass || hasPrecondition(r.Header) || hasBody(r) {
+		// A body is not part of the key, so a GET or HEAD that carries
+		// one could make the origin answer something the key does not
+		// describe: it is neither filled nor served from the cache.
 		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
 	}
 	var rcc httpcache.RequestCC
@@ -143,6 +158,12 @@ func coalescingOn(cfg *tierconfig.Compiled) bool {
 // itself (RFC 9110 §13.2.1): such requests go to the origin.
 func hasPrecondition(h http.Header) bool {
 	return len(h["If-Match"]) > 0 || len(h["If-Unmodified-Since"]) > 0
+}
+
+// hasBody reports whether the request carries a body (Content-Length > 0,
+// or chunked or otherwise of unknown length).
+func hasBody(r *http.Request) bool {
+	return r.ContentLength != 0 || len(r.TransferEncoding) > 0
 }
 
 // withoutCacheControl hides the request's Cache-Control and Pragma from the

@@ -19,7 +19,11 @@ type Compiled struct {
 	// Default is the rule applied when no rule matches (no key shaping,
 	// tier defaults).
 	Default *CompiledRule
-	rules   []*CompiledRule
+	// StrictHeaders is true when fills forward only StrictAllow (plus keyed
+	// headers); StrictAllow holds canonical names.
+	StrictHeaders bool
+	StrictAllow   []string
+	rules         []*CompiledRule
 }
 
 // CompiledRule is one rule ready for the request path.
@@ -97,6 +101,12 @@ func Compile(c Config) (*Compiled, error) {
 		Default: &CompiledRule{Name: defaultRuleName, Policy: base},
 		rules:   make([]*CompiledRule, 0, len(c.Rules)),
 	}
+	if c.RequestHeaders.Mode == RequestHeadersStrict {
+		out.StrictHeaders = true
+		for _, h := range c.RequestHeaders.Allow {
+			out.StrictAllow = append(out.StrictAllow, textproto.CanonicalMIMEHeaderKey(h))
+		}
+	}
 	for _, r := range c.Rules {
 		cr, err := compileRule(r, base)
 		if err != nil { // Validate compiled the regex already
@@ -110,6 +120,7 @@ func Compile(c Config) (*Compiled, error) {
 func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
 	p := base
 	p.ForceTTL = r.TTL.Std()
+	p.ForceTTLWithCredentials = r.TTLWithCredentials
 	p.MaxTTL = r.MaxTTL.Std()
 	if r.StaleWhileRevalidate != nil {
 		p.StaleWhileRevalidate = r.StaleWhileRevalidate.Std()
@@ -143,10 +154,13 @@ func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
 	return cr, nil
 }
 
-// Match returns the first rule matching path, or c.Default. It does not
-// allocate. path is matched as given; the caller decides whether that is
-// the request's escaped or decoded path.
+// Match returns the first rule matching the request path path, or
+// c.Default. path is the percent-decoded path (as net/url's URL.Path, so
+// %2F counts as '/'); rules see it as the origin routes it: CleanPath
+// merges repeated slashes and removes dot-segments first. It does not
+// allocate for a path that needs no cleaning.
 func (c *Compiled) Match(path string) *CompiledRule {
+	path = CleanPath(path)
 	for _, r := range c.rules {
 		if r.match.matches(path) {
 			return r

@@ -109,6 +109,13 @@ func TestMatch(t *testing.T) {
 		"an anchored regex does not match elsewhere":         {"/x/v2/items", "default"},
 		"no matching rule gives the default":                 {"/", "default"},
 		"an empty path gives the default":                    {"", "default"},
+		"dot-segments are removed before matching":           {"/static/../api/users", "api"},
+		"a dot-segment cannot climb above the root":          {"/../../api/users", "api"},
+		"a dot-dot with path parameters is a dot-dot":        {"/img/..;/api/special", "exact"},
+		"a single dot is removed":                            {"/api/./special", "exact"},
+		"doubled slashes are merged":                         {"//api//special", "exact"},
+		"a backslash counts as a slash":                      {"/img\\..\\api\\special", "exact"},
+		"an image suffix after a climb is still an image":    {"/api/../img/a.png", "images"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -138,7 +145,7 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"/healthz", "/static/app.js", "/api/v1/items", "/nothing/matches/this"} {
+	for _, path := range []string{"/healthz", "/static/app.js", "/api/v1/items", "/nothing/matches/this", "/a.b/..c/.d/", "/"} {
 		if n := testing.AllocsPerRun(200, func() { cc.Match(path) }); n != 0 {
 			t.Errorf("Match(%q) allocates %v times", path, n)
 		}
@@ -202,5 +209,45 @@ func TestCoalescingSwitches(t *testing.T) {
 				t.Errorf("CoalesceClusterWide() = %v, want %v", got, tt.clusterWide)
 			}
 		})
+	}
+}
+
+func TestCleanPath(t *testing.T) {
+	tests := map[string]struct{ in, want string }{
+		"a clean path is unchanged":                   {"/a/b/c", "/a/b/c"},
+		"a trailing slash is kept":                    {"/a/b/", "/a/b/"},
+		"the root is the root":                        {"/", "/"},
+		"an empty path stays empty":                   {"", ""},
+		"dots inside a segment are not dot-segments":  {"/a/..b/c../.d", "/a/..b/c../.d"},
+		"a dot-dot removes the segment before it":     {"/static/../account", "/account"},
+		"a dot-dot at the root stays at the root":     {"/../account", "/account"},
+		"many dot-dots stop at the root":              {"/a/../../../b", "/b"},
+		"a single dot is removed":                     {"/a/./b", "/a/b"},
+		"a final dot-dot names a directory":           {"/a/b/..", "/a/"},
+		"a final dot names a directory":               {"/a/.", "/a/"},
+		"climbing out of everything leaves the root":  {"/a/..", "/"},
+		"doubled slashes are merged":                  {"//a///b", "/a/b"},
+		"doubled slashes merge before dot-dot":        {"/a//../b", "/b"},
+		"a backslash separates segments":              {"/static\\..\\account", "/account"},
+		"a dot-dot with path parameters is a dot-dot": {"/static/..;x=1/account", "/account"},
+		"a dot with path parameters is a dot":         {"/a/.;/b", "/a/b"},
+		"a path parameter on a name is kept":          {"/account;.css/../x", "/x"},
+		"a decoded %2F is a slash like any other":     {"/static/../account/x.css", "/account/x.css"},
+		"a relative path stays relative":              {"a/../b", "b"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := CleanPath(tt.in); got != tt.want {
+				t.Fatalf("CleanPath(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCleanPathDoesNotAllocateForACleanPath(t *testing.T) {
+	for _, p := range []string{"/", "/static/app.js", "/a.b/..c/.d/", "/api/v1/items?x"} {
+		if n := testing.AllocsPerRun(200, func() { _ = CleanPath(p) }); n != 0 {
+			t.Errorf("CleanPath(%q) allocates %v times", p, n)
+		}
 	}
 }

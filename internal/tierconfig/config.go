@@ -26,6 +26,45 @@ type Config struct {
 	Coalescing Coalescing `json:"coalescing"`
 	// Purge guards the admin purge endpoint.
 	Purge Purge `json:"purge,omitempty"`
+	// RequestHeaders chooses which client request headers reach the
+	// origin on fetches whose answer may be stored.
+	RequestHeaders RequestHeaders `json:"requestHeaders,omitzero"`
+}
+
+// Request header modes (RequestHeaders.Mode).
+const (
+	// RequestHeadersStandard forwards every end-to-end request header
+	// except the unkeyed forwarding headers the proxy withholds (the
+	// default).
+	RequestHeadersStandard = "standard"
+	// RequestHeadersStrict forwards only the allowlist and the keyed
+	// headers on fetches whose answer may be stored.
+	RequestHeadersStrict = "strict"
+)
+
+// RequestHeaders chooses which client request headers reach the origin on
+// fetches whose answer may be stored (cache fills). Requests that are never
+// stored (bypassed paths, unsafe methods, HEAD and Range misses, GET with a
+// body) always forward the client's headers as they are.
+type RequestHeaders struct {
+	// Mode is "standard" (default): everything but the unkeyed forwarding
+	// headers the proxy always withholds; or "strict": only the headers in
+	// Allow, plus the headers the key holds (the rule's cacheKey.headers
+	// and, once the origin has answered with Vary, the names it lists).
+	Mode string `json:"mode,omitempty"`
+	// Allow lists the headers a strict fill forwards (case-insensitive).
+	// Default when strict: Accept, Accept-Encoding, Accept-Language,
+	// User-Agent. Setting it replaces the default. The unkeyed forwarding
+	// headers are withheld even when listed: key on them instead. Only
+	// with mode strict.
+	Allow []string `json:"allow,omitempty"`
+}
+
+// DefaultStrictAllow is the allowlist of a strict tier that sets none:
+// content negotiation and the client's software, which origins commonly
+// vary on and which a cache can key on (Vary) safely.
+func DefaultStrictAllow() []string {
+	return []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent"}
 }
 
 // L1 sizes the in-process cache.
@@ -125,8 +164,15 @@ type Rule struct {
 	// Bypass sends matching requests straight to the origin, uncached.
 	Bypass bool `json:"bypass,omitempty"`
 	// TTL, when set, replaces the origin's freshness lifetime for storable
-	// responses (no-store and private still win).
+	// responses (no-store, private and no-cache still win). It does not
+	// apply to requests carrying Authorization or Cookie unless
+	// TTLWithCredentials is set: for those the origin's own headers decide.
 	TTL Duration `json:"ttl,omitempty"`
+	// TTLWithCredentials applies TTL also to requests that carry
+	// Authorization or Cookie (default false). Set it only for paths whose
+	// answer never depends on who asks (a request with Authorization still
+	// needs public, s-maxage or must-revalidate from the origin).
+	TTLWithCredentials bool `json:"ttlWithCredentials,omitempty"`
 	// MaxTTL caps the freshness lifetime.
 	MaxTTL Duration `json:"maxTTL,omitempty"`
 	// StaleWhileRevalidate and StaleIfError override the tier defaults.

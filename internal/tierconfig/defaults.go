@@ -96,6 +96,9 @@ func (c Config) WithDefaults() Config {
 	if c.Coalescing.Timeout == 0 {
 		c.Coalescing.Timeout = defaultCoalesceTimeout
 	}
+	if c.RequestHeaders.Mode == RequestHeadersStrict && len(c.RequestHeaders.Allow) == 0 {
+		c.RequestHeaders.Allow = DefaultStrictAllow()
+	}
 	return c
 }
 
@@ -129,6 +132,7 @@ func (c Config) clone() Config {
 	}
 	c.Coalescing.Enabled = clonePtr(c.Coalescing.Enabled)
 	c.Coalescing.ClusterWide = clonePtr(c.Coalescing.ClusterWide)
+	c.RequestHeaders.Allow = cloneSlice(c.RequestHeaders.Allow)
 	return c
 }
 

@@ -85,6 +85,10 @@ func TestParseExampleFile(t *testing.T) {
 		},
 		Coalescing: Coalescing{Enabled: ptr(true), Timeout: Duration(5 * time.Second), ClusterWide: ptr(true)},
 		Purge:      Purge{Token: "0123456789abcdef0123456789abcdef"},
+		RequestHeaders: RequestHeaders{
+			Mode:  RequestHeadersStrict,
+			Allow: []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent", "X-Request-Id"},
+		},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("example.yaml parsed to\n%+v\nwant\n%+v", c, want)

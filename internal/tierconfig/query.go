@@ -58,13 +58,22 @@ const maxStackParams = 16
 
 // AppendQuery appends the key form of rawQuery under r to dst: unchanged
 // when the rule does not shape queries. Otherwise rawQuery is split on '&'
-// (empty parts dropped); each parameter is kept or dropped by its name (the
+// (empty parts dropped) and each part is kept or dropped by its name (the
 // part before '=', compared percent- and '+'-decoded, case-sensitively, to
-// the include or exclude patterns; a trailing '*' matches a prefix); kept
-// parameters keep their original bytes, are sorted by (name, value) when
-// the rule sorts (stable, comparing the bytes as received), and are joined
-// with '&'. It does not allocate for up to 16 parameters beyond growing
-// dst.
+// the include or exclude patterns; a trailing '*' matches a prefix).
+//
+// Origins disagree about ';': many split on it too. A part is dropped only
+// when both readings drop it: by its own name and by the name of every
+// ';'-separated piece in it; otherwise it is kept whole, as received. So
+// "utm_x=1;callback=x" is kept under exclude "utm_*": it is not the query
+// without it to an origin that reads callback.
+//
+// Kept parts keep their original bytes and are joined with '&'. When the
+// rule sorts, they are ordered by name only, stably, so that duplicates
+// keep their order (origins read the first or the last of "a=1&a=2", so
+// "a=2&a=1" is another resource); a query with a ';' in a kept part is not
+// sorted at all, since its names depend on the origin's reading. It does
+// not allocate for up to 16 parameters beyond growing dst.
 func (r *CompiledRule) AppendQuery(dst []byte, rawQuery string) []byte {
 	if !r.ShapesQuery {
 		return append(dst, rawQuery...)
@@ -75,7 +84,7 @@ func (r *CompiledRule) AppendQuery(dst []byte, rawQuery string) []byte {
 		for rest := rawQuery; rest != ""; {
 			var part string
 			part, rest, _ = strings.Cut(rest, "&")
-			if part == "" || !f.keep(paramName(part)) {
+			if part == "" || !f.keepPart(part) {
 				continue
 			}
 			if sep {
@@ -88,14 +97,18 @@ func (r *CompiledRule) AppendQuery(dst []byte, rawQuery string) []byte {
 	}
 	var stack [maxStackParams]string
 	parts := stack[:0]
+	semicolon := false
 	for rest := rawQuery; rest != ""; {
 		var part string
 		part, rest, _ = strings.Cut(rest, "&")
-		if part != "" && f.keep(paramName(part)) {
+		if part != "" && f.keepPart(part) {
 			parts = append(parts, part)
+			semicolon = semicolon || strings.IndexByte(part, ';') >= 0
 		}
 	}
-	slices.SortStableFunc(parts, compareParams)
+	if !semicolon {
+		slices.SortStableFunc(parts, compareNames)
+	}
 	for i, part := range parts {
 		if i > 0 {
 			dst = append(dst, '&')
@@ -103,6 +116,25 @@ func (r *CompiledRule) AppendQuery(dst []byte, rawQuery string) []byte {
 		dst = append(dst, part...)
 	}
 	return dst
+}
+
+// keepPart decides on one '&'-separated part: kept when its name is kept,
+// or when the name of any ';'-separated piece of it is.
+func (f *queryFilter) keepPart(part string) bool {
+	if f.keep(paramName(part)) {
+		return true
+	}
+	if strings.IndexByte(part, ';') < 0 {
+		return false
+	}
+	for rest := part; rest != ""; {
+		var piece string
+		piece, rest, _ = strings.Cut(rest, ";")
+		if piece != "" && f.keep(paramName(piece)) {
+			return true
+		}
+	}
+	return false
 }
 
 // paramName returns the name of one name=value query part (all of it when
@@ -114,14 +146,9 @@ func paramName(part string) string {
 	return part
 }
 
-// compareParams orders query parts by name, then value, as received.
-func compareParams(a, b string) int {
-	an, av, _ := strings.Cut(a, "=")
-	bn, bv, _ := strings.Cut(b, "=")
-	if c := strings.Compare(an, bn); c != 0 {
-		return c
-	}
-	return strings.Compare(av, bv)
+// compareNames orders query parts by name only, as received.
+func compareNames(a, b string) int {
+	return strings.Compare(paramName(a), paramName(b))
 }
 
 // matchDecoded reports whether enc, decoded as a form-encoded query name

@@ -74,8 +74,29 @@ func TestAppendQuery(t *testing.T) {
 		"sorting makes parameter order irrelevant": {
 			CacheKey{SortQuery: true}, "c=3&a=1&b=2", "a=1&b=2&c=3",
 		},
-		"sorting orders by name, then value": {
-			CacheKey{SortQuery: true}, "a=2&ab=0&a=1&a=10", "a=1&a=10&a=2&ab=0",
+		"sorting orders by name only and keeps the order of duplicates": {
+			CacheKey{SortQuery: true}, "a=2&ab=0&a=1&a=10", "a=2&a=1&a=10&ab=0",
+		},
+		"differently ordered duplicates stay different keys": {
+			CacheKey{SortQuery: true}, "b=0&a=1&a=2", "a=1&a=2&b=0",
+		},
+		"a part hiding a kept parameter behind ';' is kept whole": {
+			utm, "id=1&utm_x=1;callback=evil", "id=1&utm_x=1;callback=evil",
+		},
+		"a part whose ';' pieces are all excluded is dropped": {
+			utm, "id=1&utm_a=1;utm_b=2", "id=1",
+		},
+		"a ';' piece without a value is decided by its name": {
+			utm, "utm_x;debug&id=1", "utm_x;debug&id=1",
+		},
+		"an included parameter behind ';' keeps its part whole": {
+			CacheKey{QueryInclude: []string{"id"}}, "x=2;id=1&y=3", "x=2;id=1",
+		},
+		"an included parameter keeps what ';' glues to it": {
+			CacheKey{QueryInclude: []string{"id"}}, "id=1;x=2", "id=1;x=2",
+		},
+		"a query with ';' in a kept part is not sorted": {
+			CacheKey{SortQuery: true}, "b=2&a=1;b=3", "b=2&a=1;b=3",
 		},
 		"sorting compares the name before the '='": {
 			CacheKey{SortQuery: true}, "a-b=1&a=2", "a=2&a-b=1",
@@ -120,6 +141,8 @@ func TestAppendQueryDoesNotAllocate(t *testing.T) {
 		"an encoded name":              {CacheKey{QueryExclude: []string{"utm_*"}}, "utm%5Fsource=x&id=1"},
 		"sorting 16 parameters":        {CacheKey{SortQuery: true, QueryExclude: []string{"x"}}, strings.Join(sixteen, "&")},
 		"an include list with sorting": {CacheKey{SortQuery: true, QueryInclude: []string{"p0*"}}, strings.Join(sixteen, "&")},
+		"a part with ';' pieces":       {CacheKey{QueryExclude: []string{"utm_*"}}, "utm_a=1;utm_b=2&id=1&utm_x=1;cb=x"},
+		"sorting with ';' pieces":      {CacheKey{SortQuery: true, QueryExclude: []string{"utm_*"}}, "b=1&utm_a=1;utm_b=2&a=1;c=2"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -22,6 +22,7 @@ const (
 	maxRules         = 64
 	maxRuleName      = 63
 	maxRegexLen      = 1024
+	maxAllowHeaders  = 64
 	minPurgeToken    = 16
 	defaultRuleName  = "default"
 )
@@ -83,6 +84,7 @@ func (c Config) Validate() error {
 	validateRules(&p, c.Rules)
 	c.Coalescing.validate(&p)
 	c.Purge.validate(&p)
+	c.RequestHeaders.validate(&p)
 	return errors.Join(p...)
 }
 
@@ -220,6 +222,29 @@ func (pu Purge) validate(p *problems) {
 	}
 	if n := utf8.RuneCountInString(pu.Token); n < minPurgeToken {
 		p.add("purge.token", "must be at least %d characters (got %d)", minPurgeToken, n)
+	}
+}
+
+func (rh RequestHeaders) validate(p *problems) {
+	switch rh.Mode {
+	case "", RequestHeadersStandard, RequestHeadersStrict:
+	default:
+		p.add("requestHeaders.mode", "must be %s or %s (got %q)", RequestHeadersStandard, RequestHeadersStrict, rh.Mode)
+	}
+	if len(rh.Allow) > 0 && rh.Mode != RequestHeadersStrict {
+		p.add("requestHeaders.allow", "is used only when requestHeaders.mode is %s (got mode %q)", RequestHeadersStrict, rh.Mode)
+	}
+	if len(rh.Allow) > maxAllowHeaders {
+		p.add("requestHeaders.allow", "must have at most %d headers (got %d)", maxAllowHeaders, len(rh.Allow))
+	}
+	for i, h := range rh.Allow {
+		field := fmt.Sprintf("requestHeaders.allow[%d]", i)
+		switch {
+		case !isToken(h):
+			p.add(field, "not a valid HTTP header name (got %q)", h)
+		case isHopByHop(strings.ToLower(h)):
+			p.add(field, "a hop-by-hop header never reaches the origin (got %q)", h)
+		}
 	}
 }
 

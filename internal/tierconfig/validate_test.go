@@ -52,6 +52,14 @@ func TestValidConfigsPass(t *testing.T) {
 		"64 rules are allowed":                        func(c *Config) { c.Rules = manyRules(64) },
 		"a 63-character rule name is allowed":         func(c *Config) { c.Rules[0].Name = strings.Repeat("a", 63) },
 		"a regex of exactly 1024 bytes is allowed":    func(c *Config) { c.Rules[2].Match.Regex = "^/" + strings.Repeat("a", 1022) },
+		"strict request headers with the default allowlist are valid": func(c *Config) {
+			c.RequestHeaders = RequestHeaders{Mode: RequestHeadersStrict}
+		},
+		"strict request headers with an allowlist are valid": func(c *Config) {
+			c.RequestHeaders = RequestHeaders{Mode: RequestHeadersStrict, Allow: []string{"accept", "Cookie"}}
+		},
+		"standard request headers are valid":       func(c *Config) { c.RequestHeaders.Mode = RequestHeadersStandard },
+		"a ttl may apply to credentialed requests": func(c *Config) { c.Rules[1].TTLWithCredentials = true },
 	}
 	for name, edit := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -332,6 +340,35 @@ func TestValidateRefuses(t *testing.T) {
 		"a purge token with whitespace is refused": {
 			func(c *Config) { c.Purge.Token = "0123456789 abcdef" },
 			`purge.token: must not contain whitespace`,
+		},
+		"an unknown request header mode is refused": {
+			func(c *Config) { c.RequestHeaders.Mode = "paranoid" },
+			`requestHeaders.mode: must be standard or strict (got "paranoid")`,
+		},
+		"an allowlist without strict mode is refused": {
+			func(c *Config) { c.RequestHeaders.Allow = []string{"Accept"} },
+			`requestHeaders.allow: is used only when requestHeaders.mode is strict (got mode "")`,
+		},
+		"an allowed header that is not a header name is refused": {
+			func(c *Config) {
+				c.RequestHeaders = RequestHeaders{Mode: RequestHeadersStrict, Allow: []string{"Accept", "X Y"}}
+			},
+			`requestHeaders.allow[1]: not a valid HTTP header name (got "X Y")`,
+		},
+		"an allowed hop-by-hop header is refused": {
+			func(c *Config) {
+				c.RequestHeaders = RequestHeaders{Mode: RequestHeadersStrict, Allow: []string{"Upgrade"}}
+			},
+			`requestHeaders.allow[0]: a hop-by-hop header never reaches the origin (got "Upgrade")`,
+		},
+		"more than 64 allowed headers are refused": {
+			func(c *Config) {
+				c.RequestHeaders = RequestHeaders{Mode: RequestHeadersStrict, Allow: make([]string, 65)}
+				for i := range c.RequestHeaders.Allow {
+					c.RequestHeaders.Allow[i] = fmt.Sprintf("X-H%d", i)
+				}
+			},
+			`requestHeaders.allow: must have at most 64 headers (got 65)`,
 		},
 	}
 	for name, tt := range tests {

@@ -77,6 +77,10 @@ type CacheTierSpec struct {
 	// Purge guards the sidecars' admin POST /purge endpoint.
 	// +optional
 	Purge PurgeSpec `json:"purge,omitempty"`
+	// RequestHeaders chooses which client request headers reach the
+	// origin on fetches whose answer may be stored.
+	// +optional
+	RequestHeaders RequestHeadersSpec `json:"requestHeaders,omitempty"`
 	// Sidecar shapes the container injected into the tier's pods.
 	// +optional
 	Sidecar SidecarSpec `json:"sidecar,omitempty"`
@@ -258,9 +262,16 @@ type Rule struct {
 	// +optional
 	Bypass bool `json:"bypass,omitempty"`
 	// TTL replaces the origin's freshness lifetime for storable responses
-	// (no-store and private still win).
+	// (no-store, private and no-cache still win). It does not apply to
+	// requests that carry Authorization or Cookie unless
+	// ttlWithCredentials is set: for those the origin's headers decide.
 	// +optional
 	TTL Duration `json:"ttl,omitempty"`
+	// TTLWithCredentials applies ttl also to requests that carry
+	// Authorization or Cookie. Set it only for paths whose answer never
+	// depends on who asks.
+	// +optional
+	TTLWithCredentials bool `json:"ttlWithCredentials,omitempty"`
 	// MaxTTL caps the freshness lifetime.
 	// +optional
 	MaxTTL Duration `json:"maxTTL,omitempty"`
@@ -273,6 +284,40 @@ type Rule struct {
 	// CacheKey shapes the cache key of matching requests.
 	// +optional
 	CacheKey CacheKey `json:"cacheKey,omitempty"`
+}
+
+// RequestHeadersMode is how a tier forwards client request headers on
+// cache fills.
+// +kubebuilder:validation:Enum=standard;strict
+type RequestHeadersMode string
+
+// Request header modes.
+const (
+	RequestHeadersStandard RequestHeadersMode = "standard"
+	RequestHeadersStrict   RequestHeadersMode = "strict"
+)
+
+// RequestHeadersSpec chooses which client request headers reach the origin
+// on fetches whose answer may be stored. Requests that are never stored
+// (bypassed paths, unsafe methods, HEAD and Range misses, GET with a body)
+// forward every header.
+// +kubebuilder:validation:XValidation:rule="!has(self.allow) || size(self.allow) == 0 || (has(self.mode) && self.mode == 'strict')",message="allow is used only when mode is strict",fieldPath=".allow"
+type RequestHeadersSpec struct {
+	// Mode is standard (default: every header except the forwarding
+	// headers the sidecar always withholds, see docs/caching.md) or
+	// strict (only allow, plus the headers the key holds: the rule's
+	// cacheKey.headers and the names the origin's Vary lists).
+	// +optional
+	Mode RequestHeadersMode `json:"mode,omitempty"`
+	// Allow lists the headers a strict tier forwards on fills
+	// (case-insensitive). Default: Accept, Accept-Encoding,
+	// Accept-Language, User-Agent. Setting it replaces the default.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	// +listType=set
+	Allow []string `json:"allow,omitempty"`
 }
 
 // Match selects a request path. Exactly one field must be set.

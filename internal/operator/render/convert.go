@@ -79,9 +79,10 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 				PathPrefix: r.Match.PathPrefix,
 				Regex:      r.Match.Regex,
 			},
-			Bypass: r.Bypass,
-			TTL:    dur(at+"ttl", r.TTL),
-			MaxTTL: dur(at+"maxTTL", r.MaxTTL),
+			Bypass:             r.Bypass,
+			TTL:                dur(at+"ttl", r.TTL),
+			TTLWithCredentials: r.TTLWithCredentials,
+			MaxTTL:             dur(at+"maxTTL", r.MaxTTL),
 			CacheKey: tierconfig.CacheKey{
 				QueryInclude: append([]string(nil), r.CacheKey.QueryInclude...),
 				QueryExclude: append([]string(nil), r.CacheKey.QueryExclude...),
@@ -99,6 +100,11 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 			rule.StaleIfError = &v
 		}
 		c.Rules = append(c.Rules, rule)
+	}
+
+	c.RequestHeaders = tierconfig.RequestHeaders{
+		Mode:  string(spec.RequestHeaders.Mode),
+		Allow: append([]string(nil), spec.RequestHeaders.Allow...),
 	}
 
 	co := spec.Coalescing

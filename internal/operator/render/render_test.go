@@ -49,11 +49,12 @@ func TestRenderFillsTheModel(t *testing.T) {
 		},
 		Defaults: v1alpha1.DefaultsSpec{FallbackTTL: "1m", HeuristicPercent: 20, StaleIfError: "1h"},
 		Rules: []v1alpha1.Rule{{
-			Name: "static", Match: v1alpha1.Match{PathPrefix: "/static/"}, TTL: "24h",
+			Name: "static", Match: v1alpha1.Match{PathPrefix: "/static/"}, TTL: "24h", TTLWithCredentials: true,
 			StaleWhileRevalidate: ptr(v1alpha1.Duration("30s")),
 			CacheKey:             v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true},
 		}},
-		Purge: v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")},
+		Purge:          v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")},
+		RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict},
 	}
 	secrets := secretMap{
 		"shop/redis/password": "hunter2",
@@ -82,6 +83,9 @@ func TestRenderFillsTheModel(t *testing.T) {
 		{"the rule's stale-while-revalidate override is kept", *c.Rules[0].StaleWhileRevalidate, tierconfig.Duration(30 * time.Second)},
 		{"the purge token comes from its Secret", c.Purge.Token, "0123456789abcdef0123"},
 		{"the origin timeout gets its default", c.Origin.Timeout, tierconfig.Duration(30 * time.Second)},
+		{"the rule's ttlWithCredentials is carried", c.Rules[0].TTLWithCredentials, true},
+		{"the request header mode is carried", c.RequestHeaders.Mode, tierconfig.RequestHeadersStrict},
+		{"a strict tier gets the default allowlist", strings.Join(c.RequestHeaders.Allow, ","), "Accept,Accept-Encoding,Accept-Language,User-Agent"},
 	}
 	for _, tc := range checks {
 		if tc.got != tc.want {
@@ -150,6 +154,16 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 		"sentinel mode without a master name is refused": {
 			spec:  v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"s:26379"}, Mode: v1alpha1.L2Sentinel}},
 			field: "spec.l2.masterName", substring: "required",
+		},
+		"an allowlist without strict mode is refused on spec.requestHeaders.allow": {
+			spec:  v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Allow: []string{"Accept"}}},
+			field: "spec.requestHeaders.allow", substring: "strict",
+		},
+		"an allowed hop-by-hop header is refused on its entry": {
+			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{
+				Mode: v1alpha1.RequestHeadersStrict, Allow: []string{"Accept", "TE"},
+			}},
+			field: "spec.requestHeaders.allow[1]", substring: "hop-by-hop",
 		},
 		"a hop-by-hop key header is refused": {
 			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{

@@ -1,0 +1,30 @@
+package cachekey
+
+import (
+	"testing"
+
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+func TestPurgeTargetsMatchRulesLikeTheProxy(t *testing.T) {
+	c := tierconfig.Default()
+	c.Rules = []tierconfig.Rule{{Name: "static", Match: tierconfig.Match{PathPrefix: "/static/"}, CacheKey: tierconfig.CacheKey{QueryExclude: []string{"utm_*"}}}}
+	cfg, err := tierconfig.Compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct{ path, query, rule, target string }{
+		"a static path falls under the static rule":          {"/static/a.css", "utm_x=1&v=2", "static", "/static/a.css?v=2"},
+		"an encoded slash climbing out is not static":        {"/static/..%2faccount", "utm_x=1", "default", "/static/..%2faccount?utm_x=1"},
+		"an encoded dot-dot climbing out is not static":      {"/static/%2e%2e/account", "", "default", "/static/%2e%2e/account"},
+		"a climb that stays inside is static, keyed as sent": {"/static/x/../a.css", "", "static", "/static/x/../a.css"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			rule, tgt := RuleTarget(cfg, tt.path, tt.query)
+			if rule.Name != tt.rule || tgt != tt.target {
+				t.Fatalf("RuleTarget(%q, %q) = %s, %q; want %s, %q", tt.path, tt.query, rule.Name, tgt, tt.rule, tt.target)
+			}
+		})
+	}
+}
