@@ -120,3 +120,17 @@ func trackerFrom(ctx context.Context) *tracker {
 	t, _ := ctx.Value(trackerKey{}).(*tracker)
 	return t
 }
+
+// Detach stops following the request framing of the connection that
+// carries the request with context ctx (from ConnContext). Call it once a
+// handler has hijacked the connection for another protocol (a WebSocket
+// after 101 Switching Protocols): its bytes are no longer HTTP requests,
+// and following them would only cost time. The connection is never handed
+// back to net/http, so nothing is refused that could have been served.
+func Detach(ctx context.Context) {
+	if t := trackerFrom(ctx); t != nil {
+		t.mu.Lock()
+		t.die()
+		t.mu.Unlock()
+	}
+}

@@ -1,6 +1,7 @@
 package connguard
 
 import (
+	"context"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -469,5 +470,20 @@ func TestMaxPendingCoversNetHTTPReadAhead(t *testing.T) {
 	feedString(tr, getA+strings.Repeat("M  HTTP/1.0\n\n", netHTTPReadAhead/minHeaderBlock))
 	if o := outcomeOf(tr); o.dead {
 		t.Fatalf("tracker gave up within net/http's read-ahead: %d results", len(o.verdicts))
+	}
+}
+
+func TestADetachedConnectionIsNoLongerFollowed(t *testing.T) {
+	c := &conn{t: tracker{limit: noLimit}}
+	ctx := ConnContext(context.Background(), c)
+	c.t.feed([]byte("GET / HTTP/1.1\r\nHost: a\r\n\r\n"))
+	if got := c.t.take(1, requestLineHash("GET", "/", "HTTP/1.1")); got != allowed {
+		t.Fatalf("before detaching: %v", got)
+	}
+	Detach(ctx)
+	// A WebSocket peer's frames may look like anything, requests included.
+	c.t.feed([]byte("GET /x HTTP/1.1\r\nHost: a\r\n\r\nPOST /y HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"))
+	if n := c.t.pending(); n != 0 {
+		t.Fatalf("a detached connection queued %d results", n)
 	}
 }
