@@ -40,6 +40,10 @@ type Metrics struct {
 	L2CircuitOpen   prometheus.Gauge
 	Purges          prometheus.Counter
 	ConfigInfo      *prometheus.GaugeVec
+	// UpgradedOpen is the number of open upgraded (WebSocket and the
+	// like) connections; upgrades counts upgrade requests by result.
+	UpgradedOpen prometheus.Gauge
+	upgrades     *prometheus.CounterVec
 
 	reqByLabel map[[2]string]prometheus.Counter
 	durByRes   map[string]prometheus.Observer
@@ -96,11 +100,19 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_config_info",
 			Help: "1 for the config version (hash) in effect.",
 		}, []string{"version"}),
+		UpgradedOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tiercache_upgraded_connections",
+			Help: "Connections switched to another protocol (WebSocket and the like) and open now.",
+		}),
+		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_upgrades_total",
+			Help: "Protocol upgrade requests, by result: switched (tunnel opened), refused (the origin or the sidecar declined), error (no answer from the origin, or the tunnel could not start).",
+		}, []string{"result"}),
 		reqByLabel: make(map[[2]string]prometheus.Counter),
 		durByRes:   make(map[string]prometheus.Observer),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.ConfigInfo}
+		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.ConfigInfo, m.UpgradedOpen, m.upgrades}
 	if l1 != nil {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -124,6 +136,9 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		for _, l := range layers {
 			m.reqByLabel[[2]string{r, l}] = m.requests.WithLabelValues(r, l)
 		}
+	}
+	for _, r := range []string{"switched", "refused", "error"} {
+		m.upgrades.WithLabelValues(r)
 	}
 	for _, op := range []string{"get", "set", "delete", "publish", "subscribe", "lease"} {
 		m.L2Errors.WithLabelValues(op)
@@ -153,4 +168,13 @@ func (m *Metrics) SetConfig(version string) {
 	}
 	m.ConfigInfo.Reset()
 	m.ConfigInfo.WithLabelValues(version).Set(1)
+}
+
+// Upgrade counts one protocol upgrade request by result (switched,
+// refused, error).
+func (m *Metrics) Upgrade(result string) {
+	if m == nil {
+		return
+	}
+	m.upgrades.WithLabelValues(result).Inc()
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -93,10 +94,15 @@ var clientConditionals = []string{"If-None-Match", "If-Modified-Since", "If-Rang
 // headers fill allows. The Host the origin receives is the normalized host
 // the key holds.
 func (p *Proxy) outbound(ctx context.Context, r *http.Request, fill *fillHeaders) *http.Request {
+	return outboundTo(p.upstream, ctx, r, fill)
+}
+
+// outboundTo is outbound for any origin base URL.
+func outboundTo(upstream *url.URL, ctx context.Context, r *http.Request, fill *fillHeaders) *http.Request {
 	out := r.Clone(ctx)
 	out.RequestURI = ""
-	out.URL.Scheme = p.upstream.Scheme
-	out.URL.Host = p.upstream.Host
+	out.URL.Scheme = upstream.Scheme
+	out.URL.Host = upstream.Host
 	scheme := cachekey.Scheme(forwardedProto(r.Header), r.TLS != nil)
 	out.Host = cachekey.Host(r.Host, scheme)
 	out.Close = false

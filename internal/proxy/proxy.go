@@ -81,6 +81,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Upgrades tunnels protocol-switching requests (WebSocket); default:
+	// one of the Proxy's own, closed by Close. A sidecar shares one across
+	// data-plane rebuilds and closes it itself.
+	Upgrades *Upgrades
 }
 
 // Proxy is the caching reverse proxy. It is safe for concurrent use.
@@ -94,6 +98,8 @@ type Proxy struct {
 	log      *slog.Logger
 	rt       http.RoundTripper
 	now      func() time.Time
+	up       *Upgrades
+	ownsUp   bool
 
 	flights flightGroup
 	keys    sync.Pool // *keyBuf
@@ -150,6 +156,10 @@ func New(o Options) (*Proxy, error) {
 	if p.now == nil {
 		p.now = time.Now
 	}
+	p.up = o.Upgrades
+	if p.up == nil {
+		p.up, p.ownsUp = NewUpgrades(p.upstream, p.cfg, p.rt, p.m, p.log), true
+	}
 	p.flights.m = make(map[string]*flight)
 	p.keys.New = func() any { return &keyBuf{b: make([]byte, 0, 256)} }
 	p.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
@@ -177,6 +187,11 @@ func NewTransport() *http.Transport {
 // and closes idle origin connections.
 func (p *Proxy) Close(ctx context.Context) error {
 	p.cancel()
+	if p.ownsUp {
+		if err := p.up.Close(ctx); err != nil {
+			return err
+		}
+	}
 	done := make(chan struct{})
 	go func() { p.bg.Wait(); close(done) }()
 	select {
@@ -196,6 +211,10 @@ func (p *Proxy) Close(ctx context.Context) error {
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if IsUpgrade(r) {
+		p.up.ServeHTTP(w, r)
+		return
+	}
 	start := p.now()
 	cfg := p.cfg.Load()
 	var out outcome

@@ -86,6 +86,11 @@ type dataPlane struct {
 	rt       http.RoundTripper
 	id       string
 
+	// up tunnels upgraded connections (WebSocket) for every generation:
+	// they use no cache, so a rebuild leaves them open; RunWith closes
+	// them after the drain.
+	up *proxy.Upgrades
+
 	cur atomic.Pointer[generation]
 	seq uint64 // last generation built (Apply's goroutine only)
 	// watches are the fills in progress of every generation: an old
@@ -139,6 +144,10 @@ func (dp *dataPlane) acquire() *generation {
 // ServeHTTP serves a request with the current generation; the generation
 // is not closed before the request has ended.
 func (dp *dataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if proxy.IsUpgrade(r) {
+		dp.up.ServeHTTP(w, r)
+		return
+	}
 	g := dp.acquire()
 	defer g.release()
 	g.px.ServeHTTP(w, r)
@@ -227,6 +236,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		Metrics:     dp.m,
 		Logger:      dp.log,
 		Transport:   dp.rt,
+		Upgrades:    dp.up,
 	}
 	if g.client != nil {
 		g.purger.SetRemote(remote{g.client, dp.m.L2Errors.WithLabelValues("publish")}, dp.id, cfg.L2.Timeout.Std(), dp.log)

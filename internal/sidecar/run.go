@@ -216,6 +216,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	dp.setVersion(version)
+	dp.up = proxy.NewUpgrades(upstream, holder, dp.rt, dp.m, log)
 
 	var warm atomic.Bool
 	first, err := dp.build(compiled, nil, &warm)
@@ -309,6 +310,11 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	defer scancel()
 	if err := serve.Shutdown(sctx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("draining requests: %w", err))
+	}
+	// Shutdown does not know hijacked connections: close the WebSockets
+	// (and other upgraded connections) now that requests have drained.
+	if err := dp.up.Close(sctx); err != nil {
+		runErr = errors.Join(runErr, err)
 	}
 	if err := admin.Shutdown(sctx); err != nil {
 		runErr = errors.Join(runErr, err)

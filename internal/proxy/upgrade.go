@@ -1,0 +1,251 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/connguard"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// IsUpgrade reports whether r asks to switch protocols (RFC 9110 §7.8): an
+// Upgrade field and the "upgrade" token in Connection. A WebSocket
+// handshake is one. Such requests are never cached: Upgrades tunnels them.
+func IsUpgrade(r *http.Request) bool {
+	if len(r.Header["Upgrade"]) == 0 {
+		return false
+	}
+	for _, v := range r.Header["Connection"] {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Upgrades forwards protocol-switching requests (WebSocket and the like)
+// to the origin and, once the origin answers 101 Switching Protocols,
+// copies bytes both ways between the client's and the origin's connection
+// until either side closes. It tracks the open tunnels so that the
+// sidecar can close them when it shuts down: http.Server.Shutdown does not
+// know hijacked connections.
+//
+// Tunnels use nothing of a data-plane generation (no cache, no store), so
+// one Upgrades serves a sidecar for its whole life: a config change that
+// rebuilds L1 or L2 leaves open WebSockets alone.
+type Upgrades struct {
+	upstream *url.URL
+	cfg      *tierconfig.Holder
+	rt       http.RoundTripper
+	m        *metrics.Metrics
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	open   map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup // open tunnels
+}
+
+// NewUpgrades returns an Upgrades that tunnels to upstream through rt.
+func NewUpgrades(upstream *url.URL, cfg *tierconfig.Holder, rt http.RoundTripper, m *metrics.Metrics, log *slog.Logger) *Upgrades {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Upgrades{upstream: upstream, cfg: cfg, rt: rt, m: m, log: log, open: make(map[net.Conn]struct{})}
+}
+
+// Upgrade result label values of tiercache_upgrades_total.
+const (
+	upgradeSwitched = "switched" // 101 from the origin: tunnel opened
+	upgradeRefused  = "refused"  // the origin answered something else
+	upgradeError    = "error"    // no answer, or the tunnel could not start
+)
+
+// ServeHTTP tunnels r, which IsUpgrade accepted. An origin that answers
+// without switching has its answer passed through like any bypassed
+// request.
+func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	result := metrics.ResultBypass
+	defer func() { u.m.Request(result, metrics.LayerOrigin, time.Since(start).Seconds()) }()
+	cfg := u.cfg.Load()
+
+	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
+		// HTTP/2 over cleartext is not proxied: ignoring the Upgrade
+		// (RFC 9110 §7.8 allows it) would hand an h2c client an HTTP/1.1
+		// answer it may not expect. Say so instead.
+		u.m.Upgrade(upgradeRefused)
+		u.log.Info("refused an h2c upgrade: HTTP/2 cleartext is not proxied", "path", r.URL.Path)
+		result = metrics.ResultError
+		w.Header().Set("Connection", "close")
+		http.Error(w, "tiercache: HTTP/2 cleartext (h2c) is not supported; use HTTP/1.1", http.StatusNotImplemented)
+		return
+	}
+
+	// The origin has the response-header timeout to answer; the tunnel
+	// itself has no deadline (a WebSocket may stay open for hours).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	hdrTimer := time.AfterFunc(cfg.Config.Origin.Timeout.Std(), cancel)
+	out := u.outbound(ctx, r)
+	resp, err := u.rt.RoundTrip(out)
+	hdrTimer.Stop()
+	if err != nil {
+		u.m.OriginRequests.WithLabelValues("error").Inc()
+		u.m.Upgrade(upgradeError)
+		result = metrics.ResultError
+		u.log.Warn("upgrade: origin request failed", "path", r.URL.Path, "upgrade", r.Header.Get("Upgrade"), "err", err)
+		status := http.StatusBadGateway
+		if ctx.Err() != nil {
+			status = http.StatusGatewayTimeout
+		}
+		http.Error(w, http.StatusText(status)+": origin unavailable", status)
+		return
+	}
+	u.m.OriginRequests.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		u.m.Upgrade(upgradeRefused)
+		h := w.Header()
+		copyHeader(h, resp.Header)
+		h["X-Cache"] = xBypass
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+		return
+	}
+	backend, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok { // net/http's Transport always gives one on 101
+		resp.Body.Close()
+		u.fail(w, r, "the origin's 101 response has no writable body")
+		result = metrics.ResultError
+		return
+	}
+	if err := u.tunnel(w, r, resp, backend); err != nil {
+		backend.Close()
+		u.fail(w, r, err.Error())
+		result = metrics.ResultError
+	}
+}
+
+func (u *Upgrades) fail(w http.ResponseWriter, r *http.Request, why string) {
+	u.m.Upgrade(upgradeError)
+	u.log.Warn("upgrade failed", "path", r.URL.Path, "err", why)
+	http.Error(w, "Bad Gateway: "+why, http.StatusBadGateway)
+}
+
+// outbound is the request to the origin: the client's, as any pass-through
+// forwards it, with the Upgrade and Connection fields put back (they are
+// hop-by-hop, and this hop is the one that switches).
+func (u *Upgrades) outbound(ctx context.Context, r *http.Request) *http.Request {
+	out := outboundTo(u.upstream, ctx, r, nil)
+	out.Header["Upgrade"] = r.Header.Values("Upgrade")
+	out.Header["Connection"] = []string{"Upgrade"}
+	return out
+}
+
+// tunnel answers 101 to the client with the origin's header, takes over
+// the client's connection and copies bytes both ways until either side
+// closes. It returns an error only when the tunnel could not start (the
+// client has been answered nothing yet).
+func (u *Upgrades) tunnel(w http.ResponseWriter, r *http.Request, resp *http.Response, backend io.ReadWriteCloser) error {
+	h := w.Header()
+	upgrade := resp.Header.Values("Upgrade")
+	copyHeader(h, resp.Header)
+	h["Upgrade"] = upgrade
+	h["Connection"] = []string{"Upgrade"}
+	rc := http.NewResponseController(w)
+	w.WriteHeader(http.StatusSwitchingProtocols)
+	conn, brw, err := rc.Hijack()
+	if err != nil {
+		return errors.New("cannot take over the client connection: " + err.Error())
+	}
+	// What follows on the connection is the new protocol, not requests.
+	connguard.Detach(r.Context())
+	if !u.track(conn) {
+		conn.Close()
+		backend.Close()
+		return nil
+	}
+	u.m.Upgrade(upgradeSwitched)
+	defer u.untrack(conn)
+	if err := brw.Flush(); err != nil { // the client left
+		conn.Close()
+		backend.Close()
+		return nil
+	}
+	// Both directions run until one ends; then both connections close,
+	// which ends the other. Bytes the server had already read past the
+	// request (the client may send its first frame at once) are in brw.
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = io.Copy(backend, brw.Reader)
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(conn, backend)
+		done <- struct{}{}
+	}()
+	<-done
+	conn.Close()
+	backend.Close()
+	<-done
+	return nil
+}
+
+func (u *Upgrades) track(c net.Conn) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return false
+	}
+	u.open[c] = struct{}{}
+	u.wg.Add(1) // under mu, so never after Close's Wait began
+	u.m.UpgradedOpen.Inc()
+	return true
+}
+
+func (u *Upgrades) untrack(c net.Conn) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.open[c]; ok {
+		delete(u.open, c)
+		u.m.UpgradedOpen.Dec()
+		u.wg.Done()
+	}
+}
+
+// Close closes every open tunnel and refuses new ones; call it after the
+// server has drained its requests. It waits (bounded by ctx) for the
+// tunnels' goroutines to end.
+func (u *Upgrades) Close(ctx context.Context) error {
+	u.mu.Lock()
+	u.closed = true
+	for c := range u.open {
+		c.Close()
+	}
+	n := len(u.open)
+	u.mu.Unlock()
+	if n > 0 {
+		u.log.Info("closed upgraded connections at shutdown", "count", n)
+	}
+	done := make(chan struct{})
+	go func() { u.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return errors.New("proxy: upgraded connections still closing: " + ctx.Err().Error())
+	}
+}

@@ -1,0 +1,227 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// wsOrigin is a WebSocket origin at /ws: it greets, echoes every text
+// message as "echo: <msg>", closes with 4000 "bye" when told "bye", and
+// reports how each connection ended on closed.
+type wsOrigin struct {
+	*httptest.Server
+	closed chan websocket.StatusCode
+}
+
+func newWSOrigin(t *testing.T) *wsOrigin {
+	t.Helper()
+	o := &wsOrigin{closed: make(chan websocket.StatusCode, 4)}
+	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ws" {
+			w.Header().Set("Cache-Control", "max-age=60")
+			_, _ = w.Write([]byte("plain"))
+			return
+		}
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(1 << 20)
+		ctx := context.Background()
+		if err := c.Write(ctx, websocket.MessageText, []byte("hello "+r.Header.Get("X-Client"))); err != nil {
+			return
+		}
+		for {
+			_, msg, err := c.Read(ctx)
+			if err != nil {
+				o.closed <- websocket.CloseStatus(err)
+				return
+			}
+			if string(msg) == "bye" {
+				_ = c.Close(4000, "bye")
+				o.closed <- 4000
+				return
+			}
+			if err := c.Write(ctx, websocket.MessageText, append([]byte("echo: "), msg...)); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+// dialWS opens a WebSocket to the sidecar's serving address.
+func dialWS(t *testing.T, n *node) *websocket.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(n.base, "http")+"/ws", &websocket.DialOptions{
+		Host: testHost, HTTPHeader: http.Header{"X-Client": {"c1"}},
+	})
+	if err != nil {
+		t.Fatalf("WebSocket through the sidecar: %v (response %v)", err, resp)
+	}
+	c.SetReadLimit(1 << 20)
+	return c
+}
+
+func read(t *testing.T, c *websocket.Conn) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, msg, err := c.Read(ctx)
+	if err != nil {
+		t.Fatalf("reading a message: %v", err)
+	}
+	return string(msg)
+}
+
+func waitMetric(t *testing.T, n *node, name string, want float64) {
+	t.Helper()
+	var got float64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if got = n.metric(t, name); got == want {
+			return
+		}
+	}
+	t.Fatalf("%s = %v, want %v", name, got, want)
+}
+
+func TestAWebSocketWorksThroughTheSidecarBothWays(t *testing.T) {
+	o := newWSOrigin(t)
+	n := startNode(t, o.URL)
+	c := dialWS(t, n)
+	defer c.CloseNow()
+
+	if got := read(t, c); got != "hello c1" {
+		t.Fatalf("the origin's first message arrived as %q (the handshake's headers reach the origin)", got)
+	}
+	ctx := context.Background()
+	for _, m := range []string{"one", "two", strings.Repeat("x", 100<<10)} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, c); got != "echo: "+m {
+			t.Fatalf("echo of a %d-byte message: got %.40q", len(m), got)
+		}
+	}
+	waitMetric(t, n, "tiercache_upgraded_connections", 1)
+	waitMetric(t, n, `tiercache_upgrades_total{result="switched"}`, 1)
+
+	// The client closes: the origin sees the close and its status.
+	if err := c.Close(websocket.StatusNormalClosure, "done"); err != nil {
+		t.Fatalf("closing: %v", err)
+	}
+	select {
+	case code := <-o.closed:
+		if code != websocket.StatusNormalClosure {
+			t.Fatalf("the origin saw close status %d, want %d", code, websocket.StatusNormalClosure)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client's close never reached the origin")
+	}
+	waitMetric(t, n, "tiercache_upgraded_connections", 0)
+
+	// Plain requests on the same port are still cached.
+	n.expect(t, "/plain", "MISS", "plain")
+	n.expect(t, "/plain", "HIT; layer=l1", "plain")
+}
+
+func TestAnOriginsCloseReachesTheWebSocketClient(t *testing.T) {
+	o := newWSOrigin(t)
+	n := startNode(t, o.URL)
+	c := dialWS(t, n)
+	defer c.CloseNow()
+	read(t, c)
+	if err := c.Write(context.Background(), websocket.MessageText, []byte("bye")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err := c.Read(ctx)
+	if code := websocket.CloseStatus(err); code != 4000 {
+		t.Fatalf("the client saw %v (status %d), want the origin's close status 4000", err, code)
+	}
+	waitMetric(t, n, "tiercache_upgraded_connections", 0)
+}
+
+func TestShutdownClosesOpenWebSocketsAfterTheDrain(t *testing.T) {
+	o := newWSOrigin(t)
+	n := startNode(t, o.URL)
+	c := dialWS(t, n)
+	defer c.CloseNow()
+	read(t, c)
+
+	stopped := make(chan struct{})
+	go func() { n.shutdown(t); close(stopped) }()
+	// The connection ends: the client's read fails instead of hanging,
+	// and the origin's side is closed too.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := c.Read(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the WebSocket stayed open through the sidecar's shutdown: %v", err)
+	}
+	select {
+	case <-o.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the origin's side of the WebSocket stayed open after the sidecar's shutdown")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the sidecar did not stop")
+	}
+}
+
+func TestAnUpgradeTheOriginDeclinesIsPassedThrough(t *testing.T) {
+	o := newWSOrigin(t)
+	n := startNode(t, o.URL)
+	// /plain does not switch: the origin's 200 goes back as it is.
+	conn, err := net.DialTimeout("tcp", n.addrs.Serve, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = conn.Write([]byte("GET /plain HTTP/1.1\r\nHost: " + testHost + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Cache") != "BYPASS" {
+		t.Fatalf("got %d %q, want the origin's 200, BYPASS", resp.StatusCode, resp.Header.Get("X-Cache"))
+	}
+	waitMetric(t, n, `tiercache_upgrades_total{result="refused"}`, 1)
+}
+
+func TestAnH2CUpgradeIsRefusedWithAClearError(t *testing.T) {
+	o := newWSOrigin(t)
+	n := startNode(t, o.URL)
+	req, _ := http.NewRequest(http.MethodGet, n.base+"/plain", nil)
+	req.Host = testHost
+	req.Header.Set("Connection", "Upgrade, HTTP2-Settings")
+	req.Header.Set("Upgrade", "h2c")
+	req.Header.Set("HTTP2-Settings", "AAMAAABkAAQAAP__")
+	resp, err := n.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(b.String(), "h2c") {
+		t.Fatalf("got %d %q, want 501 naming h2c", resp.StatusCode, b.String())
+	}
+}
