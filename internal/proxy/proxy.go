@@ -211,6 +211,10 @@ func (p *Proxy) Close(ctx context.Context) error {
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if why := unsupported(r); why != "" {
+		p.refuse(w, r, why)
+		return
+	}
 	if IsUpgrade(r) {
 		p.up.ServeHTTP(w, r)
 		return

@@ -249,3 +249,45 @@ func (u *Upgrades) Close(ctx context.Context) error {
 		return errors.New("proxy: upgraded connections still closing: " + ctx.Err().Error())
 	}
 }
+
+// unsupported says why the sidecar cannot proxy r, or "" when it can.
+// HTTP/2 is not spoken on the serving port: a client with prior knowledge
+// (its preface arrives as "PRI * HTTP/2.0", which net/http hands to the
+// handler) and gRPC, which needs HTTP/2 framing, get a clear error rather
+// than a request forwarded in a form the origin cannot make sense of.
+// gRPC-Web (application/grpc-web) works over HTTP/1.1 and is proxied.
+func unsupported(r *http.Request) string {
+	if r.ProtoMajor != 1 || r.Method == "PRI" {
+		return "HTTP/2 is not supported on this port (prior-knowledge h2c, gRPC); use HTTP/1.1"
+	}
+	if r.Method == http.MethodPost {
+		if ct := r.Header["Content-Type"]; len(ct) > 0 && isGRPC(ct[0]) {
+			return "gRPC needs HTTP/2, which is not supported on this port; front the gRPC port without the cache"
+		}
+	}
+	return ""
+}
+
+// isGRPC reports whether a Content-Type is gRPC proper (application/grpc
+// or application/grpc+<codec>), not gRPC-Web.
+func isGRPC(ct string) bool {
+	const grpc = "application/grpc"
+	if len(ct) < len(grpc) || !strings.EqualFold(ct[:len(grpc)], grpc) {
+		return false
+	}
+	rest := ct[len(grpc):]
+	return rest == "" || rest[0] == '+' || rest[0] == ';'
+}
+
+// refuse answers a request the sidecar cannot proxy: 505 for HTTP/2, 501
+// otherwise, with the reason in the body and in one log line.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, why string) {
+	status := http.StatusNotImplemented
+	if r.ProtoMajor != 1 || r.Method == "PRI" {
+		status = http.StatusHTTPVersionNotSupported
+	}
+	p.log.Info("refused a request the sidecar cannot proxy", "method", r.Method, "path", r.URL.Path, "proto", r.Proto, "why", why)
+	p.m.Request(metrics.ResultError, metrics.LayerNone, 0)
+	w.Header().Set("Connection", "close")
+	http.Error(w, "tiercache: "+why, status)
+}

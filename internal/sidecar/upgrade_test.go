@@ -225,3 +225,50 @@ func TestAnH2CUpgradeIsRefusedWithAClearError(t *testing.T) {
 		t.Fatalf("got %d %q, want 501 naming h2c", resp.StatusCode, b.String())
 	}
 }
+
+func TestAnHTTP2PrefaceGetsAnAnswerNotAHang(t *testing.T) {
+	o := newWSOrigin(t)
+	n := startNode(t, o.URL)
+	conn, err := net.DialTimeout("tcp", n.addrs.Serve, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	// A gRPC or h2c client with prior knowledge starts with the preface.
+	_, _ = conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no HTTP answer to the HTTP/2 preface: %v", err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	if resp.StatusCode != http.StatusHTTPVersionNotSupported || !strings.Contains(b.String(), "HTTP/2") {
+		t.Fatalf("got %d %q, want 505 naming HTTP/2", resp.StatusCode, b.String())
+	}
+}
+
+func TestAGRPCRequestGetsAClearError(t *testing.T) {
+	o := newWSOrigin(t)
+	n := startNode(t, o.URL)
+	for ct, want := range map[string]int{
+		"application/grpc":       http.StatusNotImplemented,
+		"application/grpc+proto": http.StatusNotImplemented,
+		"application/grpc-web":   http.StatusOK, // works over HTTP/1.1: proxied
+	} {
+		req, _ := http.NewRequest(http.MethodPost, n.base+"/svc.Echo/Say", strings.NewReader("\x00\x00\x00\x00\x00"))
+		req.Host = testHost
+		req.Header.Set("Content-Type", ct)
+		resp, err := n.hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", ct, err)
+		}
+		var b strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want != http.StatusOK && !strings.Contains(b.String(), "gRPC")) {
+			t.Errorf("%s: got %d %q, want %d", ct, resp.StatusCode, b.String(), want)
+		}
+	}
+}
