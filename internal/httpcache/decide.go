@@ -20,8 +20,10 @@ type Policy struct {
 	// that carry Authorization or Cookie (their answer may be personal)
 	// unless ForceTTLWithCredentials is set.
 	ForceTTL time.Duration
-	// ForceTTLWithCredentials applies ForceTTL to requests with
-	// Authorization or Cookie too (an explicit opt-in per rule).
+	// ForceTTLWithCredentials applies ForceTTL, and the other lifetimes
+	// the cache makes up (FallbackTTL, NegativeTTL, the heuristic), to
+	// requests with Authorization or Cookie too (an explicit opt-in per
+	// rule).
 	ForceTTLWithCredentials bool
 	// MaxTTL, when > 0, caps the freshness lifetime.
 	MaxTTL time.Duration
@@ -120,6 +122,13 @@ const (
 //     signal that the answer is personal or must be checked: no-store,
 //     private, no-cache, and (unless ForceTTLWithCredentials) a request
 //     with Authorization or Cookie, where the origin's headers decide.
+//   - the answer to a request with Authorization or Cookie is stored only
+//     with explicit freshness (s-maxage, max-age, Expires), unless the
+//     origin marked it public or ForceTTLWithCredentials is set: no
+//     FallbackTTL, NegativeTTL or heuristic lifetime, and no storing with
+//     validators alone (a later anonymous request would revalidate the
+//     personal copy with its Last-Modified, and an origin comparing dates
+//     would confirm it).
 func Decide(x Exchange, p Policy) Decision {
 	if x.Method != http.MethodGet {
 		return notStored("only GET responses are stored")
@@ -164,6 +173,11 @@ func Decide(x Exchange, p Policy) Decision {
 
 	heuristic := HeuristicallyCacheable(x.Status)
 	credentialed := len(values(x.ReqHeader, "Authorization")) > 0 || len(values(x.ReqHeader, "Cookie")) > 0
+	// Lifetimes the cache makes up (the tier's TTLs, the heuristic) apply
+	// to the answer to a request with credentials only when the origin
+	// called it public or the rule opts in: without explicit freshness
+	// from the origin, a page answered to a Cookie may be personal.
+	madeUpOK := !credentialed || p.ForceTTLWithCredentials || cc.Public
 	forced := p.ForceTTL > 0 && (!credentialed || p.ForceTTLWithCredentials) &&
 		(heuristic || x.Status == http.StatusFound || x.Status == http.StatusTemporaryRedirect)
 	expires := values(x.RespHeader, "Expires")
@@ -191,6 +205,8 @@ func Decide(x Exchange, p Policy) Decision {
 		lifetime, source = cc.MaxAge.Value, sourceExplicit
 	case len(expires) > 0:
 		lifetime, source = expiresLifetime(expires, date), sourceExplicit
+	case !madeUpOK:
+		return notStored("a response to a request with Cookie or Authorization is stored only with explicit freshness from the origin (or public, or a rule's ttlWithCredentials)")
 	case p.NegativeTTL > 0 && (x.Status == http.StatusNotFound || x.Status == http.StatusGone):
 		lifetime, source = p.NegativeTTL, sourceNegative
 	case p.FallbackTTL > 0 && heuristic:

@@ -81,6 +81,7 @@ const (
 	reasonNotByDefault = "the status code is not cacheable by default and the response has no explicit freshness"
 	reasonNoCache      = "no-cache without a validator could never be reused"
 	reasonNoInfo       = "no freshness information and no validator"
+	reasonCredentials  = "a response to a request with Cookie or Authorization is stored only with explicit freshness from the origin (or public, or a rule's ttlWithCredentials)"
 	reasonStale        = "the response is already stale and has no validator"
 )
 
@@ -235,7 +236,19 @@ func TestDecideStoring(t *testing.T) {
 			ex(200, "Cache-Control", "no-cache", "ETag", `"a"`), force,
 			httpcache.Decision{Store: true, Lifetime: time.Hour, NoCache: true, Strip: []string{"Set-Cookie"}}},
 		{"ForceTTL does not apply to a request with a Cookie: without freshness it is not stored",
-			withReq(ex(200), "Cookie", "session=victim"), force, notStored(reasonNoInfo)},
+			withReq(ex(200), "Cookie", "session=victim"), force, notStored(reasonCredentials)},
+		{"FallbackTTL does not apply to a request with a Cookie",
+			withReq(ex(200), "Cookie", "session=victim"), httpcache.Policy{FallbackTTL: time.Hour}, notStored(reasonCredentials)},
+		{"NegativeTTL does not apply to a request with a Cookie",
+			withReq(ex(404), "Cookie", "s=1"), httpcache.Policy{NegativeTTL: time.Hour}, notStored(reasonCredentials)},
+		{"the Last-Modified heuristic does not apply to a request with a Cookie",
+			withReq(ex(200, "Last-Modified", "Mon, 02 Jan 2006 15:04:05 GMT"), "Cookie", "s=1"), httpcache.Policy{HeuristicFraction: 0.1}, notStored(reasonCredentials)},
+		{"validators alone do not store the answer to a request with a Cookie",
+			withReq(ex(200, "ETag", `"v1"`), "Cookie", "s=1"), httpcache.Policy{}, notStored(reasonCredentials)},
+		{"FallbackTTL applies to a request with a Cookie when the origin says public",
+			withReq(ex(200, "Cache-Control", "public"), "Cookie", "s=1"), httpcache.Policy{FallbackTTL: time.Hour}, stored(time.Hour)},
+		{"FallbackTTL applies to a request with a Cookie when the rule opts in",
+			withReq(ex(200), "Cookie", "s=1"), httpcache.Policy{FallbackTTL: time.Hour, ForceTTLWithCredentials: true}, stored(time.Hour)},
 		{"ForceTTL does not apply to a request with a Cookie: the origin's max-age decides",
 			withReq(ex(200, "Cache-Control", "max-age=60"), "Cookie", "session=victim"), force, stored(sec(60))},
 		{"ForceTTL applies to a request with a Cookie when the rule opts in",

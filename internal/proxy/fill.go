@@ -49,11 +49,17 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	ctx, cancel := context.WithTimeout(base, c.cfg.Config.Origin.Timeout.Std())
 	defer cancel()
 
-	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
+	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
 	if c.mark != nil {
 		c.fwd.vary = c.mark.Vary
 	}
 	out := p.outbound(ctx, r, c.fwd)
+	if c.rule.ShapesQuery {
+		// The origin answers what the key describes: query parameters the
+		// key drops (utm_*) are not sent, or an origin that reflects its
+		// URL would store a client's choice for everyone.
+		out.URL.RawQuery = string(c.rule.AppendQuery(nil, r.URL.RawQuery))
+	}
 	for _, k := range clientConditionals {
 		delete(out.Header, k)
 	}
@@ -82,8 +88,14 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		return p.serveStale(w, r, c)
 	}
 	if resp.StatusCode == http.StatusNotModified && validating {
-		e := p.revalidated(ctx, c, resp.Header, reqTime, respTime, watch)
-		finish(shared{e: e, xcache: xRevalCoal, out: outcome{metrics.ResultRevalidated, c.layer, false}})
+		e, kept := p.revalidated(ctx, c, resp.Header, reqTime, respTime, watch)
+		if kept {
+			finish(shared{e: e, xcache: xRevalCoal, out: outcome{metrics.ResultRevalidated, c.layer, false}})
+		} else {
+			// Overtaken by a purge (or not storable): a request that joined
+			// meanwhile, perhaps after its own write, fetches afresh.
+			finish(shared{})
+		}
 		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated)
 		return outcome{metrics.ResultRevalidated, c.layer, false}
 	}
@@ -154,7 +166,13 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		StaleIfError:         d.StaleIfError,
 		Flags:                flags(d),
 	}
-	vary, vk := p.put(ctx, c, e, resp.Header, r, watch)
+	vary, vk, stored := p.put(ctx, c, e, resp.Header, r, watch)
+	if !stored {
+		// Overtaken by an invalidation of the resource: the request that
+		// joined meanwhile may be reading its own write back.
+		finish(shared{})
+		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	}
 	finish(shared{e: e, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, vary: vary, varyKey: vk})
 	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 }
@@ -172,8 +190,8 @@ func flags(d httpcache.Decision) entry.Flag {
 
 // revalidated applies a 304 to the stored response (RFC 9111 §4.3.4) and
 // stores the result unless a purge overtook the revalidation; it returns
-// the entry to serve.
-func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqTime, respTime time.Time, watch *invalidate.Watch) *entry.Entry {
+// the entry to serve and whether it was stored.
+func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqTime, respTime time.Time, watch *invalidate.Watch) (*entry.Entry, bool) {
 	merged := httpcache.MergeNotModified(c.stale.HTTPHeader(), h304)
 	d := httpcache.Decide(httpcache.Exchange{
 		Method: http.MethodGet, ReqHeader: c.reqH,
@@ -189,18 +207,28 @@ func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqT
 	e.Flags = flags(d)
 	if !d.Store {
 		_ = p.store.Delete(ctx, c.key)
-		return &e
+		return &e, false
 	}
-	watch.Commit(e.Tags, func() { p.set(ctx, c, c.key, &e) })
-	return &e
+	stored := false
+	watch.Commit(e.Tags, func() {
+		// The stored response was looked up before the watch began: if a
+		// purge took it in between, the 304 must not bring it back.
+		var cur entry.Entry
+		if _, err := p.store.Get(ctx, c.key, &cur); err != nil || cur.Kind != entry.KindResponse {
+			return
+		}
+		p.set(ctx, c, c.key, &e)
+		stored = true
+	})
+	return &e, stored
 }
 
 // put stores e for the request, behind a marker when the response varies
 // or the rule keys on request headers or cookies. A purge of the resource
 // or of one of its tags since the fetch began means the response is
-// served but not stored. It returns the response's Vary names and the
-// request's values for them.
-func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Header, r *http.Request, watch *invalidate.Watch) ([]string, []byte) {
+// served but not stored. It returns the response's Vary names, the
+// request's values for them and whether e was stored.
+func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Header, r *http.Request, watch *invalidate.Watch) ([]string, []byte, bool) {
 	names, _ := httpcache.VaryNames(respH)
 	var vk []byte
 	if len(names) > 0 {
@@ -209,8 +237,8 @@ func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Hea
 		// marker, forwards it).
 		vk = httpcache.AppendVaryKey(nil, names, sentHeader{r.Header, c.fwd})
 	}
-	watch.Commit(e.Tags, func() { p.putVariant(ctx, c, e, names, vk) })
-	return names, vk
+	stored := watch.Commit(e.Tags, func() { p.putVariant(ctx, c, e, names, vk) })
+	return names, vk, stored
 }
 
 // putVariant stores e under the primary key, or under its variant key
@@ -261,19 +289,24 @@ func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
 // uncacheable records that the origin answered c's key with something that
 // cannot be stored: the old entry goes, and a hit-for-miss marker makes
 // later requests skip coalescing for a while (Varnish's hit-for-miss).
-// Errors (5xx) and answers that were uncacheable because of the request
-// (no-store, Authorization) leave no marker: coalescing keeps protecting
-// the origin for those.
+// Errors (5xx) and a request's own no-store say nothing about the
+// response others get: they leave the stored entry and no marker. An
+// answer to a request with credentials (Authorization, Cookie) may be
+// personal: it never evicts what is stored (else one client could empty a
+// hot entry at will: a Cookie that makes the origin answer private, with
+// no-cache to force the fetch), and leaves a marker only where nothing is
+// stored, so that concurrent personal requests are not queued behind one
+// another.
 func (p *Proxy) uncacheable(ctx context.Context, c *call, r *http.Request, status int) {
+	if status >= 500 || c.rcc.NoStore {
+		return
+	}
+	if c.stale != nil && (len(r.Header["Authorization"]) > 0 || len(r.Header["Cookie"]) > 0) {
+		return
+	}
 	if c.mark != nil {
 		if c.stale != nil {
 			_ = p.store.Delete(ctx, c.key)
-		}
-		return
-	}
-	if status >= 500 || c.rcc.NoStore || len(r.Header["Authorization"]) > 0 {
-		if c.stale != nil {
-			_ = p.store.Delete(ctx, c.prim)
 		}
 		return
 	}

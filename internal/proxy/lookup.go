@@ -17,6 +17,9 @@ import (
 type keyBuf struct {
 	b      []byte
 	extras []byte // the rule's request header and cookie key parts
+	// ambiguous: a keyed cookie is named so that origins may read another
+	// value than the key holds; the request bypasses the cache.
+	ambiguous bool
 
 	resp, mark             entry.Entry // scratch entries lookups decode into
 	scheme, host           string
@@ -35,8 +38,10 @@ func (kb *keyBuf) build(r *http.Request, rule *tierconfig.CompiledRule) {
 	b = cachekey.AppendTarget(b, rule, r.URL.EscapedPath(), r.URL.RawQuery)
 	kb.targetEnd = len(b)
 	kb.extras = kb.extras[:0]
+	kb.ambiguous = false
 	if rule.HasKeyExtras {
 		kb.extras = rule.AppendKeyExtras(kb.extras, r)
+		kb.ambiguous = rule.AmbiguousCookies(r)
 	}
 	kb.primaryLen = len(b)
 	kb.b = b

@@ -54,6 +54,9 @@ type fillHeaders struct {
 	// keyed are held by the key: the rule's cacheKey.headers and the Vary
 	// names of the stored marker, when known. Always forwarded.
 	keyed, vary []string
+	// cookies are the cookies the rule keys on: in strict mode the Cookie
+	// field is forwarded with these only.
+	cookies []string
 	// strict forwards only allow (canonical names) besides keyed.
 	strict bool
 	allow  []string
@@ -67,7 +70,39 @@ func (fh *fillHeaders) forwards(name string) bool {
 	if containsFold(unkeyedForwarding, name) {
 		return false
 	}
+	if fh.strict && len(fh.cookies) > 0 && strings.EqualFold(name, "Cookie") {
+		return true // filtered to the keyed cookies by keyedCookiesOnly
+	}
 	return !fh.strict || containsFold(fh.allow, name)
+}
+
+// keyedCookiesOnly rewrites a strict fill's Cookie field to the cookies
+// the key holds (unless the tier allows the whole field): a cookie the key
+// does not hold must not reach an origin whose answer is shared.
+func (fh *fillHeaders) keyedCookiesOnly(h http.Header) {
+	if !fh.strict || len(fh.cookies) == 0 || containsFold(fh.allow, "Cookie") {
+		return
+	}
+	var kept []string
+	for _, line := range h["Cookie"] {
+		for rest := line; rest != ""; {
+			var part string
+			part, rest, _ = strings.Cut(rest, ";")
+			part = strings.Trim(part, " \t")
+			name, _, _ := strings.Cut(part, "=")
+			for _, c := range fh.cookies {
+				if name == c {
+					kept = append(kept, part)
+					break
+				}
+			}
+		}
+	}
+	if len(kept) == 0 {
+		delete(h, "Cookie")
+		return
+	}
+	h["Cookie"] = []string{strings.Join(kept, "; ")}
 }
 
 // sentHeader is the client's header as a fill forwarded it: the fields
@@ -120,6 +155,7 @@ func outboundTo(upstream *url.URL, ctx context.Context, r *http.Request, fill *f
 				delete(h, k)
 			}
 		}
+		fill.keyedCookiesOnly(h)
 	}
 	if _, ok := h["X-Forwarded-Host"]; !ok && out.Host != "" {
 		h["X-Forwarded-Host"] = []string{out.Host}

@@ -66,7 +66,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		httpcache.RemoveHopByHop(r.Header)
 	}
 	rule := cfg.Match(r.URL.Path)
-	if rule.Bypass || hasPrecondition(r.Header) || hasBody(r) {
+	if rule.Bypass || hasPrecondition(r.Header) || hasBody(r) || oddPath(r.URL.Path) {
 		// A body is not part of the key, so a GET or HEAD that carries
 		// one could make the origin answer something the key does not
 		// describe: it is neither filled nor served from the cache.
@@ -83,6 +83,9 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)
 	kb.build(r, rule)
+	if kb.ambiguous {
+		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+	}
 	f := p.lookup(r.Context(), kb, r)
 
 	if f.ok {
@@ -158,6 +161,19 @@ func coalescingOn(cfg *tierconfig.Compiled) bool {
 // itself (RFC 9110 §13.2.1): such requests go to the origin.
 func hasPrecondition(h http.Header) bool {
 	return len(h["If-Match"]) > 0 || len(h["If-Unmodified-Since"]) > 0
+}
+
+// oddPath reports a decoded path with bytes that can only have come from
+// percent-encoding and that origins decode and route differently: control
+// characters (%00, %0d, %0a), '?' and '#'. Such requests are passed
+// uncached rather than matched against rules whose meaning they may dodge.
+func oddPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x20 || c == 0x7f || c == '?' || c == '#' {
+			return true
+		}
+	}
+	return false
 }
 
 // hasBody reports whether the request carries a body (Content-Length > 0,

@@ -234,6 +234,8 @@ func TestCleanPath(t *testing.T) {
 		"a path parameter on a name is kept":          {"/account;.css/../x", "/x"},
 		"a decoded %2F is a slash like any other":     {"/static/../account/x.css", "/account/x.css"},
 		"a relative path stays relative":              {"a/../b", "b"},
+		"path parameters are removed from a name":     {"/account;x.css", "/account"},
+		"path parameters go from every segment":       {"/a;v=1/b;jsessionid=2/", "/a/b/"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

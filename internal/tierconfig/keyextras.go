@@ -55,3 +55,37 @@ func findCookie(lines []string, name string) (string, bool) {
 	}
 	return "", false
 }
+
+// AmbiguousCookies reports whether req's Cookie field names one of the
+// rule's keyed cookies in a way origins read differently: more than once
+// (frameworks keep the first or the last), or with white space around the
+// name (some trim it, some do not). The key cannot say which value the
+// origin will use, so such a request must not fill or be served from the
+// cache. It does not allocate.
+func (r *CompiledRule) AmbiguousCookies(req *http.Request) bool {
+	for _, name := range r.cookies {
+		seen := false
+		for _, line := range req.Header["Cookie"] {
+			for rest := line; rest != ""; {
+				var part string
+				part, rest, _ = strings.Cut(rest, ";")
+				n, _, _ := strings.Cut(part, "=")
+				trimmed := strings.Trim(n, " \t")
+				if trimmed != name {
+					continue
+				}
+				// Leading space after ';' is the separator's; a space
+				// between the name and '=' is not.
+				if n != trimmed && strings.TrimLeft(n, " \t") != trimmed || seen {
+					return true
+				}
+				seen = true
+			}
+		}
+	}
+	return false
+}
+
+// KeyCookies returns the names of the cookies the rule adds to the key
+// (nil when none), shared: callers must not modify it.
+func (r *CompiledRule) KeyCookies() []string { return r.cookies }

@@ -5,10 +5,11 @@ import "strings"
 // CleanPath returns the decoded request path p as an origin routes it, for
 // matching rules: '\' counts as '/' (IIS and some frameworks treat it so),
 // runs of '/' become one (nginx merge_slashes, most routers), and
-// dot-segments are removed as RFC 3986 §5.2.4 says, where a segment "." or
-// ".." followed by ";parameters" counts as the dot-segment too (Java
-// servlet containers strip path parameters before resolving dots). A
-// trailing slash is kept. The result always starts with '/' when p does.
+// path parameters (";jsessionid=...", matrix parameters) are removed from
+// every segment, as Java servlet containers and Spring do before routing
+// (so "/account;x.css" is "/account", not a .css asset), and dot-segments
+// are removed as RFC 3986 §5.2.4 says. A trailing slash is kept. The
+// result always starts with '/' when p does.
 //
 // Cleaning only ever changes which rule matches: the proxy keys and
 // forwards the path as received, so two requests the origin might answer
@@ -30,6 +31,9 @@ func CleanPath(p string) string {
 			rest = ""
 		}
 		dir = i >= 0
+		if j := strings.IndexByte(seg, ';'); j >= 0 {
+			seg = seg[:j]
+		}
 		switch dotSegment(seg) {
 		case 1:
 			dir = true
@@ -60,18 +64,18 @@ func CleanPath(p string) string {
 }
 
 // needsCleaning reports whether CleanPath would change p: a backslash, a
-// doubled slash or a dot-segment anywhere.
+// semicolon, a doubled slash or a dot-segment anywhere.
 func needsCleaning(p string) bool {
 	// Most paths have no dot, backslash or doubled slash at all: say so
 	// with the byte searches the runtime vectorizes, before looking at
 	// segments.
-	if strings.IndexByte(p, '.') < 0 && strings.IndexByte(p, '\\') < 0 && !strings.Contains(p, "//") {
+	if strings.IndexByte(p, '.') < 0 && strings.IndexByte(p, '\\') < 0 && strings.IndexByte(p, ';') < 0 && !strings.Contains(p, "//") {
 		return false
 	}
 	start := 0
 	for i := 0; i <= len(p); i++ {
 		if i < len(p) && p[i] != '/' {
-			if p[i] == '\\' {
+			if p[i] == '\\' || p[i] == ';' {
 				return true
 			}
 			continue

@@ -1,0 +1,218 @@
+package proxy
+
+// Attacks found by an attacker's review of the first cut of the
+// poisoning and invalidation defences; each test failed before its fix.
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// a parameter the key drops still reaches the origin on a fill, so an
+// origin that reflects the request URL (canonical/og:url links, analytics
+// campaign tags, pagination) stores the attacker's value for everyone.
+func TestAQueryParameterTheKeyDropsDoesNotReachTheOriginOnAFill(t *testing.T) {
+	const cfg = `
+rules:
+- name: shaped
+  match: {pathPrefix: /q}
+  cacheKey: {queryExclude: ["utm_*"]}
+`
+	origin := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		fmt.Fprintf(w, `<link rel="canonical" href="https://example.com%s">`, r.URL.RequestURI())
+	}
+	untouched := newFixture(t, cfg, origin).get("/q?id=1")
+	f := newFixture(t, cfg, origin)
+	f.get(`/q?id=1&utm_source="><script>alert(1)</script>`)
+	got := f.get("/q?id=1")
+	if got.body != untouched.body {
+		t.Fatalf("clean /q?id=1 got %q (X-Cache %q), want %q", got.body, got.xcache(), untouched.body)
+	}
+}
+
+// the cookie key part is read differently from how origins read the
+// Cookie field (Go's net/http, Node's cookie, Django trim names; Django
+// keeps the last duplicate).
+func TestAKeyedCookieIsReadAsOriginsReadIt(t *testing.T) {
+	const cfg = `
+rules:
+- name: lang
+  match: {pathPrefix: /c/}
+  cacheKey: {cookies: [lang]}
+`
+	goOrigin := func(w http.ResponseWriter, r *http.Request) { // first match, trimmed name
+		w.Header().Set("Cache-Control", "max-age=600")
+		v := "default"
+		if c, err := r.Cookie("lang"); err == nil {
+			v = c.Value
+		}
+		fmt.Fprintf(w, "lang=%s", v)
+	}
+	lastWins := func(w http.ResponseWriter, r *http.Request) { // Django parse_cookie
+		w.Header().Set("Cache-Control", "max-age=600")
+		v := "default"
+		for _, part := range strings.Split(r.Header.Get("Cookie"), ";") {
+			if n, val, ok := strings.Cut(part, "="); ok && strings.TrimSpace(n) == "lang" {
+				v = strings.TrimSpace(val)
+			}
+		}
+		fmt.Fprintf(w, "lang=%s", v)
+	}
+	cases := map[string]struct {
+		origin http.HandlerFunc
+		attack string
+	}{
+		"a space before '=' hides the first cookie from the key but not from a Go origin": {goOrigin, "lang =fr; lang=en"},
+		"a duplicate cookie is keyed by its first value but a last-wins origin reads the second": {lastWins, "lang=en; lang=fr"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, cfg, c.origin)
+			f.get("/c/home", "Cookie", c.attack)
+			if got := f.get("/c/home", "Cookie", "lang=en"); got.body != "lang=en" {
+				t.Fatalf("victim with lang=en got %q (X-Cache %q)", got.body, got.xcache())
+			}
+		})
+	}
+}
+
+// a request that joins a fill's flight after an invalidation of the
+// URL (here the client's own POST) is handed the overtaken, pre-write
+// response: the fill is not stored but is still shared with waiters, so
+// read-your-writes (pass.go's promise) breaks.
+func TestAWaiterArrivingAfterAnInvalidationDoesNotGetTheOvertakenFill(t *testing.T) {
+	o := newGatedOrigin(t)
+	f := newFixtureFor(t, "", o.origin)
+	slow := startSlowFill(t, f, o, "/slow") // leader, held at the origin
+	if r := f.do(http.MethodPost, "/slow"); r.status != http.StatusOK {
+		t.Fatalf("POST: %d", r.status)
+	}
+	before := testCounter(f.px.m.Coalesced)
+	after := make(chan response, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/slow", nil)
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			after <- response{}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		after <- response{resp.StatusCode, resp.Header, string(b)}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); testCounter(f.px.m.Coalesced) == before; {
+		if time.Now().After(deadline) {
+			t.Fatal("the read after the write never joined the flight")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(o.gate)
+	await(t, slow)
+	if r := await(t, after); r.body == "v1" {
+		t.Fatalf("GET after the POST got the pre-write fill %q (X-Cache %q)", r.body, r.xcache())
+	}
+}
+
+// in strict mode the Cookie field is withheld even when the rule keys
+// on a cookie, so every cookie variant is filled with the cookie-less page.
+func TestStrictModeForwardsTheCookieARuleKeysOn(t *testing.T) {
+	const cfg = `
+requestHeaders: {mode: strict}
+rules:
+- name: lang
+  match: {pathPrefix: /c/}
+  cacheKey: {cookies: [lang]}
+`
+	f := newFixture(t, cfg, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		v := "default"
+		if c, err := r.Cookie("lang"); err == nil {
+			v = c.Value
+		}
+		fmt.Fprintf(w, "lang=%s", v)
+	})
+	if got := f.get("/c/home", "Cookie", "lang=fr"); got.body != "lang=fr" {
+		t.Fatalf("keyed cookie lang=fr: origin answered %q", got.body)
+	}
+}
+
+// defaults.fallbackTTL stores a personal page (Cookie on the request,
+// no Cache-Control on the response) for everyone: the ttl-rule defence
+// against credentials does not cover the tier default.
+func TestFallbackTTLDoesNotStoreACredentialedPersonalPage(t *testing.T) {
+	const cfg = "defaults: {fallbackTTL: 1h}\n"
+	f := newFixture(t, cfg, reflectingOrigin)
+	f.get("/account", "Cookie", "session=victim")
+	if got := f.get("/account"); strings.Contains(got.body, "victim") {
+		t.Fatalf("anonymous /account got %q (X-Cache %q)", got.body, got.xcache())
+	}
+}
+
+// matrix parameters (';') on a non-dot segment are kept by CleanPath,
+// so a suffix rule matches "/account;x.css", which Tomcat/Spring (and
+// Jetty) route to /account. With ttlWithCredentials (needed for assets,
+// since browsers send cookies with them) the personal page is stored.
+func TestMatrixParametersDoNotSteerRuleMatching(t *testing.T) {
+	const cfg = `
+rules:
+- name: assets
+  match: {regex: '\.css$'}
+  ttl: 1h
+  ttlWithCredentials: true
+`
+	springLike := func(w http.ResponseWriter, r *http.Request) {
+		segs := strings.Split(r.URL.Path, "/")
+		for i, s := range segs {
+			segs[i], _, _ = strings.Cut(s, ";")
+		}
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = strings.Join(segs, "/")
+		reflectingOrigin(w, r2)
+	}
+	f := newFixture(t, cfg, springLike)
+	f.get("/account;x.css", "Cookie", "session=victim")
+	if got := f.get("/account;x.css"); strings.Contains(got.body, "victim") {
+		t.Fatalf("anonymous /account;x.css got %q (X-Cache %q)", got.body, got.xcache())
+	}
+}
+
+// one client turns a hot shared entry into a hit-for-miss marker:
+// no-cache forces a fill, its Cookie makes the origin answer private, and
+// uncacheable() overwrites the primary key. Everyone then misses, without
+// coalescing, for defaults.hitForMissTTL (2 min), renewable at will.
+func TestOneCredentialedNoCacheRequestDoesNotUncacheAHotEntry(t *testing.T) {
+	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Cookie") != "" {
+			w.Header().Set("Cache-Control", "private")
+			_, _ = io.WriteString(w, "personal")
+			return
+		}
+		w.Header().Set("Cache-Control", "max-age=600")
+		_, _ = io.WriteString(w, "shared")
+	})
+	f.get("/hot")
+	expect(t, f.get("/hot"), 200, "HIT; layer=l1")
+	f.get("/hot", "Cookie", "session=attacker", "Cache-Control", "no-cache")
+	expect(t, f.get("/hot"), 200, "HIT; layer=l1")
+}
+
+func TestAPathWithEncodedDelimitersOrControlsBypassesTheCache(t *testing.T) {
+	f := newFixture(t, `
+rules:
+- name: assets
+  match: {regex: '\.css$'}
+  ttl: 1h
+  ttlWithCredentials: true
+`, reflectingOrigin)
+	for _, path := range []string{"/account%3fx.css", "/account%23x.css", "/account%00x.css", "/account%0ax.css"} {
+		f.get(path, "Cookie", "session=victim")
+		if got := f.get(path); got.xcache() != "BYPASS" || strings.Contains(got.body, "victim") {
+			t.Errorf("%s: %q %q, want BYPASS and nothing of the victim's", path, got.xcache(), got.body)
+		}
+	}
+}
