@@ -67,7 +67,7 @@ rules:
 		origin http.HandlerFunc
 		attack string
 	}{
-		"a space before '=' hides the first cookie from the key but not from a Go origin": {goOrigin, "lang =fr; lang=en"},
+		"a space before '=' hides the first cookie from the key but not from a Go origin":        {goOrigin, "lang =fr; lang=en"},
 		"a duplicate cookie is keyed by its first value but a last-wins origin reads the second": {lastWins, "lang=en; lang=fr"},
 	}
 	for name, c := range cases {
