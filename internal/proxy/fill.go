@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
@@ -27,8 +28,10 @@ const entryOverhead = 2048
 // fill fetches r from the origin, answers the client with it, and stores
 // it when the rules allow. f is the flight fill leads, or nil when the
 // request fetches for itself. The origin fetch is detached from the
-// client's cancellation (waiters and the cache still need it) and bounded
-// by the tier's origin timeout.
+// client's cancellation (waiters and the cache still need it). It is bound
+// by the response-header and idle timeouts, and while its body is being
+// stored by origin.timeout from its start: past that the response is
+// served but not stored (timeouts.go).
 func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight) outcome {
 	finish := func(res shared) {
 		if f != nil {
@@ -46,8 +49,9 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if c.background {
 		base = p.ctx
 	}
-	ctx, cancel := context.WithTimeout(base, c.cfg.Config.Origin.Timeout.Std())
-	defer cancel()
+	start := time.Now()
+	ctx, wd := p.watch(base, &c.cfg.Config.Origin, w)
+	defer wd.close()
 
 	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
 	if c.mark != nil {
@@ -60,6 +64,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		// URL would store a client's choice for everyone.
 		out.URL.RawQuery = string(c.rule.AppendQuery(nil, r.URL.RawQuery))
 	}
+	out.Body = wd.sending(out.Body)
 	for _, k := range clientConditionals {
 		delete(out.Header, k)
 	}
@@ -79,15 +84,17 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			return p.serveStale(w, r, c)
 		}
 		finish(shared{})
-		p.originError(w, r, err)
-		return outcome{metrics.ResultError, metrics.LayerOrigin, false}
+		p.originFailed(w, r, wd, err)
+		return outcome{metrics.ResultError, failedLayer(err), false}
 	}
 	defer resp.Body.Close()
+	body := wd.receiving(resp.Body)
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
 		finish(staleRes())
 		return p.serveStale(w, r, c)
 	}
 	if resp.StatusCode == http.StatusNotModified && validating {
+		wd.stop()
 		e, kept := p.revalidated(ctx, c, resp.Header, reqTime, respTime, watch)
 		if kept {
 			finish(shared{e: e, xcache: xRevalCoal, out: outcome{metrics.ResultRevalidated, c.layer, false}})
@@ -106,7 +113,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		RequestTime: reqTime, ResponseTime: respTime,
 	}, c.rule.Policy)
 	limit := int64(c.cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
-	if d.Store && resp.ContentLength > limit {
+	if d.Store && (resp.ContentLength > limit || isEventStream(resp.Header)) {
 		d.Store = false
 	}
 
@@ -114,7 +121,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	copyHeader(h, resp.Header)
 	h["X-Cache"] = xMiss
 	// The client's own conditional is answered from the fresh response.
+	// A background refresh has no client to stream to.
 	bodyW := w
+	if c.background {
+		bodyW = nil
+	}
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
 		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
 			delete(h, k)
@@ -131,25 +142,33 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		if bodyW == nil {
 			return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 		}
-		if err := p.stream(bodyW, resp.Body); err != nil {
+		if err := p.stream(bodyW, body); err != nil {
+			p.bodyFailed(r, wd, err)
 			return outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
 		}
 		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 	}
 
-	body, complete, err := p.tee(bodyW, resp.Body, resp.ContentLength, limit, func() {
+	// Stored fills are bound as a whole; past the bound the fill gives up
+	// storing and its waiters fetch for themselves (no hit-for-miss
+	// marker: the response was cacheable, only slow).
+	wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { finish(shared{}) })
+	data, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.
+		wd.stopStoring()
 		finish(shared{})
 		p.uncacheable(ctx, c, r, resp.StatusCode)
 	})
 	if err != nil {
+		p.bodyFailed(r, wd, err)
 		finish(shared{})
 		return outcome{metrics.ResultMiss, metrics.LayerOrigin, bodyW != nil}
 	}
 	if !complete {
 		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 	}
+	wd.stop()
 	e := &entry.Entry{
 		Kind:                 entry.KindResponse,
 		Host:                 c.host,
@@ -157,7 +176,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		Tags:                 httpcache.Tags(resp.Header),
 		Status:               resp.StatusCode,
 		Header:               entry.FieldsFrom(storedHeader(resp.Header, d.Strip)),
-		Body:                 body,
+		Body:                 data,
 		RequestTime:          reqTime,
 		ResponseTime:         respTime,
 		InitialAge:           d.InitialAge,
@@ -329,10 +348,11 @@ func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call) outc
 
 // tee streams body to w (nil: to nobody) while collecting it, up to limit
 // bytes, for the cache. Past the limit it calls overflow once and stops
-// collecting. It keeps reading after the client has gone for as long as it
-// is collecting, since the fill serves everyone; with nobody left to serve
-// it stops. complete is true when the whole body was collected.
-func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, overflow func()) (data []byte, complete bool, err error) {
+// collecting; once late is set it stops collecting too. It keeps reading
+// after the client has gone for as long as it is collecting, since the
+// fill serves everyone; with nobody left to serve it stops. complete is
+// true when the whole body was collected.
+func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, late *atomic.Bool, overflow func()) (data []byte, complete bool, err error) {
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
@@ -346,6 +366,9 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, ov
 	}
 	for {
 		n, rerr := body.Read(buf)
+		if collect && late.Load() {
+			collect, data = false, nil
+		}
 		if n > 0 {
 			if collect {
 				if int64(len(data)+n) > limit {
@@ -362,9 +385,9 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, ov
 					_ = rc.Flush()
 				}
 			}
-			if w == nil && !collect {
-				return nil, false, nil
-			}
+		}
+		if w == nil && !collect {
+			return nil, false, nil
 		}
 		if rerr == io.EOF {
 			if data == nil && collect {

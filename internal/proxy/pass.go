@@ -14,18 +14,22 @@ import (
 
 // pass forwards r to the origin and streams the answer back, storing
 // nothing. It is tied to the client's context: when the client leaves, the
-// origin request is cancelled.
+// origin request is cancelled. Only the response-header and idle timeouts
+// apply: a stream or an upload may last as long as bytes keep moving.
 func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, xcache []string, result string) outcome {
-	ctx, cancel := context.WithTimeout(r.Context(), cfg.Config.Origin.Timeout.Std())
-	defer cancel()
+	ctx, wd := p.watch(r.Context(), &cfg.Config.Origin, w)
+	defer wd.close()
 	// Nothing pass fetches is stored, so the client's forwarding headers
 	// cannot poison anything and go to the origin as they are.
-	resp, err := p.roundTrip(p.outbound(ctx, r, nil), w)
+	out := p.outbound(ctx, r, nil)
+	out.Body = wd.sending(out.Body)
+	resp, err := p.roundTrip(out, w)
 	if err != nil {
-		p.originError(w, r, err)
+		p.originFailed(w, r, wd, err)
 		return outcome{metrics.ResultError, failedLayer(err), false}
 	}
 	defer resp.Body.Close()
+	body := wd.receiving(resp.Body)
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	h["X-Cache"] = xcache
@@ -35,7 +39,9 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 		p.invalidateAfter(r, resp)
 	}
 	w.WriteHeader(resp.StatusCode)
-	err = p.stream(w, resp.Body)
+	if err = p.stream(w, body); err != nil {
+		p.bodyFailed(r, wd, err)
+	}
 	return outcome{result, metrics.LayerOrigin, err != nil}
 }
 

@@ -705,8 +705,10 @@ func TestEarlyHintsArePassedThrough(t *testing.T) {
 }
 
 func TestOriginErrorsAre502And504(t *testing.T) {
-	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { time.Sleep(300 * time.Millisecond) })
-	f := newFixtureFor(t, "origin: {timeout: 100ms}", o)
+	// The origin never sends headers (it holds the request until the
+	// proxy gives up on it).
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	f := newFixtureFor(t, "origin: {responseHeaderTimeout: 100ms}", o)
 	expect(t, f.get("/slow"), 504, "MISS")
 	o.Close()
 	expect(t, f.get("/closed"), 502, "MISS")

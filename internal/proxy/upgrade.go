@@ -98,7 +98,7 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// itself has no deadline (a WebSocket may stay open for hours).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
-	hdrTimer := time.AfterFunc(cfg.Config.Origin.Timeout.Std(), cancel)
+	hdrTimer := time.AfterFunc(cfg.Config.Origin.ResponseHeaderTimeout.Std(), cancel)
 	out := u.outbound(ctx, r)
 	resp, err := u.rt.RoundTrip(out)
 	hdrTimer.Stop()

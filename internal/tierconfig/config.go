@@ -114,11 +114,33 @@ type WarmStart struct {
 	Timeout Duration `json:"timeout,omitempty"`
 }
 
-// Origin configures requests to the application.
+// Origin configures requests to the application. Three timeouts apply
+// (docs/operations.md "Timeouts"): every origin request waits at most
+// ResponseHeaderTimeout for the response headers; no request or response
+// body may stand still for longer than IdleTimeout; and a fill whose
+// response is being stored has Timeout to finish, after which it is served
+// but not stored. Nothing bounds a healthy stream (Server-Sent Events,
+// long polling, a large download, a slow upload) as a whole.
 type Origin struct {
-	// Timeout bounds one origin fetch from request to end of body
-	// (default 30s).
+	// Timeout is the total bound of a fill whose response is being stored
+	// (the waiters collapsed onto it depend on it ending): from the request
+	// to the end of the body. Past it the response still reaches the client
+	// (under IdleTimeout) but is not stored, and the waiters fetch for
+	// themselves. Pass-through requests, uncacheable and too large
+	// responses and upgraded connections are not bound by it (default 30s).
 	Timeout Duration `json:"timeout"`
+	// ResponseHeaderTimeout bounds the wait for the origin's response
+	// headers once the request (and its body) has been sent; past it the
+	// client gets 504 (default 60s, like nginx's proxy_read_timeout and
+	// Varnish's first_byte_timeout).
+	ResponseHeaderTimeout Duration `json:"responseHeaderTimeout,omitempty"`
+	// IdleTimeout bounds how long a body may stand still: no byte read
+	// from the origin's response body, or from the client's request body
+	// while it is forwarded, for this long. A stalled response is cut (the
+	// client sees a broken response, never a complete-looking short one);
+	// a stalled upload gets 408 (default 60s, like nginx's
+	// proxy_read_timeout and Varnish's between_bytes_timeout).
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
 }
 
 // Defaults are the tier-wide caching defaults.

@@ -9,6 +9,8 @@ const (
 	defaultL1MaxEntrySize    = 1 * Mi
 	defaultL1Shards          = 256
 	defaultOriginTimeout     = Duration(30 * time.Second)
+	defaultOriginHeaderWait  = Duration(60 * time.Second)
+	defaultOriginIdle        = Duration(60 * time.Second)
 	defaultHeuristicFraction = 0.1
 	defaultHeuristicMaxTTL   = Duration(24 * time.Hour)
 	defaultHitForMissTTL     = Duration(2 * time.Minute)
@@ -80,6 +82,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Origin.Timeout == 0 {
 		c.Origin.Timeout = defaultOriginTimeout
+	}
+	if c.Origin.ResponseHeaderTimeout == 0 {
+		c.Origin.ResponseHeaderTimeout = defaultOriginHeaderWait
+	}
+	if c.Origin.IdleTimeout == 0 {
+		c.Origin.IdleTimeout = defaultOriginIdle
 	}
 	if c.Defaults.HeuristicFraction == 0 {
 		c.Defaults.HeuristicFraction = defaultHeuristicFraction

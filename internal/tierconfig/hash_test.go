@@ -44,7 +44,7 @@ func TestDefaultWireForm(t *testing.T) {
 	// The JSON the operator pushes and the hash is taken of: sizes and
 	// durations as canonical strings.
 	const want = `{"l1":{"maxSize":"256Mi","maxEntrySize":"1Mi","shards":256},"l2":{},` +
-		`"origin":{"timeout":"30s"},"defaults":{"fallbackTTL":"0s","staleWhileRevalidate":"0s",` +
+		`"origin":{"timeout":"30s","responseHeaderTimeout":"1m0s","idleTimeout":"1m0s"},"defaults":{"fallbackTTL":"0s","staleWhileRevalidate":"0s",` +
 		`"staleIfError":"0s","negativeTTL":"0s","heuristicFraction":0.1,"heuristicMaxTTL":"24h0m0s",` +
 		`"hitForMissTTL":"2m0s"},"coalescing":{"enabled":true,"timeout":"10s"},"purge":{}}`
 	got, err := json.Marshal(Default())

@@ -12,7 +12,7 @@ import (
 func TestDefault(t *testing.T) {
 	want := Config{
 		L1:     L1{MaxSize: 256 * Mi, MaxEntrySize: Mi, Shards: 256},
-		Origin: Origin{Timeout: Duration(30 * time.Second)},
+		Origin: Origin{Timeout: Duration(30 * time.Second), ResponseHeaderTimeout: Duration(time.Minute), IdleTimeout: Duration(time.Minute)},
 		Defaults: Defaults{
 			HeuristicFraction: 0.1,
 			HeuristicMaxTTL:   Duration(24 * time.Hour),
@@ -51,7 +51,7 @@ func TestParseExampleFile(t *testing.T) {
 			Timeout:    Duration(50 * time.Millisecond),
 			WarmStart:  WarmStart{MaxEntries: 2000, MaxBytes: 32 * Mi, Timeout: Duration(3 * time.Second)},
 		},
-		Origin: Origin{Timeout: Duration(15 * time.Second)},
+		Origin: Origin{Timeout: Duration(15 * time.Second), ResponseHeaderTimeout: Duration(20 * time.Second), IdleTimeout: Duration(2 * time.Minute)},
 		Defaults: Defaults{
 			FallbackTTL:               Duration(time.Minute),
 			StaleWhileRevalidate:      Duration(30 * time.Second),

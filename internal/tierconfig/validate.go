@@ -18,6 +18,7 @@ const (
 	maxL1Shards      = 8192
 	maxDuration      = Duration(8760 * time.Hour)
 	maxOriginTimeout = Duration(10 * time.Minute)
+	maxOriginIdle    = Duration(time.Hour)
 	maxCoalesceWait  = Duration(5 * time.Minute)
 	maxRules         = 64
 	maxRuleName      = 63
@@ -169,11 +170,17 @@ func validHostPort(a string) bool {
 }
 
 func (o Origin) validate(p *problems) {
+	checkOriginTimeout(p, "origin.timeout", o.Timeout, maxOriginTimeout, "10m")
+	checkOriginTimeout(p, "origin.responseHeaderTimeout", o.ResponseHeaderTimeout, maxOriginTimeout, "10m")
+	checkOriginTimeout(p, "origin.idleTimeout", o.IdleTimeout, maxOriginIdle, "1h")
+}
+
+func checkOriginTimeout(p *problems, field string, d, limit Duration, limitText string) {
 	switch {
-	case o.Timeout <= 0:
-		p.add("origin.timeout", "must be > 0 (got %s)", o.Timeout)
-	case o.Timeout > maxOriginTimeout:
-		p.add("origin.timeout", "must be <= 10m (got %s)", o.Timeout)
+	case d <= 0:
+		p.add(field, "must be > 0 (got %s)", d)
+	case d > limit:
+		p.add(field, "must be <= %s (got %s)", limitText, d)
 	}
 }
 

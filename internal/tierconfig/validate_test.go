@@ -129,6 +129,22 @@ func TestValidateRefuses(t *testing.T) {
 			func(c *Config) { c.Origin.Timeout = Duration(11 * time.Minute) },
 			`origin.timeout: must be <= 10m (got 11m0s)`,
 		},
+		"a zero response header timeout is refused": {
+			func(c *Config) { c.Origin.ResponseHeaderTimeout = 0 },
+			`origin.responseHeaderTimeout: must be > 0 (got 0s)`,
+		},
+		"a response header timeout over 10m is refused": {
+			func(c *Config) { c.Origin.ResponseHeaderTimeout = Duration(11 * time.Minute) },
+			`origin.responseHeaderTimeout: must be <= 10m (got 11m0s)`,
+		},
+		"a negative idle timeout is refused": {
+			func(c *Config) { c.Origin.IdleTimeout = Duration(-time.Second) },
+			`origin.idleTimeout: must be > 0 (got -1s)`,
+		},
+		"an idle timeout over an hour is refused": {
+			func(c *Config) { c.Origin.IdleTimeout = Duration(61 * time.Minute) },
+			`origin.idleTimeout: must be <= 1h (got 1h1m0s)`,
+		},
 		"a negative default duration is refused": {
 			func(c *Config) { c.Defaults.FallbackTTL = Duration(-time.Second) },
 			`defaults.fallbackTTL: must not be negative (got -1s)`,

@@ -1,0 +1,250 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// Origin timeouts (docs/operations.md "Timeouts"). Nothing bounds an origin
+// exchange as a whole, so that a healthy stream (Server-Sent Events, long
+// polling, a large download, a slow but steady upload) is never cut:
+//
+//   - while the request is sent, its body may stand still for at most
+//     origin.idleTimeout;
+//   - once it is sent, the response headers must come within
+//     origin.responseHeaderTimeout;
+//   - the response body may stand still for at most origin.idleTimeout;
+//   - a fill whose response is being stored has origin.timeout from its
+//     start; past it the fill stops storing (its waiters fetch for
+//     themselves) and the client keeps receiving under the idle timeout.
+//
+// A watchdog enforces the first three with one timer per exchange, re-armed
+// by the reads that make progress, never a goroutine per read.
+
+// phase is where an origin exchange is; it picks the timeout that applies
+// and names it when it passes.
+type phase uint32
+
+const (
+	phaseSending phase = iota // connecting, writing the request and its body
+	phaseHeaders              // request written, waiting for response headers
+	phaseBody                 // reading the response body
+	phaseDone                 // finished: the timer no longer cuts anything
+)
+
+// timeoutError is why a watchdog cut an exchange. It unwraps to
+// context.DeadlineExceeded, so that callers that only know about deadlines
+// answer 504.
+type timeoutError struct {
+	msg   string
+	limit time.Duration
+	// client: the client's request body stood still, not the origin.
+	client bool
+}
+
+func (e *timeoutError) Error() string { return e.msg + " (" + e.limit.String() + ")" }
+func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// watchdog enforces the timeouts of one origin exchange by cancelling its
+// context, with a timeoutError as the cause.
+type watchdog struct {
+	header, idle time.Duration
+	// client is the response to the request whose body is sent: a stalled
+	// upload is ended through it.
+	client http.ResponseWriter
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	phase  atomic.Uint32
+	// inClientRead is set while the transport waits on the client's
+	// request body, so that an idle upload is blamed on the client.
+	inClientRead atomic.Bool
+
+	// store is the total bound of a fill being stored; late is set when
+	// it passed.
+	store *time.Timer
+	late  atomic.Bool
+}
+
+// watch starts the watchdog of one origin exchange under parent, for the
+// client request answered through w. The request sent with the returned
+// context must have its body wrapped by sending and its response body by
+// receiving. close must be called.
+func (p *Proxy) watch(parent context.Context, o *tierconfig.Origin, w http.ResponseWriter) (context.Context, *watchdog) {
+	ctx, cancel := context.WithCancelCause(parent)
+	wd := &watchdog{header: o.ResponseHeaderTimeout.Std(), idle: o.IdleTimeout.Std(), client: w, cancel: cancel}
+	wd.timer = time.AfterFunc(wd.idle, wd.expire)
+	// Composes with the trace roundTrip adds for interim responses.
+	wd.ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: wd.wroteRequest})
+	return wd.ctx, wd
+}
+
+func (wd *watchdog) expire() {
+	var cause *timeoutError
+	switch phase(wd.phase.Load()) {
+	case phaseSending:
+		if wd.inClientRead.Load() {
+			cause = &timeoutError{msg: "the client's request body stood still for origin.idleTimeout", limit: wd.idle, client: true}
+			wd.cancel(cause)
+			// The transport does not return before its read of the body
+			// does, and net/http would drain the body after the handler:
+			// end the read instead of waiting on a client that sends
+			// nothing.
+			if wd.client != nil {
+				_ = http.NewResponseController(wd.client).SetReadDeadline(time.Now())
+			}
+			return
+		}
+		cause = &timeoutError{msg: "the origin did not take the request for origin.idleTimeout", limit: wd.idle}
+	case phaseHeaders:
+		cause = &timeoutError{msg: "the origin sent no response headers within origin.responseHeaderTimeout", limit: wd.header}
+	case phaseBody:
+		cause = &timeoutError{msg: "the origin's response body stood still for origin.idleTimeout", limit: wd.idle}
+	default:
+		return
+	}
+	wd.cancel(cause)
+}
+
+// wroteRequest runs on the transport's goroutine once the request and its
+// body are written: the wait for the response headers begins. A response
+// that came earlier (before the body was all sent) is not set back.
+func (wd *watchdog) wroteRequest(httptrace.WroteRequestInfo) {
+	if wd.phase.CompareAndSwap(uint32(phaseSending), uint32(phaseHeaders)) {
+		wd.timer.Reset(wd.header)
+	}
+}
+
+// sending wraps the request body sent to the origin: each read that
+// brings bytes re-arms the idle timeout.
+func (wd *watchdog) sending(body io.ReadCloser) io.ReadCloser {
+	if body == nil || body == http.NoBody {
+		return body
+	}
+	return &uploadBody{ReadCloser: body, wd: wd}
+}
+
+type uploadBody struct {
+	io.ReadCloser
+	wd *watchdog
+}
+
+func (b *uploadBody) Read(p []byte) (int, error) {
+	b.wd.inClientRead.Store(true)
+	n, err := b.ReadCloser.Read(p)
+	b.wd.inClientRead.Store(false)
+	if n > 0 && phase(b.wd.phase.Load()) == phaseSending {
+		b.wd.timer.Reset(b.wd.idle)
+	}
+	return n, err
+}
+
+// receiving is called once the response headers are in; it returns body
+// wrapped so that each read that brings bytes re-arms the idle timeout.
+func (wd *watchdog) receiving(body io.ReadCloser) io.ReadCloser {
+	wd.phase.Store(uint32(phaseBody))
+	wd.timer.Reset(wd.idle)
+	return &responseBody{ReadCloser: body, wd: wd}
+}
+
+type responseBody struct {
+	io.ReadCloser
+	wd *watchdog
+}
+
+func (b *responseBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 && phase(b.wd.phase.Load()) == phaseBody {
+		b.wd.timer.Reset(b.wd.idle)
+	}
+	return n, err
+}
+
+// storeUntil bounds a fill being stored: at deadline, late is set and
+// giveUp runs (on the timer's goroutine) to release the fill's waiters.
+func (wd *watchdog) storeUntil(deadline time.Time, giveUp func()) {
+	wd.store = time.AfterFunc(time.Until(deadline), func() {
+		wd.late.Store(true)
+		giveUp()
+	})
+}
+
+// stopStoring drops the total bound of a fill that will not be stored.
+func (wd *watchdog) stopStoring() {
+	if wd.store != nil {
+		wd.store.Stop()
+	}
+}
+
+// stop ends the watch: nothing is cut from now on, and the context stays
+// usable (for storing) until close.
+func (wd *watchdog) stop() {
+	wd.phase.Store(uint32(phaseDone))
+	wd.timer.Stop()
+	wd.stopStoring()
+}
+
+// close stops the watch and releases its context.
+func (wd *watchdog) close() {
+	wd.stop()
+	wd.cancel(context.Canceled)
+}
+
+// reason returns why the exchange failed: the watchdog's timeout when it
+// cut it, err otherwise.
+func (wd *watchdog) reason(err error) error {
+	var te *timeoutError
+	if errors.As(context.Cause(wd.ctx), &te) {
+		return te
+	}
+	return err
+}
+
+// originFailed answers a client whose origin request failed before the
+// response headers: 408 when the client's own upload stood still,
+// otherwise as originError (504 for a timeout, 502 else).
+func (p *Proxy) originFailed(w http.ResponseWriter, r *http.Request, wd *watchdog, err error) {
+	err = wd.reason(err)
+	var te *timeoutError
+	if errors.As(err, &te) && te.client {
+		p.log.Info("request body stood still; answered 408", "method", r.Method, "path", r.URL.Path, "err", err)
+		h := w.Header()
+		h["X-Cache"] = xBypass
+		h["Connection"] = []string{"close"}
+		http.Error(w, "request timeout: "+err.Error(), http.StatusRequestTimeout)
+		return
+	}
+	p.originError(w, r, err)
+}
+
+// bodyFailed logs a response body the proxy broke off because the origin
+// stood still (the client sees a broken response). Other read errors
+// (the origin reset the connection, the client left) are not logged here.
+func (p *Proxy) bodyFailed(r *http.Request, wd *watchdog, err error) {
+	var te *timeoutError
+	if errors.As(wd.reason(err), &te) {
+		p.log.Warn("origin response cut", "method", r.Method, "path", r.URL.Path, "err", te)
+	}
+}
+
+// isEventStream reports a Server-Sent Events response: a stream of events
+// is not a document to store, however cacheable its headers look (SSE
+// origins often send only Cache-Control: no-cache, which allows storing).
+// Treating it as uncacheable also makes later requests for it skip
+// coalescing (hit-for-miss), so that each client gets its own stream at
+// once instead of waiting behind another's.
+func isEventStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
+}
