@@ -158,7 +158,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	p.up = o.Upgrades
 	if p.up == nil {
-		p.up, p.ownsUp = NewUpgrades(p.upstream, p.cfg, p.rt, p.m, p.log), true
+		p.up, p.ownsUp = NewUpgrades(p.upstream, p.cfg, p.rt, p.m, p.log, 0, 0), true
 	}
 	p.flights.m = make(map[string]*flight)
 	p.keys.New = func() any { return &keyBuf{b: make([]byte, 0, 256)} }

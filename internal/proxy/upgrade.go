@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/connguard"
@@ -46,6 +47,12 @@ func IsUpgrade(r *http.Request) bool {
 // one Upgrades serves a sidecar for its whole life: a config change that
 // rebuilds L1 or L2 leaves open WebSockets alone.
 type Upgrades struct {
+	// Limits: an open tunnel holds an origin connection, two goroutines
+	// and their buffers, so their number is bounded (503 beyond it), and
+	// a tunnel that carries no byte either way for idle is closed.
+	max  int
+	idle time.Duration
+
 	upstream *url.URL
 	cfg      *tierconfig.Holder
 	rt       http.RoundTripper
@@ -58,12 +65,30 @@ type Upgrades struct {
 	wg     sync.WaitGroup // open tunnels
 }
 
-// NewUpgrades returns an Upgrades that tunnels to upstream through rt.
-func NewUpgrades(upstream *url.URL, cfg *tierconfig.Holder, rt http.RoundTripper, m *metrics.Metrics, log *slog.Logger) *Upgrades {
+// Default limits of Upgrades (the sidecar's --max-upgraded-connections and
+// --upgrade-idle-timeout).
+const (
+	DefaultMaxUpgraded   = 1024
+	DefaultUpgradeIdle   = time.Hour
+	minUpgradeIdle       = time.Second
+	upgradeCopyBufferLen = 16 << 10
+)
+
+// NewUpgrades returns an Upgrades that tunnels to upstream through rt, at
+// most "most" at once (0: DefaultMaxUpgraded), each closed after idle without
+// a byte either way (0: DefaultUpgradeIdle).
+func NewUpgrades(upstream *url.URL, cfg *tierconfig.Holder, rt http.RoundTripper, m *metrics.Metrics, log *slog.Logger, most int, idle time.Duration) *Upgrades {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Upgrades{upstream: upstream, cfg: cfg, rt: rt, m: m, log: log, open: make(map[net.Conn]struct{})}
+	if most <= 0 {
+		most = DefaultMaxUpgraded
+	}
+	if idle <= 0 {
+		idle = DefaultUpgradeIdle
+	}
+	idle = max(idle, minUpgradeIdle)
+	return &Upgrades{max: most, idle: idle, upstream: upstream, cfg: cfg, rt: rt, m: m, log: log, open: make(map[net.Conn]struct{})}
 }
 
 // Upgrade result label values of tiercache_upgrades_total.
@@ -94,8 +119,17 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if !u.room() {
+		u.m.Upgrade(upgradeRefused)
+		u.log.Warn("refused an upgrade: too many upgraded connections open", "max", u.max, "path", r.URL.Path)
+		result = metrics.ResultError
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "tiercache: too many upgraded connections open; retry", http.StatusServiceUnavailable)
+		return
+	}
 	// The origin has the response-header timeout to answer; the tunnel
-	// itself has no deadline (a WebSocket may stay open for hours).
+	// itself has no deadline (a WebSocket may stay open for hours), only
+	// the idle bound.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
 	hdrTimer := time.AfterFunc(cfg.Config.Origin.ResponseHeaderTimeout.Std(), cancel)
@@ -188,20 +222,59 @@ func (u *Upgrades) tunnel(w http.ResponseWriter, r *http.Request, resp *http.Res
 	// Both directions run until one ends; then both connections close,
 	// which ends the other. Bytes the server had already read past the
 	// request (the client may send its first frame at once) are in brw.
+	// A watchdog closes both when no byte moved either way for u.idle.
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	closeBoth := sync.OnceFunc(func() { conn.Close(); backend.Close() })
+	var idle *time.Timer
+	idle = time.AfterFunc(u.idle, func() {
+		if quiet := time.Since(time.Unix(0, last.Load())); quiet < u.idle {
+			idle.Reset(u.idle - quiet)
+			return
+		}
+		u.log.Info("closed an idle upgraded connection", "path", r.URL.Path, "idle", u.idle.String())
+		closeBoth()
+	})
+	defer idle.Stop()
 	done := make(chan struct{}, 2)
 	go func() {
-		_, _ = io.Copy(backend, brw.Reader)
+		copyActive(backend, brw.Reader, &last)
 		done <- struct{}{}
 	}()
 	go func() {
-		_, _ = io.Copy(conn, backend)
+		copyActive(conn, backend, &last)
 		done <- struct{}{}
 	}()
 	<-done
-	conn.Close()
-	backend.Close()
+	closeBoth()
 	<-done
 	return nil
+}
+
+// copyActive copies src to dst until either fails, noting the time of
+// every read that brought bytes in last.
+func copyActive(dst io.Writer, src io.Reader, last *atomic.Int64) {
+	buf := make([]byte, upgradeCopyBufferLen)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			last.Store(time.Now().UnixNano())
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// room reports whether another tunnel may open (approximately: tunnels
+// being set up are not counted until they are tracked).
+func (u *Upgrades) room() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.open) < u.max
 }
 
 func (u *Upgrades) track(c net.Conn) bool {

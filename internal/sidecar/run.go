@@ -58,6 +58,9 @@ type Options struct {
 	StateDir        string
 	ControlPlane    string
 	ControlPlaneCA  string
+	// Limits of upgraded (WebSocket) connections.
+	MaxUpgraded        int
+	UpgradeIdleTimeout time.Duration
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -87,6 +90,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 25*time.Second, "how long in-flight requests may take to finish on SIGTERM")
 	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz failing before draining (lets endpoints update first)")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
+	fs.IntVar(&o.MaxUpgraded, "max-upgraded-connections", proxy.DefaultMaxUpgraded, "most upgraded (WebSocket) connections open at once; more get 503")
+	fs.DurationVar(&o.UpgradeIdleTimeout, "upgrade-idle-timeout", proxy.DefaultUpgradeIdle, "close an upgraded (WebSocket) connection after this long without a byte either way")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize×1.25 + 128Mi unless GOMEMLIMIT is set)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -122,6 +127,12 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	if o.MaxHeaderBytes < 4096 {
 		return o, errors.New("--max-header-bytes: must be >= 4096")
+	}
+	if o.MaxUpgraded < 1 {
+		return o, errors.New("--max-upgraded-connections: must be >= 1")
+	}
+	if o.UpgradeIdleTimeout < time.Second {
+		return o, errors.New("--upgrade-idle-timeout: must be >= 1s")
 	}
 	if o.ConfigFile != "" && o.InitialConfig != "" {
 		return o, errors.New("--config and --initial-config (TIERCACHE_INITIAL_CONFIG) are both set: give one")
@@ -216,7 +227,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	dp.setVersion(version)
-	dp.up = proxy.NewUpgrades(upstream, holder, dp.rt, dp.m, log)
+	dp.up = proxy.NewUpgrades(upstream, holder, dp.rt, dp.m, log, o.MaxUpgraded, o.UpgradeIdleTimeout)
 
 	var warm atomic.Bool
 	first, err := dp.build(compiled, nil, &warm)

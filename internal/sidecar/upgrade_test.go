@@ -272,3 +272,30 @@ func TestAGRPCRequestGetsAClearError(t *testing.T) {
 		}
 	}
 }
+
+func TestAnIdleWebSocketIsClosedAndTheirNumberIsBounded(t *testing.T) {
+	o := newWSOrigin(t)
+	n := startNode(t, o.URL, "--upgrade-idle-timeout", "1s", "--max-upgraded-connections", "1")
+	c := dialWS(t, n)
+	defer c.CloseNow()
+	read(t, c)
+	waitMetric(t, n, "tiercache_upgraded_connections", 1)
+
+	// A second one is refused while the first is open.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(n.base, "http")+"/ws", &websocket.DialOptions{Host: testHost})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a WebSocket over the limit: %v (response %v), want 503", err, resp)
+	}
+
+	// With nothing sent either way for 1s, the sidecar closes the first.
+	start := time.Now()
+	if _, _, err := c.Read(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an idle WebSocket stayed open: %v", err)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Fatalf("the idle WebSocket was closed after %s, before the 1s idle timeout", took)
+	}
+	waitMetric(t, n, "tiercache_upgraded_connections", 0)
+}
