@@ -41,6 +41,12 @@ type Remote interface {
 	PurgeTags(ctx context.Context, tags []string) (int, error)
 	PurgeMatching(ctx context.Context, match func(key string, e *entry.Entry) bool) (int, error)
 	Publish(ctx context.Context, msg []byte) error
+	// Forget drops this sidecar's L2 writes of keys that are still queued
+	// (and deletes again those already on their way once they land), so
+	// that a fill stored just before an invalidation cannot put the key
+	// back into L2 after it was deleted; ForgetAll does it for every key.
+	Forget(keys ...string)
+	ForgetAll()
 }
 
 // Purger removes entries and tells the fills in progress that they were
@@ -133,6 +139,9 @@ func (p *Purger) invalidateLocal(urls []*url.URL) []string {
 		}
 		all = append(all, keys...)
 	}
+	if p.remote != nil {
+		p.remote.Forget(all...)
+	}
 	return all
 }
 
@@ -174,6 +183,11 @@ func (p *Purger) purgeLocal(r Request) int {
 	cfg := p.cfg.Load()
 	refs := p.refsOf(cfg, r.URLs)
 	p.watches.mark(refs, r.Prefix, r.Tags, false)
+	if p.remote != nil {
+		// Which queued writes a prefix, a tag or an any-host URL covers
+		// is not known here; purges are rare: drop them all.
+		p.remote.ForgetAll()
+	}
 	tags := tagSet(r.Tags)
 	n := 0
 	p.local.DeleteMatching(func(e *entry.Entry) bool {

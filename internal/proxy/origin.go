@@ -41,10 +41,13 @@ var unkeyedForwarding = []string{
 	"X-Host", "X-Original-Host",
 	// scheme and TLS
 	"X-Forwarded-Scheme", "X-Forwarded-Ssl", "Front-End-Https", "X-Url-Scheme",
-	"X-Forwarded-Protocol", "X-Scheme", "X-Original-Proto",
+	"X-Forwarded-Protocol", "X-Scheme", "X-Original-Proto", "X-Arr-Ssl", "Cloudfront-Forwarded-Proto",
 	// path and prefix
 	"X-Forwarded-Prefix", "X-Original-Prefix", "X-Original-Url", "X-Original-Uri",
-	"X-Rewrite-Url", "X-Forwarded-Uri", "X-Forwarded-Path", "X-Envoy-Original-Path",
+	"X-Rewrite-Url", "X-Forwarded-Uri", "X-Forwarded-Path", "X-Envoy-Original-Path", "X-Script-Name",
+	// framework internals a client must never set (Next.js: middleware
+	// skipped, a route's cached data chosen)
+	"X-Middleware-Subrequest", "X-Now-Route-Matches",
 	// method
 	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
 }

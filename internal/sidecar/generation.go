@@ -239,7 +239,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		Upgrades:    dp.up,
 	}
 	if g.client != nil {
-		g.purger.SetRemote(remote{g.client, dp.m.L2Errors.WithLabelValues("publish")}, dp.id, cfg.L2.Timeout.Std(), dp.log)
+		g.purger.SetRemote(remote{g.client, g.store, dp.m.L2Errors.WithLabelValues("publish")}, dp.id, cfg.L2.Timeout.Std(), dp.log)
 		popts.Cluster = g.store
 	}
 	if g.px, err = proxy.New(popts); err != nil {

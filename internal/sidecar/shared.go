@@ -113,11 +113,16 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	r.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }
 
-// remote adapts the L2 client to what the purger needs.
+// remote adapts the L2 client and the layered store's write queue to what
+// the purger needs.
 type remote struct {
 	c       *l2.Client
+	st      *store.Layered
 	publish prometheus.Counter // l2_errors_total{op="publish"}
 }
+
+func (r remote) Forget(keys ...string) { r.st.Forget(keys...) }
+func (r remote) ForgetAll()            { r.st.ForgetAll() }
 
 func (r remote) Delete(ctx context.Context, keys ...string) (int, error) {
 	return r.c.DeleteCount(ctx, keys...)

@@ -346,3 +346,57 @@ func TestConcurrentUseThenClose(t *testing.T) {
 		t.Fatalf("pending writes left after Close: %d queued, %d flying", len(f.s.pending.latest), len(f.s.pending.flying))
 	}
 }
+
+func TestAnL2HitReadBeforeAPurgeIsNotPromotedAfterIt(t *testing.T) {
+	srv := testredis.Start(t)
+	clk := newClock()
+	f := newFixture(t, storeOpts{addr: srv.Addr(), clock: clk})
+	ctx := testCtx(t)
+	key := keyFor("/p")
+	if err := f.l2.Set(ctx, key, response(clk.Now(), "/p", time.Minute), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// The purge lands after L2 answered and before the promotion.
+	f.s.afterL2Get = func() { f.s.l1.Delete(key) }
+	var got entry.Entry
+	if layer, err := f.s.Get(ctx, key, &got); err != nil || layer != LayerL2 {
+		t.Fatalf("Get = %q, %v; want an l2 hit", layer, err)
+	}
+	f.s.afterL2Get = nil
+	if err := f.s.l1.GetInto(key, &got); err == nil {
+		t.Fatal("an entry read from L2 before a purge was copied into L1 after it")
+	}
+}
+
+func TestForgetKeepsAPurgeFromBeingUndoneByAWriteQueuedBeforeIt(t *testing.T) {
+	for name, forget := range map[string]func(s *Layered, key string){
+		"Forget of the key": func(s *Layered, key string) { s.Forget(key) },
+		"ForgetAll":         func(s *Layered, _ string) { s.ForgetAll() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := testredis.Start(t)
+			f := newFixture(t, storeOpts{addr: srv.Addr(), opts: func(o *Options) { o.Writers = 1 }})
+			ctx := testCtx(t)
+			const n = 50
+			for i := range n {
+				key := keyFor(fmt.Sprintf("/race/%d", i))
+				mustSet(t, f.s, key, response(time.Now(), "/race", time.Minute))
+				// The purger deletes from L2 by itself, after forgetting.
+				forget(f.s, key)
+				if err := f.l2.Delete(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.s.Close(); err != nil { // flush
+				t.Fatal(err)
+			}
+			keys, err := rawClient(t, srv.Addr()).Keys(ctx, testPrefix(t)+"e:*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) != 0 {
+				t.Fatalf("%d purged entries are back in L2", len(keys))
+			}
+		})
+	}
+}

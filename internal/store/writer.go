@@ -295,6 +295,16 @@ func (p *pendingWrites) cancel(key string) {
 	delete(p.latest, key)
 }
 
+// deletedAll is deleted for every key.
+func (p *pendingWrites) deletedAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.latest)
+	for _, f := range p.flying {
+		f.deleted = true
+	}
+}
+
 // deleted cancels key's queued write and marks its flights as deleted.
 func (p *pendingWrites) deleted(key string) {
 	p.mu.Lock()

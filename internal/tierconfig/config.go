@@ -190,7 +190,8 @@ type Rule struct {
 	// apply to requests carrying Authorization or Cookie unless
 	// TTLWithCredentials is set: for those the origin's own headers decide.
 	TTL Duration `json:"ttl,omitempty"`
-	// TTLWithCredentials applies TTL also to requests that carry
+	// TTLWithCredentials applies TTL, and the tier's FallbackTTL,
+	// NegativeTTL and heuristic lifetimes, also to requests that carry
 	// Authorization or Cookie (default false). Set it only for paths whose
 	// answer never depends on who asks (a request with Authorization still
 	// needs public, s-maxage or must-revalidate from the origin).

@@ -267,7 +267,8 @@ type Rule struct {
 	// ttlWithCredentials is set: for those the origin's headers decide.
 	// +optional
 	TTL Duration `json:"ttl,omitempty"`
-	// TTLWithCredentials applies ttl also to requests that carry
+	// TTLWithCredentials applies ttl, and the tier's fallbackTTL,
+	// negativeTTL and heuristic lifetimes, also to requests that carry
 	// Authorization or Cookie. Set it only for paths whose answer never
 	// depends on who asks.
 	// +optional

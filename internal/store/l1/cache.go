@@ -64,6 +64,8 @@ type Cache struct {
 	// falseHits are lookups bigcache counted as hits that Get reported as
 	// misses (past LifeWindow, or not decodable).
 	falseHits atomic.Int64
+	// removals counts Delete, DeleteMatching and Reset calls (Removals).
+	removals atomic.Uint64
 
 	closeOnce sync.Once
 	stopAfter func() bool
@@ -218,7 +220,16 @@ func (c *Cache) Set(key string, e *entry.Entry) error {
 }
 
 // Delete removes the entry stored under key, if any.
-func (c *Cache) Delete(key string) { c.deleteStored(storedKey(key)) }
+func (c *Cache) Delete(key string) {
+	c.removals.Add(1)
+	c.deleteStored(storedKey(key))
+}
+
+// Removals counts the calls that removed entries on purpose (Delete,
+// DeleteMatching, Reset), not evictions. A caller that read an entry from
+// elsewhere to copy it here compares it before and after: a change means
+// the entry may have been purged meanwhile.
+func (c *Cache) Removals() uint64 { return c.removals.Load() }
 
 func (c *Cache) deleteStored(sk string) bool { return c.bc.Delete(sk) == nil }
 
@@ -231,6 +242,7 @@ func (c *Cache) deleteStored(sk string) bool { return c.bc.Delete(sk) == nil }
 // Values that do not decode are deleted too (and not counted). match may
 // keep e: it is fresh on every call.
 func (c *Cache) DeleteMatching(match func(e *entry.Entry) bool) int {
+	c.removals.Add(1)
 	n := 0
 	it := c.bc.Iterator()
 	for it.SetNext() {
@@ -252,6 +264,7 @@ func (c *Cache) DeleteMatching(match func(e *entry.Entry) bool) int {
 
 // Reset drops every entry.
 func (c *Cache) Reset() {
+	c.removals.Add(1)
 	// With every stripe held no Set is between its add to bytes and its
 	// bigcache.Set, and every removal bigcache reports happens under the
 	// shard lock that Reset also takes, so bytes is exact afterwards.
