@@ -171,7 +171,7 @@ type Layered struct {
 	// afterL2Get, when set (tests only), runs when an L2 read returns,
 	// before its promotion: a seam to force a purge into that window.
 	afterL2Get func()
-	l2 *l2.Client // nil: L1 only
+	l2         *l2.Client // nil: L1 only
 
 	timeout     time.Duration
 	bulkTimeout time.Duration
