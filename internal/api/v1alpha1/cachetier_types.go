@@ -193,12 +193,30 @@ type WarmStart struct {
 	Timeout Duration `json:"timeout,omitempty"`
 }
 
-// OriginSpec configures requests to the application.
+// OriginSpec configures requests to the application. Nothing bounds a
+// healthy stream (Server-Sent Events, long polling, a large download, a
+// slow upload) as a whole: only the response-header and idle timeouts
+// apply to it.
 type OriginSpec struct {
-	// Timeout bounds one origin fetch from request to end of body
-	// (default 30s, at most 10m).
+	// Timeout is the total bound of a fill whose response is being stored,
+	// from the request to the end of the body (the requests waiting for the
+	// same key depend on it). Past it the response still reaches the
+	// client but is not stored. Pass-through requests, uncacheable or too
+	// large responses and WebSockets are not bound by it (default 30s, at
+	// most 10m).
 	// +optional
 	Timeout Duration `json:"timeout,omitempty"`
+	// ResponseHeaderTimeout bounds the wait for the origin's response
+	// headers once the request has been sent; past it the client gets 504
+	// (default 60s, at most 10m).
+	// +optional
+	ResponseHeaderTimeout Duration `json:"responseHeaderTimeout,omitempty"`
+	// IdleTimeout bounds how long a body may stand still: no byte from the
+	// origin's response body, or from the client's request body while it
+	// is forwarded. A stalled response is cut; a stalled upload gets 408
+	// (default 60s, at most 1h).
+	// +optional
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
 }
 
 // DefaultsSpec are the tier-wide caching defaults.

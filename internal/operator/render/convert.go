@@ -55,7 +55,11 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		}
 	}
 
-	c.Origin.Timeout = dur("origin.timeout", spec.Origin.Timeout)
+	c.Origin = tierconfig.Origin{
+		Timeout:               dur("origin.timeout", spec.Origin.Timeout),
+		ResponseHeaderTimeout: dur("origin.responseHeaderTimeout", spec.Origin.ResponseHeaderTimeout),
+		IdleTimeout:           dur("origin.idleTimeout", spec.Origin.IdleTimeout),
+	}
 
 	d := spec.Defaults
 	c.Defaults = tierconfig.Defaults{

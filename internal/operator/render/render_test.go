@@ -53,6 +53,7 @@ func TestRenderFillsTheModel(t *testing.T) {
 			StaleWhileRevalidate: ptr(v1alpha1.Duration("30s")),
 			CacheKey:             v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true},
 		}},
+		Origin:         v1alpha1.OriginSpec{IdleTimeout: "5m"},
 		Purge:          v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")},
 		RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict},
 	}
@@ -86,6 +87,8 @@ func TestRenderFillsTheModel(t *testing.T) {
 		{"the rule's ttlWithCredentials is carried", c.Rules[0].TTLWithCredentials, true},
 		{"the request header mode is carried", c.RequestHeaders.Mode, tierconfig.RequestHeadersStrict},
 		{"a strict tier gets the default allowlist", strings.Join(c.RequestHeaders.Allow, ","), "Accept,Accept-Encoding,Accept-Language,User-Agent"},
+		{"the response header timeout gets its default", c.Origin.ResponseHeaderTimeout, tierconfig.Duration(time.Minute)},
+		{"the idle timeout is parsed", c.Origin.IdleTimeout, tierconfig.Duration(5 * time.Minute)},
 	}
 	for _, tc := range checks {
 		if tc.got != tc.want {
@@ -150,6 +153,14 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 		"an origin timeout over 10m is refused": {
 			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "11m"}},
 			field: "spec.origin.timeout", substring: "10m",
+		},
+		"an unparsable response header timeout is refused on its field": {
+			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{ResponseHeaderTimeout: "a minute"}},
+			field: "spec.origin.responseHeaderTimeout", substring: "Go duration",
+		},
+		"an idle timeout over an hour is refused": {
+			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{IdleTimeout: "2h"}},
+			field: "spec.origin.idleTimeout", substring: "1h",
 		},
 		"sentinel mode without a master name is refused": {
 			spec:  v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"s:26379"}, Mode: v1alpha1.L2Sentinel}},
