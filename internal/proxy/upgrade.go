@@ -19,11 +19,19 @@ import (
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// IsUpgrade reports whether r asks to switch protocols (RFC 9110 §7.8): an
-// Upgrade field and the "upgrade" token in Connection. A WebSocket
-// handshake is one. Such requests are never cached: Upgrades tunnels them.
+// IsUpgrade reports whether r asks to switch protocols (RFC 9110 §7.8) in
+// a way the sidecar tunnels: a GET with an Upgrade field and the "upgrade"
+// token in Connection, as a WebSocket handshake is. Such requests are
+// never cached: Upgrades tunnels them. Other upgrades are ignored, as RFC
+// 9110 allows, and served as plain HTTP/1.1 requests: those on other
+// methods, and h2c (HTTP/2 over cleartext, which the sidecar does not
+// speak; h2c clients fall back to HTTP/1.1 by design).
 func IsUpgrade(r *http.Request) bool {
-	if len(r.Header["Upgrade"]) == 0 {
+	up := r.Header["Upgrade"]
+	if len(up) == 0 || r.Method != http.MethodGet {
+		return false
+	}
+	if len(up) == 1 && strings.EqualFold(strings.TrimSpace(up[0]), "h2c") {
 		return false
 	}
 	for _, v := range r.Header["Connection"] {
@@ -107,18 +115,6 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { u.m.Request(result, metrics.LayerOrigin, time.Since(start).Seconds()) }()
 	cfg := u.cfg.Load()
 
-	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
-		// HTTP/2 over cleartext is not proxied: ignoring the Upgrade
-		// (RFC 9110 §7.8 allows it) would hand an h2c client an HTTP/1.1
-		// answer it may not expect. Say so instead.
-		u.m.Upgrade(upgradeRefused)
-		u.log.Info("refused an h2c upgrade: HTTP/2 cleartext is not proxied", "path", r.URL.Path)
-		result = metrics.ResultError
-		w.Header().Set("Connection", "close")
-		http.Error(w, "tiercache: HTTP/2 cleartext (h2c) is not supported; use HTTP/1.1", http.StatusNotImplemented)
-		return
-	}
-
 	if !u.room() {
 		u.m.Upgrade(upgradeRefused)
 		u.log.Warn("refused an upgrade: too many upgraded connections open", "max", u.max, "path", r.URL.Path)
@@ -163,6 +159,14 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok { // net/http's Transport always gives one on 101
 		resp.Body.Close()
 		u.fail(w, r, "the origin's 101 response has no writable body")
+		result = metrics.ResultError
+		return
+	}
+	if !offered(r.Header.Values("Upgrade"), resp.Header.Get("Upgrade")) {
+		// RFC 9110 §7.8: the server switches to one of the protocols the
+		// client listed, or the client cannot speak it.
+		backend.Close()
+		u.fail(w, r, "the origin switched to "+strconv.Quote(resp.Header.Get("Upgrade"))+", which the client did not offer")
 		result = metrics.ResultError
 		return
 	}
@@ -321,6 +325,24 @@ func (u *Upgrades) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return errors.New("proxy: upgraded connections still closing: " + ctx.Err().Error())
 	}
+}
+
+// offered reports whether protocol (the origin's Upgrade answer) is one of
+// the protocols the client listed (names compare case-insensitively,
+// versions included).
+func offered(listed []string, protocol string) bool {
+	protocol = strings.TrimSpace(protocol)
+	if protocol == "" {
+		return false
+	}
+	for _, v := range listed {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), protocol) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unsupported says why the sidecar cannot proxy r, or "" when it can.

@@ -206,23 +206,30 @@ func TestAnUpgradeTheOriginDeclinesIsPassedThrough(t *testing.T) {
 	waitMetric(t, n, `tiercache_upgrades_total{result="refused"}`, 1)
 }
 
-func TestAnH2CUpgradeIsRefusedWithAClearError(t *testing.T) {
+func TestAnH2CUpgradeIsServedAsHTTP11(t *testing.T) {
 	o := newWSOrigin(t)
 	n := startNode(t, o.URL)
-	req, _ := http.NewRequest(http.MethodGet, n.base+"/plain", nil)
-	req.Host = testHost
-	req.Header.Set("Connection", "Upgrade, HTTP2-Settings")
-	req.Header.Set("Upgrade", "h2c")
-	req.Header.Set("HTTP2-Settings", "AAMAAABkAAQAAP__")
-	resp, err := n.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// curl --http2 over plain HTTP asks this way; h2c clients fall back to
+	// HTTP/1.1 when the server ignores the upgrade (RFC 9110 §7.8).
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodGet, n.base+"/plain", nil)
+		req.Host = testHost
+		req.Header.Set("Connection", "Upgrade, HTTP2-Settings")
+		req.Header.Set("Upgrade", "h2c")
+		req.Header.Set("HTTP2-Settings", "AAMAAABkAAQAAP__")
+		resp, err := n.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || b.String() != "plain" || resp.Header.Get("Upgrade") != "" {
+			t.Fatalf("got %d %q (Upgrade %q), want the page over HTTP/1.1", resp.StatusCode, b.String(), resp.Header.Get("Upgrade"))
+		}
 	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
-	if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(b.String(), "h2c") {
-		t.Fatalf("got %d %q, want 501 naming h2c", resp.StatusCode, b.String())
+	if got := n.metric(t, `tiercache_upgrades_total{result="switched"}`); got != 0 {
+		t.Fatalf("%v upgrades switched, want none", got)
 	}
 }
 
@@ -298,4 +305,32 @@ func TestAnIdleWebSocketIsClosedAndTheirNumberIsBounded(t *testing.T) {
 		t.Fatalf("the idle WebSocket was closed after %s, before the 1s idle timeout", took)
 	}
 	waitMetric(t, n, "tiercache_upgraded_connections", 0)
+}
+
+func TestAnOriginSwitchingToAProtocolNotOfferedGets502(t *testing.T) {
+	origin := newRawOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: smtp\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+	})
+	n := startNode(t, origin.URL)
+	conn, err := net.DialTimeout("tcp", n.addrs.Serve, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = conn.Write([]byte("GET /ws HTTP/1.1\r\nHost: " + testHost + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("got %d, want 502 for a switch to a protocol the client did not offer", resp.StatusCode)
+	}
 }
