@@ -63,13 +63,17 @@ func clientBodyFailure(out *http.Request, err error) (*clientBodyError, bool) {
 	if ce, ok := errors.AsType[*clientBodyError](err); ok {
 		return ce, true
 	}
-	if b, ok := out.Body.(*clientBody); ok {
+	if b, ok := out.Body.(failedBody); ok {
 		if ce := b.failed(); ce != nil {
 			return ce, true
 		}
 	}
 	return nil, false
 }
+
+// failedBody is a request body that remembers why reading the client's
+// body failed: clientBody, and the wrappers around it.
+type failedBody interface{ failed() *clientBodyError }
 
 // answerClientBody answers a request whose body could not be read: 413
 // when a body limit (http.MaxBytesReader) cut it, 400 otherwise. The

@@ -137,6 +137,14 @@ type uploadBody struct {
 	wd *watchdog
 }
 
+// failed passes on the client body's failure (clientBodyFailure).
+func (b *uploadBody) failed() *clientBodyError {
+	if f, ok := b.ReadCloser.(failedBody); ok {
+		return f.failed()
+	}
+	return nil
+}
+
 func (b *uploadBody) Read(p []byte) (int, error) {
 	b.wd.inClientRead.Store(true)
 	n, err := b.ReadCloser.Read(p)
