@@ -334,3 +334,31 @@ func TestAnOriginSwitchingToAProtocolNotOfferedGets502(t *testing.T) {
 		t.Fatalf("got %d, want 502 for a switch to a protocol the client did not offer", resp.StatusCode)
 	}
 }
+
+func TestAWebSocketOutlivesAConfigChangeThatRebuildsTheDataPlane(t *testing.T) {
+	cp := startControlPlane(t)
+	o := newWSOrigin(t)
+	logs := &logBuffer{}
+	n := startNodeLogging(t, logs, o.URL, append(liveArgs(cp.addr, t.TempDir(), smallL1), "--log-level", "debug")...)
+	c := dialWS(t, n)
+	defer c.CloseNow()
+	read(t, c)
+
+	// A new L1 size builds a new data-plane generation and retires the old
+	// one, closing it once its requests have ended: the open WebSocket
+	// must not hold it, nor be closed with it.
+	v := cp.publish(t, "l1: {maxSize: 16Mi, shards: 16}\n")
+	n.waitVersion(t, v)
+	for deadline := time.Now().Add(10 * time.Second); len(logs.records("config change: previous data plane closed")) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the previous data plane was never closed (an open WebSocket holds it)")
+		}
+	}
+	if err := c.Write(context.Background(), websocket.MessageText, []byte("still here")); err != nil {
+		t.Fatalf("writing after the config change: %v", err)
+	}
+	if got := read(t, c); got != "echo: still here" {
+		t.Fatalf("after the config change the WebSocket answered %q", got)
+	}
+	waitMetric(t, n, "tiercache_upgraded_connections", 1)
+}
