@@ -3,6 +3,7 @@ package httpcache
 import (
 	"net/http"
 	"net/textproto"
+	"strings"
 )
 
 // RemoveHopByHop deletes the hop-by-hop fields (RFC 9110 §7.6.1): those
@@ -18,6 +19,24 @@ func RemoveHopByHop(h http.Header) {
 			delete(h, name)
 		}
 	}
+}
+
+// NamesFields reports whether the Connection field lines name any field
+// besides the connection options keep-alive and close, which name only
+// hop-by-hop fields anyway: only then does RemoveHopByHop remove a field a
+// cache key could depend on. It does not allocate.
+func NamesFields(connection []string) bool {
+	for _, line := range connection {
+		for rest := line; rest != ""; {
+			var tok string
+			tok, rest, _ = strings.Cut(rest, ",")
+			tok = strings.Trim(tok, " \t")
+			if tok != "" && !strings.EqualFold(tok, "keep-alive") && !strings.EqualFold(tok, "close") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isHopByHop reports whether canon (a canonical name) is one of the fixed

@@ -40,3 +40,23 @@ func TestRemoveHopByHop(t *testing.T) {
 	}
 	t.Run("a nil header does not panic", func(t *testing.T) { httpcache.RemoveHopByHop(nil) })
 }
+
+func TestNamesFields(t *testing.T) {
+	cases := map[string]struct {
+		lines []string
+		want  bool
+	}{
+		"no Connection field names nothing":          {nil, false},
+		"keep-alive names no other field":            {[]string{"keep-alive"}, false},
+		"close and keep-alive in any case name none": {[]string{"Keep-Alive, CLOSE"}, false},
+		"a field name is named":                      {[]string{"keep-alive, Accept-Language"}, true},
+		"a name on a second line is named":           {[]string{"close", "X-Tenant"}, true},
+		"upgrade names the Upgrade field":            {[]string{"Upgrade"}, true},
+		"empty elements name nothing":                {[]string{" , ,keep-alive"}, false},
+	}
+	for name, c := range cases {
+		if got := httpcache.NamesFields(c.lines); got != c.want {
+			t.Errorf("%s: NamesFields(%q) = %v, want %v", name, c.lines, got, c.want)
+		}
+	}
+}

@@ -59,10 +59,11 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	// receives: the fields the client names in Connection are dropped
 	// before anything reads the header (else "Connection: Accept-Language"
 	// fills the fr variant with the origin's answer for no language).
-	// Without a Connection field there is nothing to do here: the fixed
-	// hop-by-hop fields never reach the origin in any request, so its
-	// answer cannot depend on them; they go in outbound.
-	if _, ok := r.Header["Connection"]; ok {
+	// Without a Connection field naming one (keep-alive and close name
+	// none) there is nothing to do here: the fixed hop-by-hop fields never
+	// reach the origin in any request, so its answer cannot depend on
+	// them; they go in outbound.
+	if httpcache.NamesFields(r.Header["Connection"]) {
 		httpcache.RemoveHopByHop(r.Header)
 	}
 	rule := cfg.Match(r.URL.Path)
