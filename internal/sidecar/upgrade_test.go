@@ -188,18 +188,7 @@ func TestAnUpgradeTheOriginDeclinesIsPassedThrough(t *testing.T) {
 	o := newWSOrigin(t)
 	n := startNode(t, o.URL)
 	// /plain does not switch: the origin's 200 goes back as it is.
-	conn, err := net.DialTimeout("tcp", n.addrs.Serve, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	_, _ = conn.Write([]byte("GET /plain HTTP/1.1\r\nHost: " + testHost + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := rawRequest(t, n, "GET /plain HTTP/1.1\r\nHost: "+testHost+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Cache") != "BYPASS" {
 		t.Fatalf("got %d %q, want the origin's 200, BYPASS", resp.StatusCode, resp.Header.Get("X-Cache"))
 	}
@@ -236,19 +225,8 @@ func TestAnH2CUpgradeIsServedAsHTTP11(t *testing.T) {
 func TestAnHTTP2PrefaceGetsAnAnswerNotAHang(t *testing.T) {
 	o := newWSOrigin(t)
 	n := startNode(t, o.URL)
-	conn, err := net.DialTimeout("tcp", n.addrs.Serve, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	// A gRPC or h2c client with prior knowledge starts with the preface.
-	_, _ = conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no HTTP answer to the HTTP/2 preface: %v", err)
-	}
-	defer resp.Body.Close()
+	resp := rawRequest(t, n, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 	var b strings.Builder
 	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
 	if resp.StatusCode != http.StatusHTTPVersionNotSupported || !strings.Contains(b.String(), "HTTP/2") {
@@ -318,18 +296,7 @@ func TestAnOriginSwitchingToAProtocolNotOfferedGets502(t *testing.T) {
 		_ = brw.Flush()
 	})
 	n := startNode(t, origin.URL)
-	conn, err := net.DialTimeout("tcp", n.addrs.Serve, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	_, _ = conn.Write([]byte("GET /ws HTTP/1.1\r\nHost: " + testHost + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp := rawRequest(t, n, "GET /ws HTTP/1.1\r\nHost: "+testHost+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("got %d, want 502 for a switch to a protocol the client did not offer", resp.StatusCode)
 	}
@@ -361,4 +328,25 @@ func TestAWebSocketOutlivesAConfigChangeThatRebuildsTheDataPlane(t *testing.T) {
 		t.Fatalf("after the config change the WebSocket answered %q", got)
 	}
 	waitMetric(t, n, "tiercache_upgraded_connections", 1)
+}
+
+// rawRequest writes raw to the sidecar's serving port on a new connection
+// and reads one response, body included (closed when the test ends).
+func rawRequest(t *testing.T, n *node, raw string) *http.Response {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", n.addrs.Serve, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no HTTP answer to %.30q: %v", raw, err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
 }
