@@ -100,8 +100,14 @@ func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog
 // entries. It is what unsafe requests trigger, so the common case does no
 // scan. With a Remote, the keys also go from L2 and the other sidecars are
 // told.
+//
+// Order matters: fills in progress are marked first, this sidecar's queued
+// L2 writes of the keys dropped, then L2 is cleared before L1, so that a
+// request that misses L1 meanwhile cannot read the old L2 copy after the
+// L1 delete and copy it back (the store skips promoting what it read
+// while L1 entries were being removed).
 func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
-	keys := p.invalidateLocal(urls)
+	keys := p.markInvalidated(urls)
 	if p.remote != nil {
 		ctx, cancel := context.WithTimeout(ctx, p.remoteTimeout)
 		defer cancel()
@@ -110,6 +116,11 @@ func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
 				p.log.Warn("invalidation: deleting from l2 failed", "err", err)
 			}
 		}
+	}
+	for _, k := range keys {
+		p.local.Delete(k)
+	}
+	if p.remote != nil {
 		raw := make([]string, len(urls))
 		for i, u := range urls {
 			raw[i] = u.String()
@@ -119,12 +130,12 @@ func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
 	p.purged()
 }
 
-// invalidateLocal applies Invalidate to the fills in progress and to L1
-// and returns the exact keys it deleted (for L2). Every variant of a URL
-// (Vary, or request headers and cookies its rule keys on) hangs off a
-// marker under the URL's primary key, so deleting the primary keys
-// retires them all without a scan.
-func (p *Purger) invalidateLocal(urls []*url.URL) []string {
+// markInvalidated marks the fills in progress that urls concern, drops
+// this sidecar's queued L2 writes of their keys, and returns the exact
+// keys to delete. Every variant of a URL (Vary, or request headers and
+// cookies its rule keys on) hangs off a marker under the URL's primary
+// key, so deleting the primary keys retires them all without a scan.
+func (p *Purger) markInvalidated(urls []*url.URL) []string {
 	cfg := p.cfg.Load()
 	refs := make([]ref, 0, len(urls))
 	for _, u := range urls {
@@ -133,11 +144,7 @@ func (p *Purger) invalidateLocal(urls []*url.URL) []string {
 	p.watches.mark(refs, "", nil, false)
 	var all []string
 	for _, u := range urls {
-		keys := cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery)
-		for _, k := range keys {
-			p.local.Delete(k)
-		}
-		all = append(all, keys...)
+		all = append(all, cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery)...)
 	}
 	if p.remote != nil {
 		p.remote.Forget(all...)
@@ -164,30 +171,42 @@ type Result struct {
 // Purge removes what r names, here and (with a Remote) in L2 and on every
 // other sidecar of the tier. r must have passed Validate. An error means
 // the shared part failed; the local part has been applied regardless.
+// As Invalidate does, it marks the fills in progress first and clears L2
+// before L1.
 func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
-	n := p.purgeLocal(r)
-	res := Result{Purged: n, L1: n}
+	refs := p.markPurged(r)
+	var res Result
 	var err error
 	if p.remote != nil {
 		var n2 int
 		n2, err = p.purgeRemote(ctx, r)
 		res.L2 = &n2
-		res.Purged = max(n, n2)
+	}
+	n := p.purgeL1(r, refs)
+	res.Purged, res.L1 = n, n
+	if p.remote != nil {
+		res.Purged = max(n, *res.L2)
 		p.publish(ctx, message{Request: r})
 	}
 	p.purged()
 	return res, err
 }
 
-func (p *Purger) purgeLocal(r Request) int {
-	cfg := p.cfg.Load()
-	refs := p.refsOf(cfg, r.URLs)
+// markPurged marks the fills in progress that r concerns and drops this
+// sidecar's queued L2 writes; it returns r's URLs as references.
+func (p *Purger) markPurged(r Request) []ref {
+	refs := p.refsOf(p.cfg.Load(), r.URLs)
 	p.watches.mark(refs, r.Prefix, r.Tags, false)
 	if p.remote != nil {
 		// Which queued writes a prefix, a tag or an any-host URL covers
 		// is not known here; purges are rare: drop them all.
 		p.remote.ForgetAll()
 	}
+	return refs
+}
+
+// purgeL1 removes what r names from L1 and counts the responses removed.
+func (p *Purger) purgeL1(r Request, refs []ref) int {
 	tags := tagSet(r.Tags)
 	n := 0
 	p.local.DeleteMatching(func(e *entry.Entry) bool {
@@ -282,11 +301,14 @@ func (p *Purger) HandleMessage(b []byte) {
 				urls = append(urls, u)
 			}
 		}
-		p.invalidateLocal(urls)
+		// The sender cleared L2 before publishing.
+		for _, k := range p.markInvalidated(urls) {
+			p.local.Delete(k)
+		}
 	}
 	if len(m.URLs) > 0 || m.Prefix != "" || len(m.Tags) > 0 {
 		if m.Request.Validate() == nil {
-			p.purgeLocal(m.Request)
+			p.purgeL1(m.Request, p.markPurged(m.Request))
 		}
 	}
 	p.purged()

@@ -239,3 +239,69 @@ func TestAResubscriptionClearsL1ButTheFirstSubscriptionDoesNot(t *testing.T) {
 		t.Fatal("a resubscription kept L1, so purges missed while disconnected could be served")
 	}
 }
+
+// steps records the order of a purger's deletions.
+type steps struct{ got []string }
+
+type recordingL1 struct {
+	*l1.Cache
+	s *steps
+}
+
+func (r recordingL1) Delete(key string) { r.s.got = append(r.s.got, "l1"); r.Cache.Delete(key) }
+func (r recordingL1) DeleteMatching(m func(e *entry.Entry) bool) int {
+	r.s.got = append(r.s.got, "l1")
+	return r.Cache.DeleteMatching(m)
+}
+
+// recordingL2 stands for L2 in the order test only: what matters is when
+// the purger calls it.
+type recordingL2 struct{ s *steps }
+
+func (r recordingL2) Delete(context.Context, ...string) (int, error) {
+	r.s.got = append(r.s.got, "l2")
+	return 0, nil
+}
+func (r recordingL2) PurgeTags(context.Context, []string) (int, error) {
+	r.s.got = append(r.s.got, "l2")
+	return 0, nil
+}
+func (r recordingL2) PurgeMatching(context.Context, func(string, *entry.Entry) bool) (int, error) {
+	r.s.got = append(r.s.got, "l2")
+	return 0, nil
+}
+func (r recordingL2) Publish(context.Context, []byte) error { return nil }
+func (r recordingL2) Forget(...string)                      { r.s.got = append(r.s.got, "forget") }
+func (r recordingL2) ForgetAll()                            { r.s.got = append(r.s.got, "forget") }
+
+func TestPurgesClearL2BeforeL1(t *testing.T) {
+	// A request that misses L1 while a purge runs must not find the old
+	// L2 copy after the L1 delete: queued writes are dropped first, then
+	// L2 is cleared, then L1.
+	for name, purge := range map[string]func(p *Purger){
+		"an unsafe request": func(p *Purger) {
+			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}})
+		},
+		"a purge by URL": func(p *Purger) {
+			_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
+		},
+		"a purge by prefix": func(p *Purger) { _, _ = p.Purge(context.Background(), Request{Prefix: "/"}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, cache, c := newPurger(t, "")
+			s := &steps{}
+			p := NewPurger(recordingL1{cache, s}, tierconfig.NewHolder(c))
+			p.SetRemote(recordingL2{s}, "me", time.Second, nil)
+			purge(p)
+			first := map[string]int{}
+			for i, step := range s.got {
+				if _, ok := first[step]; !ok {
+					first[step] = i
+				}
+			}
+			if !(first["forget"] < first["l2"] && first["l2"] < first["l1"]) {
+				t.Fatalf("steps %v, want queued writes forgotten, then L2, then L1", s.got)
+			}
+		})
+	}
+}
