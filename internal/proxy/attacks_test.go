@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +215,162 @@ rules:
 		if got := f.get(path); got.xcache() != "BYPASS" || strings.Contains(got.body, "victim") {
 			t.Errorf("%s: %q %q, want BYPASS and nothing of the victim's", path, got.xcache(), got.body)
 		}
+	}
+}
+
+// A 304 answering a revalidation forced by one client (no-cache) is
+// decided with that client's request header: Cookie (made-up lifetime),
+// Authorization (no public/s-maxage) or no-store make Decide say "not
+// stored", and revalidated() then deletes the shared entry. One cheap
+// request (the origin answers 304) empties a hot entry on demand.
+func TestARevalidationForcedByOneClientDoesNotEvictTheSharedEntry(t *testing.T) {
+	cases := map[string]struct {
+		cfg, cc string
+		attack  []string
+	}{
+		"a Cookie on an entry whose lifetime is the tier's fallbackTTL": {"defaults: {fallbackTTL: 1h}\n", "", []string{"Cookie", "session=attacker", "Cache-Control", "no-cache"}},
+		"an Authorization on an entry with max-age":                     {"", "max-age=600", []string{"Authorization", "Bearer x", "Cache-Control", "no-cache"}},
+		"a request no-store": {"", "max-age=600", []string{"Cache-Control", "no-cache, no-store"}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, c.cfg, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("ETag", `"v1"`)
+				if c.cc != "" {
+					w.Header().Set("Cache-Control", c.cc)
+				}
+				if r.Header.Get("If-None-Match") == `"v1"` {
+					w.WriteHeader(http.StatusNotModified)
+					return
+				}
+				_, _ = io.WriteString(w, "shared")
+			})
+			f.get("/hot")
+			expect(t, f.get("/hot"), 200, "HIT; layer=l1")
+			f.get("/hot", c.attack...)
+			expect(t, f.get("/hot"), 200, "HIT; layer=l1")
+		})
+	}
+}
+
+// Cookie parsing differs between the key and common origins: Rack 2
+// (parse_cookies_header splits on /[;,] */ and keeps the first) reads a
+// keyed cookie hidden after a comma; a WSGI server joins two Cookie lines
+// with "," and Django splits on ';' only, so it sees no keyed cookie at
+// all. Either way the victim's variant gets another variant's answer.
+func TestAKeyedCookieHiddenByCaseEncodingCommaOrASecondLineBypasses(t *testing.T) {
+	const cfg = `
+rules:
+- name: lang
+  match: {pathPrefix: /c/}
+  cacheKey: {cookies: [lang]}
+`
+	rack2 := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		v := "default"
+		all := strings.Join(r.Header.Values("Cookie"), "; ")
+	outer:
+		for _, part := range strings.FieldsFunc(all, func(c rune) bool { return c == ';' || c == ',' }) {
+			if n, val, ok := strings.Cut(strings.TrimSpace(part), "="); ok && n == "lang" {
+				v = val
+				break outer
+			}
+		}
+		fmt.Fprintf(w, "lang=%s", v)
+	}
+	wsgiDjango := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		v := "default"
+		joined := strings.Join(r.Header.Values("Cookie"), ",") // gunicorn
+		for _, part := range strings.Split(joined, ";") {      // django parse_cookie
+			if n, val, ok := strings.Cut(part, "="); ok && strings.TrimSpace(n) == "lang" {
+				v = strings.TrimSpace(val)
+			}
+		}
+		fmt.Fprintf(w, "lang=%s", v)
+	}
+	firstWins := func(norm func(string) string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "max-age=600")
+			v := "default"
+			for _, part := range strings.Split(r.Header.Get("Cookie"), ";") {
+				if n, val, ok := strings.Cut(strings.TrimSpace(part), "="); ok && norm(n) == "lang" {
+					v = val
+					break
+				}
+			}
+			fmt.Fprintf(w, "lang=%s", v)
+		}
+	}
+	t.Run("case-insensitive names, ASP.NET Core", func(t *testing.T) {
+		f := newFixture(t, cfg, firstWins(strings.ToLower))
+		f.get("/c/home", "Cookie", "LANG=evil; lang=fr")
+		if got := f.get("/c/home", "Cookie", "lang=fr"); got.body != "lang=fr" {
+			t.Fatalf("victim with lang=fr got %q (X-Cache %q)", got.body, got.xcache())
+		}
+	})
+	t.Run("percent-decoded names, PHP and Rack", func(t *testing.T) {
+		f := newFixture(t, cfg, firstWins(func(n string) string { u, _ := url.QueryUnescape(n); return u }))
+		f.get("/c/home", "Cookie", "%6cang=evil; lang=fr")
+		if got := f.get("/c/home", "Cookie", "lang=fr"); got.body != "lang=fr" {
+			t.Fatalf("victim with lang=fr got %q (X-Cache %q)", got.body, got.xcache())
+		}
+	})
+	t.Run("comma, Rack 2", func(t *testing.T) {
+		f := newFixture(t, cfg, rack2)
+		f.get("/c/home", "Cookie", "x=1,lang=evil; lang=fr")
+		if got := f.get("/c/home", "Cookie", "lang=fr"); got.body != "lang=fr" {
+			t.Fatalf("victim with lang=fr got %q (X-Cache %q)", got.body, got.xcache())
+		}
+	})
+	t.Run("two Cookie lines, gunicorn+Django", func(t *testing.T) {
+		f := newFixture(t, cfg, wsgiDjango)
+		f.get("/c/home", "Cookie", "x=1", "Cookie", "lang=fr")
+		if got := f.get("/c/home", "Cookie", "lang=fr"); got.body != "lang=fr" {
+			t.Fatalf("victim with lang=fr got %q (X-Cache %q)", got.body, got.xcache())
+		}
+	})
+}
+
+// One POST (any client may send one) that overtakes a fill sends every
+// request waiting on that fill to the origin on its own: the empty flight
+// makes each waiter fill without coalescing. Waiters that were there
+// before the write could share the overtaken answer (they are concurrent
+// with the write); those after could re-coalesce.
+func TestAPostDuringAFillDoesNotSendEveryWaiterToTheOrigin(t *testing.T) {
+	o := newGatedOrigin(t)
+	f := newFixtureFor(t, "", o.origin)
+	slow := startSlowFill(t, f, o, "/slow")
+	const waiters = 10
+	before := testCounter(f.px.m.Coalesced)
+	answers := make(chan response, waiters)
+	for range waiters {
+		go func() {
+			resp, err := f.srv.Client().Get(f.srv.URL + "/slow")
+			if err != nil {
+				answers <- response{status: -1}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			answers <- response{resp.StatusCode, resp.Header, string(b)}
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); testCounter(f.px.m.Coalesced) < before+waiters; {
+		if time.Now().After(deadline) {
+			t.Fatal("waiters did not join")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if r := f.do(http.MethodPost, "/slow"); r.status != http.StatusOK {
+		t.Fatalf("POST: %d", r.status)
+	}
+	close(o.gate)
+	await(t, slow)
+	for range waiters {
+		await(t, answers)
+	}
+	if n := o.slowN.Load(); n > 2 {
+		t.Fatalf("one POST turned one coalesced fill into %d origin GETs", n)
 	}
 }

@@ -151,6 +151,13 @@ func outboundTo(upstream *url.URL, ctx context.Context, r *http.Request, fill *f
 	}
 	h := out.Header
 	httpcache.RemoveHopByHop(h)
+	if c := h["Cookie"]; len(c) > 1 {
+		// One field line, as RFC 6265 §5.4 says a client sends it: some
+		// servers join repeated lines with ',' and then cannot split the
+		// cookies (gunicorn and Django), which would make the origin read
+		// other cookies than the key holds.
+		h["Cookie"] = []string{strings.Join(c, "; ")}
+	}
 	delete(h, "Expect") // the server already answered 100-continue
 	if fill != nil {
 		for k := range h {

@@ -57,11 +57,17 @@ func findCookie(lines []string, name string) (string, bool) {
 }
 
 // AmbiguousCookies reports whether req's Cookie field names one of the
-// rule's keyed cookies in a way origins read differently: more than once
-// (frameworks keep the first or the last), or with white space around the
-// name (some trim it, some do not). The key cannot say which value the
-// origin will use, so such a request must not fill or be served from the
-// cache. It does not allocate.
+// rule's keyed cookies in a way origins read differently, so that the key
+// cannot say which value the origin will use and the request must not
+// fill or be served from the cache:
+//   - the cookie more than once (frameworks keep the first or the last);
+//   - white space between its name and '=' (some trim names, some not);
+//   - a name that is the keyed one only to a looser reader: in another
+//     case (ASP.NET Core compares names case-insensitively),
+//     percent-encoded (PHP and Rack decode names), or after a ',' inside
+//     a cookie (Rack 2 splits on ',' too).
+//
+// It does not allocate.
 func (r *CompiledRule) AmbiguousCookies(req *http.Request) bool {
 	for _, name := range r.cookies {
 		seen := false
@@ -69,21 +75,59 @@ func (r *CompiledRule) AmbiguousCookies(req *http.Request) bool {
 			for rest := line; rest != ""; {
 				var part string
 				part, rest, _ = strings.Cut(rest, ";")
-				n, _, _ := strings.Cut(part, "=")
-				trimmed := strings.Trim(n, " \t")
-				if trimmed != name {
-					continue
+				for piece, first := part, true; ; first = false {
+					var more string
+					var comma bool
+					piece, more, comma = strings.Cut(piece, ",")
+					n, _, _ := strings.Cut(piece, "=")
+					trimmed := strings.Trim(n, " \t")
+					// Leading space after ';' is the separator's; a space
+					// between the name and '=' is not.
+					exact := first && trimmed == name && strings.TrimLeft(n, " \t") == trimmed
+					switch {
+					case exact && seen:
+						return true
+					case exact:
+						seen = true
+					case looseNameEqual(trimmed, name):
+						return true
+					}
+					if !comma {
+						break
+					}
+					piece = more
 				}
-				// Leading space after ';' is the separator's; a space
-				// between the name and '=' is not.
-				if n != trimmed && strings.TrimLeft(n, " \t") != trimmed || seen {
-					return true
-				}
-				seen = true
 			}
 		}
 	}
 	return false
+}
+
+// looseNameEqual reports whether raw, percent-decoded, equals name
+// ignoring ASCII case: how the loosest common cookie parsers compare.
+func looseNameEqual(raw, name string) bool {
+	j := 0
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if c == '%' && i+2 < len(raw) && isHex(raw[i+1]) && isHex(raw[i+2]) {
+			c = unhex(raw[i+1])<<4 | unhex(raw[i+2])
+			i += 3
+		} else {
+			i++
+		}
+		if j == len(name) || lowerASCII(c) != lowerASCII(name[j]) {
+			return false
+		}
+		j++
+	}
+	return j == len(name)
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // KeyCookies returns the names of the cookies the rule adds to the key

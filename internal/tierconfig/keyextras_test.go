@@ -103,3 +103,37 @@ func TestKeyHeaders(t *testing.T) {
 		t.Fatalf("KeyHeaders() = %q, want the canonical names in configured order", got)
 	}
 }
+
+func TestAmbiguousCookies(t *testing.T) {
+	tests := map[string]struct {
+		cookie []string
+		want   bool
+	}{
+		"no cookie is not ambiguous":                          {nil, false},
+		"the keyed cookie once is not ambiguous":              {[]string{"a=1; lang=fr; b=2"}, false},
+		"other cookies are not looked at":                     {[]string{"LANGUAGE=x; lan=y"}, false},
+		"the keyed cookie twice is ambiguous":                 {[]string{"lang=en; lang=fr"}, true},
+		"the keyed cookie on two lines is ambiguous":          {[]string{"lang=en", "lang=fr"}, true},
+		"space between the name and '=' is ambiguous":         {[]string{"lang =fr"}, true},
+		"the name in another case is ambiguous":               {[]string{"LANG=evil; lang=fr"}, true},
+		"the name percent-encoded is ambiguous":               {[]string{"%6cang=evil; lang=fr"}, true},
+		"the name after a comma is ambiguous":                 {[]string{"x=1,lang=evil; lang=fr"}, true},
+		"a comma inside another cookie's value is fine":       {[]string{"x=1,2; lang=fr"}, false},
+		"leading space after the separator is not ambiguous":  {[]string{"a=1;   lang=fr"}, false},
+		"a name that only starts with the keyed one is fine":  {[]string{"langs=1; lang=fr"}, false},
+		"an encoded name that decodes to another one is fine": {[]string{"%6cangs=1; lang=fr"}, false},
+	}
+	r := queryRule(t, CacheKey{Cookies: []string{"lang"}})
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, "/x", nil)
+			req.Header = http.Header{}
+			if tt.cookie != nil {
+				req.Header["Cookie"] = tt.cookie
+			}
+			if got := r.AmbiguousCookies(req); got != tt.want {
+				t.Fatalf("AmbiguousCookies(%q) = %v, want %v", tt.cookie, got, tt.want)
+			}
+		})
+	}
+}
