@@ -50,7 +50,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		base = p.ctx
 	}
 	start := time.Now()
-	ctx, wd := p.watch(base, &c.cfg.Config.Origin, w)
+	// A fill may be stored, and waiters depend on it: its headers must
+	// come within origin.timeout too (then stale-if-error can answer).
+	o := c.cfg.Config.Origin
+	o.ResponseHeaderTimeout = min(o.ResponseHeaderTimeout, o.Timeout)
+	ctx, wd := p.watch(base, &o, w)
 	defer wd.close()
 
 	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
@@ -101,7 +105,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		} else {
 			// Overtaken by a purge (or not storable): a request that joined
 			// meanwhile, perhaps after its own write, fetches afresh.
-			finish(shared{})
+			finish(shared{overtaken: true})
 		}
 		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated)
 		return outcome{metrics.ResultRevalidated, c.layer, false}
@@ -189,7 +193,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if !stored {
 		// Overtaken by an invalidation of the resource: the request that
 		// joined meanwhile may be reading its own write back.
-		finish(shared{})
+		finish(shared{overtaken: true})
 		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 	}
 	finish(shared{e: e, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, vary: vary, varyKey: vk})

@@ -34,6 +34,11 @@ type shared struct {
 	// whose values differ cannot use e.
 	vary    []string
 	varyKey []byte
+	// overtaken: the fill was overtaken by an invalidation of its
+	// resource and not stored; waiters join a new flight (once) rather
+	// than each fetching alone, so that one write cannot turn a collapsed
+	// fetch into one origin request per waiter.
+	overtaken bool
 }
 
 // join returns the flight for key and whether the caller leads it.
@@ -201,6 +206,10 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		return outcome{metrics.ResultError, metrics.LayerNone, false}
 	}
 	res := f.res
+	if res.overtaken && !c.rejoined {
+		c.rejoined = true
+		return p.coalesce(w, r, c)
+	}
 	if res.e == nil || !sameVariant(&res, r) {
 		return p.fill(w, r, c, nil)
 	}

@@ -49,6 +49,9 @@ type call struct {
 	// shared: this replica holds the tier-wide lease for the key, so its
 	// fill is written where the waiting replicas see it at once.
 	shared bool
+	// rejoined: the request already waited on a flight that an
+	// invalidation overtook and joined a new one.
+	rejoined bool
 	// fwd: which client headers the fill forwarded.
 	fwd *fillHeaders
 }

@@ -67,8 +67,9 @@ type Upgrades struct {
 	m        *metrics.Metrics
 	log      *slog.Logger
 
-	mu     sync.Mutex
-	open   map[net.Conn]struct{}
+	mu      sync.Mutex
+	open    map[net.Conn]struct{}
+	pending int // slots reserved by handshakes in progress
 	closed bool
 	wg     sync.WaitGroup // open tunnels
 }
@@ -115,7 +116,7 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { u.m.Request(result, metrics.LayerOrigin, time.Since(start).Seconds()) }()
 	cfg := u.cfg.Load()
 
-	if !u.room() {
+	if !u.reserve() {
 		u.m.Upgrade(upgradeRefused)
 		u.log.Warn("refused an upgrade: too many upgraded connections open", "max", u.max, "path", r.URL.Path)
 		result = metrics.ResultError
@@ -128,6 +129,13 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the idle bound.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
+	// The slot is held from here to the tunnel's end, or given back.
+	tracked := false
+	defer func() {
+		if !tracked {
+			u.unreserve()
+		}
+	}()
 	hdrTimer := time.AfterFunc(cfg.Config.Origin.ResponseHeaderTimeout.Std(), cancel)
 	out := u.outbound(ctx, r)
 	resp, err := u.rt.RoundTrip(out)
@@ -152,7 +160,11 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		copyHeader(h, resp.Header)
 		h["X-Cache"] = xBypass
 		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		// Streamed like any pass-through: flushed as it comes, ended when
+		// the client leaves, cut after the idle timeout without a byte.
+		stop := context.AfterFunc(r.Context(), cancel)
+		defer stop()
+		copyFlushing(w, resp.Body, cfg.Config.Origin.IdleTimeout.Std(), cancel)
 		return
 	}
 	backend, ok := resp.Body.(io.ReadWriteCloser)
@@ -170,6 +182,7 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		result = metrics.ResultError
 		return
 	}
+	tracked = true // tunnel takes the slot over (and gives it back)
 	if err := u.tunnel(w, r, resp, backend); err != nil {
 		backend.Close()
 		u.fail(w, r, err.Error())
@@ -207,6 +220,7 @@ func (u *Upgrades) tunnel(w http.ResponseWriter, r *http.Request, resp *http.Res
 	w.WriteHeader(http.StatusSwitchingProtocols)
 	conn, brw, err := rc.Hijack()
 	if err != nil {
+		u.unreserve()
 		return errors.New("cannot take over the client connection: " + err.Error())
 	}
 	// What follows on the connection is the new protocol, not requests.
@@ -231,7 +245,14 @@ func (u *Upgrades) tunnel(w http.ResponseWriter, r *http.Request, resp *http.Res
 	last.Store(time.Now().UnixNano())
 	closeBoth := sync.OnceFunc(func() { conn.Close(); backend.Close() })
 	var idle *time.Timer
+	var ended atomic.Bool // the tunnel is over: the watchdog must not re-arm
+	var idleMu sync.Mutex // orders re-arming against stopping
 	idle = time.AfterFunc(u.idle, func() {
+		idleMu.Lock()
+		defer idleMu.Unlock()
+		if ended.Load() {
+			return
+		}
 		if quiet := time.Since(time.Unix(0, last.Load())); quiet < u.idle {
 			idle.Reset(u.idle - quiet)
 			return
@@ -239,7 +260,12 @@ func (u *Upgrades) tunnel(w http.ResponseWriter, r *http.Request, resp *http.Res
 		u.log.Info("closed an idle upgraded connection", "path", r.URL.Path, "idle", u.idle.String())
 		closeBoth()
 	})
-	defer idle.Stop()
+	defer func() {
+		idleMu.Lock()
+		ended.Store(true)
+		idle.Stop()
+		idleMu.Unlock()
+	}()
 	done := make(chan struct{}, 2)
 	go func() {
 		copyActive(backend, brw.Reader, &last)
@@ -253,6 +279,29 @@ func (u *Upgrades) tunnel(w http.ResponseWriter, r *http.Request, resp *http.Res
 	closeBoth()
 	<-done
 	return nil
+}
+
+// copyFlushing copies an origin body to the client, flushing after every
+// read, and cancels the exchange (through cancel) once no byte came for
+// idle. It returns when the body ends or either side fails.
+func copyFlushing(w http.ResponseWriter, body io.Reader, idle time.Duration, cancel context.CancelFunc) {
+	t := time.AfterFunc(idle, cancel)
+	defer t.Stop()
+	rc := http.NewResponseController(w)
+	buf := make([]byte, upgradeCopyBufferLen)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			t.Reset(idle)
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // copyActive copies src to dst until either fails, noting the time of
@@ -273,17 +322,30 @@ func copyActive(dst io.Writer, src io.Reader, last *atomic.Int64) {
 	}
 }
 
-// room reports whether another tunnel may open (approximately: tunnels
-// being set up are not counted until they are tracked).
-func (u *Upgrades) room() bool {
+// reserve takes a slot for a tunnel being set up, if one is free: open
+// tunnels and handshakes in progress both count against max.
+func (u *Upgrades) reserve() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return len(u.open) < u.max
+	if len(u.open)+u.pending >= u.max {
+		return false
+	}
+	u.pending++
+	return true
 }
 
+func (u *Upgrades) unreserve() {
+	u.mu.Lock()
+	u.pending--
+	u.mu.Unlock()
+}
+
+// track turns a reserved slot into an open tunnel (false after Close: the
+// slot is given back).
 func (u *Upgrades) track(c net.Conn) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.pending--
 	if u.closed {
 		return false
 	}

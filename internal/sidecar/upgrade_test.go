@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -349,4 +351,61 @@ func rawRequest(t *testing.T, n *node, raw string) *http.Response {
 	}
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
+}
+
+// An upgrade request the origin does not switch (a long poll that ignores
+// Upgrade) is streamed like a pass-through: flushed to the client, and its
+// origin request ends when the client leaves, as without the Upgrade.
+func TestARefusedUpgradeIsStreamedAndEndsWhenItsClientLeaves(t *testing.T) {
+	for name, upgrade := range map[string]bool{"plain GET (control)": false, "upgrade the origin ignores": true} {
+		t.Run(name, func(t *testing.T) {
+			gone, arrived := make(chan struct{}, 1), make(chan struct{}, 1)
+			origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", "no-store")
+				w.WriteHeader(200)
+				_, _ = w.Write([]byte("waiting\n"))
+				w.(http.Flusher).Flush()
+				arrived <- struct{}{}
+				select {
+				case <-r.Context().Done():
+					gone <- struct{}{}
+				case <-time.After(20 * time.Second):
+				}
+			}))
+			defer origin.Close()
+			cfg := filepath.Join(t.TempDir(), "tier.yaml")
+			if err := os.WriteFile(cfg, []byte("origin: {idleTimeout: 1s}\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			n := startNode(t, origin.URL, "--config", cfg)
+			conn, err := net.Dial("tcp", n.addrs.Serve)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := "GET /poll HTTP/1.1\r\nHost: " + testHost + "\r\n"
+			if upgrade {
+				req += "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+			}
+			if _, err := conn.Write([]byte(req + "\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-arrived:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the request did not reach the origin")
+			}
+			// The status line and first bytes are flushed to the client
+			// (a refused upgrade's answer is not: io.Copy, no flush).
+			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
+				t.Errorf("no status line within 2s of the origin's flush: %v", err)
+			}
+			conn.Close() // the client leaves
+			select {
+			case <-gone:
+			case <-time.After(6 * time.Second):
+				t.Fatal("6s after the client left, the origin request is still open (idleTimeout 1s)")
+			}
+		})
+	}
 }
