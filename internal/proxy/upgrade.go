@@ -70,8 +70,8 @@ type Upgrades struct {
 	mu      sync.Mutex
 	open    map[net.Conn]struct{}
 	pending int // slots reserved by handshakes in progress
-	closed bool
-	wg     sync.WaitGroup // open tunnels
+	closed  bool
+	wg      sync.WaitGroup // open tunnels
 }
 
 // Default limits of Upgrades (the sidecar's --max-upgraded-connections and
