@@ -76,12 +76,19 @@ func Host(s, scheme string) string {
 	} else if scheme == "https" && strings.HasSuffix(s, ":443") {
 		s = s[:len(s)-4]
 	}
-	name, port := s, ""
-	if i := strings.LastIndexByte(s, ':'); i >= 0 && !strings.Contains(s[i:], "]") {
-		name, port = s[:i], s[i:]
+	// A trailing dot ends the name: before the port's digits and ':', or
+	// at the end. Found by one backward scan over the port (an IPv6
+	// literal ends in ']' before its port and never matches).
+	i := len(s)
+	for i > 0 && '0' <= s[i-1] && s[i-1] <= '9' {
+		i--
 	}
-	if len(name) > 1 && name[len(name)-1] == '.' {
-		s = name[:len(name)-1] + port
+	if i > 0 && s[i-1] == ':' {
+		if i > 2 && s[i-2] == '.' {
+			s = s[:i-2] + s[i-1:]
+		}
+	} else if n := len(s); n > 1 && s[n-1] == '.' {
+		s = s[:n-1]
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; 'A' <= c && c <= 'Z' {

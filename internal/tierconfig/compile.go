@@ -160,6 +160,9 @@ func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
 // merges repeated slashes and removes dot-segments first. It does not
 // allocate for a path that needs no cleaning.
 func (c *Compiled) Match(path string) *CompiledRule {
+	if len(c.rules) == 0 {
+		return c.Default
+	}
 	path = CleanPath(path)
 	for _, r := range c.rules {
 		if r.match.matches(path) {

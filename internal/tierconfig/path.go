@@ -66,10 +66,16 @@ func CleanPath(p string) string {
 // needsCleaning reports whether CleanPath would change p: a backslash, a
 // semicolon, a doubled slash or a dot-segment anywhere.
 func needsCleaning(p string) bool {
-	// Most paths have no dot, backslash or doubled slash at all: say so
-	// with the byte searches the runtime vectorizes, before looking at
-	// segments.
-	if strings.IndexByte(p, '.') < 0 && strings.IndexByte(p, '\\') < 0 && strings.IndexByte(p, ';') < 0 && !strings.Contains(p, "//") {
+	// Most paths have no dot, backslash, semicolon or doubled slash at
+	// all: one pass says so before segments are looked at.
+	suspect := false
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c == '.' || c == '\\' || c == ';' || (c == '/' && i > 0 && p[i-1] == '/') {
+			suspect = true
+			break
+		}
+	}
+	if !suspect {
 		return false
 	}
 	start := 0
