@@ -172,7 +172,7 @@ func Decide(x Exchange, p Policy) Decision {
 	}
 
 	heuristic := HeuristicallyCacheable(x.Status)
-	credentialed := len(values(x.ReqHeader, "Authorization")) > 0 || len(values(x.ReqHeader, "Cookie")) > 0
+	credentialed := Credentialed(x.ReqHeader)
 	// Lifetimes the cache makes up (the tier's TTLs, the heuristic) apply
 	// to the answer to a request with credentials only when the origin
 	// called it public or the rule opts in: without explicit freshness
@@ -254,6 +254,12 @@ func Decide(x Exchange, p Policy) Decision {
 		NoCache:              noCache,
 		Strip:                strip,
 	}
+}
+
+// Credentialed reports whether a request carries Authorization or Cookie,
+// so that its answer may be personal.
+func Credentialed(req Header) bool {
+	return len(values(req, "Authorization")) > 0 || len(values(req, "Cookie")) > 0
 }
 
 func notStored(reason string) Decision { return Decision{Reason: reason} }

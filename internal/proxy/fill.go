@@ -233,7 +233,7 @@ func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqT
 		// made the answer unstorable (no-store, credentials), the stored
 		// response stays for everyone else; only the origin's own word
 		// (its 304 now says no-store, say) removes it.
-		if !c.rcc.NoStore && !credentialed(c.reqH) {
+		if !c.rcc.NoStore && !httpcache.Credentialed(c.reqH) {
 			_ = p.store.Delete(ctx, c.key)
 		}
 		return &e, false
@@ -315,11 +315,6 @@ func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
 	}
 }
 
-// credentialed reports whether a request carries Authorization or Cookie.
-func credentialed(h httpcache.Header) bool {
-	return len(h.Values("Authorization")) > 0 || len(h.Values("Cookie")) > 0
-}
-
 // uncacheable records that the origin answered c's key with something that
 // cannot be stored: the old entry goes, and a hit-for-miss marker makes
 // later requests skip coalescing for a while (Varnish's hit-for-miss).
@@ -335,7 +330,7 @@ func (p *Proxy) uncacheable(ctx context.Context, c *call, r *http.Request, statu
 	if status >= 500 || c.rcc.NoStore {
 		return
 	}
-	if c.stale != nil && credentialed(r.Header) {
+	if c.stale != nil && httpcache.Credentialed(r.Header) {
 		return
 	}
 	if c.mark != nil {

@@ -82,8 +82,11 @@ type Options struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Upgrades tunnels protocol-switching requests (WebSocket); default:
-	// one of the Proxy's own, closed by Close. A sidecar shares one across
-	// data-plane rebuilds and closes it itself.
+	// one of the Proxy's own, closed by Close, to which ServeHTTP hands
+	// them. A caller that passes its own (a sidecar shares one across
+	// data-plane rebuilds) hands upgrade requests (IsUpgrade) to it before
+	// calling ServeHTTP, and closes it itself; the hit path then does not
+	// look for them twice.
 	Upgrades *Upgrades
 }
 
@@ -215,7 +218,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, why)
 		return
 	}
-	if IsUpgrade(r) {
+	if p.ownsUp && IsUpgrade(r) {
 		p.up.ServeHTTP(w, r)
 		return
 	}

@@ -246,17 +246,23 @@ func TestDeleteIsNeverUndoneByAWriteQueuedBeforeIt(t *testing.T) {
 			t.Fatalf("Delete: %v", err)
 		}
 	}
-	if err := f.s.Close(); err != nil { // flush
+	if n := entriesAfterFlush(t, f, srv.Addr()); n != 0 {
+		t.Fatalf("%d deleted entries are back in L2", n)
+	}
+}
+
+// entriesAfterFlush closes f's store, which writes what is queued, and
+// counts the entries L2 holds.
+func entriesAfterFlush(t *testing.T, f *fixture, addr string) int {
+	t.Helper()
+	if err := f.s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rc := rawClient(t, srv.Addr())
-	keys, err := rc.Keys(ctx, testPrefix(t)+"e:*").Result()
+	keys, err := rawClient(t, addr).Keys(testCtx(t), testPrefix(t)+"e:*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 0 {
-		t.Fatalf("%d deleted entries are back in L2", len(keys))
-	}
+	return len(keys)
 }
 
 func TestCloseFlushesQueuedWrites(t *testing.T) {
@@ -387,15 +393,8 @@ func TestForgetKeepsAPurgeFromBeingUndoneByAWriteQueuedBeforeIt(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := f.s.Close(); err != nil { // flush
-				t.Fatal(err)
-			}
-			keys, err := rawClient(t, srv.Addr()).Keys(ctx, testPrefix(t)+"e:*").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(keys) != 0 {
-				t.Fatalf("%d purged entries are back in L2", len(keys))
+			if n := entriesAfterFlush(t, f, srv.Addr()); n != 0 {
+				t.Fatalf("%d purged entries are back in L2", n)
 			}
 		})
 	}
