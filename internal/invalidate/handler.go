@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
@@ -24,8 +27,14 @@ const (
 // Validate checks a purge request and names what is wrong.
 func (r Request) Validate() error {
 	var errs []error
-	if len(r.URLs) == 0 && r.Prefix == "" && len(r.Tags) == 0 {
-		errs = append(errs, errors.New("nothing to purge: give urls, prefix or tags"))
+	switch {
+	case r.All && (len(r.URLs) > 0 || r.Prefix != "" || len(r.Tags) > 0):
+		errs = append(errs, errors.New(`all: purges everything and must be given alone (without urls, prefix or tags)`))
+	case r.All:
+	case len(r.URLs) == 0 && r.Prefix == "" && len(r.Tags) == 0:
+		errs = append(errs, errors.New(`nothing to purge: give urls, prefix, tags, or "all": true`))
+	case r.Prefix == "/":
+		errs = append(errs, errors.New(`prefix: "/" would purge everything; send {"all": true} to mean that`))
 	}
 	if len(r.URLs) > maxURLs {
 		errs = append(errs, fmt.Errorf("urls: at most %d per request (got %d)", maxURLs, len(r.URLs)))
@@ -70,32 +79,70 @@ func checkURL(raw string) error {
 	return nil
 }
 
+// Purge request outcomes, as counted by HandlerOptions.Count.
+const (
+	ResultPurged       = "purged"       // applied (200)
+	ResultFailed       = "failed"       // applied here, L2 or fan-out failed (502)
+	ResultUnauthorized = "unauthorized" // no or wrong token, or not from the pod (401, 403)
+	ResultLimited      = "limited"      // over the rate limit (429)
+	ResultInvalid      = "invalid"      // not a valid purge request (400, 405, 413)
+)
+
+// HandlerOptions are what a purge handler shares with the sidecar's other
+// purge handlers (one per data-plane generation): the rate limit and the
+// counter.
+type HandlerOptions struct {
+	// Limit bounds the rate of authorized purges; nil: no limit.
+	Limit *Limiter
+	// Count, when set, is called once per request with its Result*.
+	Count func(result string)
+}
+
 // Handler serves POST /purge. With a purge token in the tier config it
 // requires "Authorization: Bearer <token>"; without one it accepts only
-// requests from loopback (the application in the same pod).
-func Handler(p *Purger, cfg *tierconfig.Holder) http.Handler {
+// requests from exactly 127.0.0.1 or ::1 (the application in the same
+// pod; not the rest of 127.0.0.0/8, from which a service mesh's proxy
+// forwards other pods' traffic). Authorized purges are then rate-limited.
+func Handler(p *Purger, cfg *tierconfig.Holder, o HandlerOptions) http.Handler {
+	count := o.Count
+	if count == nil {
+		count = func(string) {}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
+			count(ResultInvalid)
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "purge: use POST")
 			return
 		}
 		if status, msg := authorize(r, cfg.Load().Config.Purge.Token); status != 0 {
+			count(ResultUnauthorized)
 			writeError(w, status, msg)
 			return
 		}
 		req, status, msg := decode(w, r)
 		if status != 0 {
+			count(ResultInvalid)
 			writeError(w, status, msg)
 			return
 		}
 		if err := req.Validate(); err != nil {
+			count(ResultInvalid)
 			writeError(w, http.StatusBadRequest, "purge: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+			return
+		}
+		// Only authorized, valid purges spend the budget: a client without
+		// the token cannot starve the application's own purges.
+		if wait := o.Limit.take(req.All); wait > 0 {
+			count(ResultLimited)
+			w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("purge: rate limit of this sidecar reached (%s); retry after %s, or batch URLs and tags into fewer requests", o.Limit, wait.Round(time.Millisecond)))
 			return
 		}
 		res, err := p.Purge(r.Context(), req)
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
+			count(ResultFailed)
 			// Applied here; the shared tier failed. Safe to retry.
 			w.WriteHeader(http.StatusBadGateway)
 			_ = json.NewEncoder(w).Encode(struct {
@@ -104,6 +151,7 @@ func Handler(p *Purger, cfg *tierconfig.Holder) http.Handler {
 			}{res, "purge: applied to this sidecar, but " + err.Error()})
 			return
 		}
+		count(ResultPurged)
 		_ = json.NewEncoder(w).Encode(res)
 	})
 }
@@ -139,9 +187,8 @@ func authorize(r *http.Request, token string) (int, string) {
 		}
 		return 0, ""
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-		return http.StatusForbidden, "purge: without a purge token, purges are accepted only from loopback"
+	if !fromPodLoopback(r.RemoteAddr) {
+		return http.StatusForbidden, "purge: without a purge token, purges are accepted only from 127.0.0.1 or ::1; set a purge token to purge from elsewhere"
 	}
 	return 0, ""
 }
@@ -150,4 +197,21 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// fromPodLoopback reports whether addr (a RemoteAddr) is exactly 127.0.0.1
+// or ::1. The rest of 127.0.0.0/8 does not count: Istio's sidecar forwards
+// inbound mesh traffic from 127.0.0.6, so "loopback" would admit every
+// peer of the mesh.
+func fromPodLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	return ip == netip.AddrFrom4([4]byte{127, 0, 0, 1}) || ip == netip.IPv6Loopback()
 }

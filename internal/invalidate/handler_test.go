@@ -14,7 +14,7 @@ import (
 
 func TestPurgeBodyErrors(t *testing.T) {
 	p, _, c := newPurger(t, "")
-	srv := httptest.NewServer(Handler(p, tierconfig.NewHolder(c)))
+	srv := httptest.NewServer(Handler(p, tierconfig.NewHolder(c), HandlerOptions{}))
 	defer srv.Close()
 	over := `{"urls":["/a"]}` + strings.Repeat(" ", maxBody)
 	limit := "limit of " + strconv.Itoa(maxBody) + " bytes"

@@ -152,11 +152,15 @@ func (p *Purger) markInvalidated(urls []*url.URL) []string {
 	return all
 }
 
-// Request is a purge: any combination of URLs, a path prefix and tags.
+// Request is a purge: any combination of URLs, a path prefix and tags, or
+// everything (All, alone).
 type Request struct {
 	URLs   []string `json:"urls,omitempty"`
 	Prefix string   `json:"prefix,omitempty"`
 	Tags   []string `json:"tags,omitempty"`
+	// All purges every entry of the tier. It must be given alone: a purge
+	// that empties the cache is never the side effect of a short prefix.
+	All bool `json:"all,omitempty"`
 }
 
 // Result is the answer to a purge: how many stored responses went from
@@ -196,7 +200,7 @@ func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 // sidecar's queued L2 writes; it returns r's URLs as references.
 func (p *Purger) markPurged(r Request) []ref {
 	refs := p.refsOf(p.cfg.Load(), r.URLs)
-	p.watches.mark(refs, r.Prefix, r.Tags, false)
+	p.watches.mark(refs, r.Prefix, r.Tags, r.All)
 	if p.remote != nil {
 		// Which queued writes a prefix, a tag or an any-host URL covers
 		// is not known here; purges are rare: drop them all.
@@ -210,7 +214,7 @@ func (p *Purger) purgeL1(r Request, refs []ref) int {
 	tags := tagSet(r.Tags)
 	n := 0
 	p.local.DeleteMatching(func(e *entry.Entry) bool {
-		hit := matches(e, refs, r.Prefix, tags)
+		hit := r.All || matches(e, refs, r.Prefix, tags)
 		if hit && e.Kind == entry.KindResponse {
 			n++
 		}
@@ -223,6 +227,9 @@ func (p *Purger) purgeL1(r Request, refs []ref) int {
 // allows it, the tags' sets for tags, and one scan for everything else
 // (prefixes and origin-form URLs, which name every host).
 func (p *Purger) purgeRemote(ctx context.Context, r Request) (int, error) {
+	if r.All {
+		return p.remote.PurgeMatching(ctx, func(string, *entry.Entry) bool { return true })
+	}
 	cfg := p.cfg.Load()
 	var keys []string
 	var scanURLs []string
@@ -306,7 +313,7 @@ func (p *Purger) HandleMessage(b []byte) {
 			p.local.Delete(k)
 		}
 	}
-	if len(m.URLs) > 0 || m.Prefix != "" || len(m.Tags) > 0 {
+	if len(m.URLs) > 0 || m.Prefix != "" || len(m.Tags) > 0 || m.All {
 		if m.Request.Validate() == nil {
 			p.purgeL1(m.Request, p.markPurged(m.Request))
 		}

@@ -184,6 +184,11 @@ func TestWithoutATokenPurgesComeOnlyFromLoopback(t *testing.T) {
 		"a pod-network peer without a token is refused": {"10.1.2.3:5555", "", "", http.StatusForbidden},
 		"IPv4 loopback is accepted":                     {"127.0.0.1:5555", "", "", 0},
 		"IPv6 loopback is accepted":                     {"[::1]:5555", "", "", 0},
+		"IPv4-mapped 127.0.0.1 is accepted":             {"[::ffff:127.0.0.1]:5555", "", "", 0},
+		"a mesh proxy's 127.0.0.6 is refused":           {"127.0.0.6:5555", "", "", http.StatusForbidden},
+		"the rest of 127.0.0.0/8 is refused":            {"127.1.2.3:5555", "", "", http.StatusForbidden},
+		"IPv4-mapped 127.0.0.6 is refused":              {"[::ffff:127.0.0.6]:5555", "", "", http.StatusForbidden},
+		"an address without a port is refused":          {"127.0.0.1", "", "", http.StatusForbidden},
 		"with a token, loopback needs it too":           {"127.0.0.1:5555", "0123456789abcdef", "", http.StatusUnauthorized},
 		"with a token, any peer holding it is accepted": {"10.1.2.3:5555", "0123456789abcdef", "Bearer 0123456789abcdef", 0},
 	}

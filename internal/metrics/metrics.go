@@ -44,6 +44,8 @@ type Metrics struct {
 	// like) connections; upgrades counts upgrade requests by result.
 	UpgradedOpen prometheus.Gauge
 	upgrades     *prometheus.CounterVec
+	// purgeRequests counts admin purge requests by outcome.
+	purgeRequests *prometheus.CounterVec
 
 	reqByLabel map[[2]string]prometheus.Counter
 	durByRes   map[string]prometheus.Observer
@@ -108,11 +110,15 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_upgrades_total",
 			Help: "Protocol upgrade requests, by result: switched (tunnel opened), refused (the origin or the sidecar declined), error (no answer from the origin, or the tunnel could not start).",
 		}, []string{"result"}),
+		purgeRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_purge_requests_total",
+			Help: "Requests to the admin purge endpoint, by result: purged, failed (applied here, L2 or fan-out failed), unauthorized, limited (rate limit, 429), invalid.",
+		}, []string{"result"}),
 		reqByLabel: make(map[[2]string]prometheus.Counter),
 		durByRes:   make(map[string]prometheus.Observer),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.ConfigInfo, m.UpgradedOpen, m.upgrades}
+		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests}
 	if l1 != nil {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -177,4 +183,12 @@ func (m *Metrics) Upgrade(result string) {
 		return
 	}
 	m.upgrades.WithLabelValues(result).Inc()
+}
+
+// PurgeRequest counts one admin purge request by its result.
+func (m *Metrics) PurgeRequest(result string) {
+	if m == nil {
+		return
+	}
+	m.purgeRequests.WithLabelValues(result).Inc()
 }

@@ -493,7 +493,7 @@ func TestTiersSharingOneRedisNeverSeeEachOthersEntries(t *testing.T) {
 
 	// A purge of everything in blue leaves red alone: its L2 entry, and
 	// the L1 copies of its sidecars.
-	status, res := blue.purge(t, `{"prefix":"/"}`)
+	status, res := blue.purge(t, `{"all":true}`)
 	if status != http.StatusOK || res.L2 == nil || *res.L2 != 1 {
 		t.Fatalf("blue's purge: %d %+v, want 200 with one L2 entry", status, res)
 	}

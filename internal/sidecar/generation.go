@@ -98,6 +98,9 @@ type dataPlane struct {
 	// generation's purger purges (they may share them), so every purger
 	// marks the fills of every generation.
 	watches *invalidate.Watches
+	// purgeLimit is the rate limit of admin purges, shared by every
+	// generation's purge handler (nil: none).
+	purgeLimit *invalidate.Limiter
 	// evictedBefore are the evictions of L1 caches no longer in use, so
 	// that tiercache_l1_evictions_total does not go down when L1 is
 	// rebuilt.
@@ -245,7 +248,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	if g.px, err = proxy.New(popts); err != nil {
 		return nil, err
 	}
-	g.purge = invalidate.Handler(g.purger, dp.holder)
+	g.purge = invalidate.Handler(g.purger, dp.holder, invalidate.HandlerOptions{Limit: dp.purgeLimit, Count: dp.m.PurgeRequest})
 
 	// Nothing can fail from here on.
 	if g.client != nil {

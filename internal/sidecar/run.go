@@ -61,6 +61,9 @@ type Options struct {
 	// Limits of upgraded (WebSocket) connections.
 	MaxUpgraded        int
 	UpgradeIdleTimeout time.Duration
+	// Rate limit of admin purges.
+	PurgeRate  float64
+	PurgeBurst int
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -92,6 +95,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
 	fs.IntVar(&o.MaxUpgraded, "max-upgraded-connections", proxy.DefaultMaxUpgraded, "most upgraded (WebSocket) connections open at once; more get 503")
 	fs.DurationVar(&o.UpgradeIdleTimeout, "upgrade-idle-timeout", proxy.DefaultUpgradeIdle, "close an upgraded (WebSocket) connection after this long without a byte either way")
+	fs.Float64Var(&o.PurgeRate, "purge-rate", 10, "admin purges accepted per second (token bucket; 0 = no limit); a purge of everything takes the whole burst")
+	fs.IntVar(&o.PurgeBurst, "purge-burst", 50, "admin purges accepted in a burst above --purge-rate")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize×1.25 + 128Mi unless GOMEMLIMIT is set)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -133,6 +138,12 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	if o.UpgradeIdleTimeout < time.Second {
 		return o, errors.New("--upgrade-idle-timeout: must be >= 1s")
+	}
+	if o.PurgeRate < 0 {
+		return o, errors.New("--purge-rate: must be >= 0")
+	}
+	if o.PurgeBurst < 1 {
+		return o, errors.New("--purge-burst: must be >= 1")
 	}
 	if o.ConfigFile != "" && o.InitialConfig != "" {
 		return o, errors.New("--config and --initial-config (TIERCACHE_INITIAL_CONFIG) are both set: give one")
@@ -220,6 +231,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		id:         instanceID(o),
 		stopRetire: make(chan struct{}),
 		watches:    invalidate.NewWatches(),
+		purgeLimit: invalidate.NewLimiter(o.PurgeRate, o.PurgeBurst),
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
