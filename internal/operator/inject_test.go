@@ -199,3 +199,36 @@ func TestInjectionRefusesAnInvalidTier(t *testing.T) {
 		t.Errorf("an empty tier renders %s (%v), want the built-in default", good.InitialConfig, err)
 	}
 }
+
+// TestInjectionRefusesASidecarImageTheOperatorDoesNotAllow: whoever may
+// edit a CacheTier must not choose the code that runs in the namespace's
+// pods, even for a tier stored while the validating webhook was down.
+func TestInjectionRefusesASidecarImageTheOperatorDoesNotAllow(t *testing.T) {
+	w := &podInjector{Opts: Options{SidecarImage: "reg.example/tiercache:1", AllowedSidecarImages: []string{"reg.example/approved/*", "reg.example/pinned@sha256:aa"}, MissingTier: MissingTierRefuse}}
+	cases := map[string]struct {
+		image   string
+		allowed bool
+	}{
+		"no image: the operator's":                     {"", true},
+		"the operator's own image":                     {"reg.example/tiercache:1", true},
+		"an image under an allowed prefix":             {"reg.example/approved/tiercache:2", true},
+		"an exactly allowed image":                     {"reg.example/pinned@sha256:aa", true},
+		"another tag of the operator's image":          {"reg.example/tiercache:evil", false},
+		"an image of another registry":                 {"evil.example/tiercache:1", false},
+		"an exact entry is not a prefix":               {"reg.example/pinned@sha256:aab", false},
+		"a prefix without its slash is not the prefix": {"reg.example/approvedX/tiercache:2", false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := w.params(newTier("ns", "t", v1alpha1.CacheTierSpec{Sidecar: v1alpha1.SidecarSpec{Image: tc.image}}))
+			switch {
+			case tc.allowed && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.allowed && tc.image != "" && p.Image != tc.image:
+				t.Fatalf("injected %q, want %q", p.Image, tc.image)
+			case !tc.allowed && (err == nil || !strings.Contains(err.Error(), "spec.sidecar.image") || !strings.Contains(err.Error(), "not allowed")):
+				t.Fatalf("got %v, want a refusal naming spec.sidecar.image", err)
+			}
+		})
+	}
+}

@@ -39,7 +39,11 @@ type Options struct {
 	ValidatingWebhook string
 
 	// SidecarImage is injected unless a tier sets spec.sidecar.image.
-	SidecarImage           string
+	SidecarImage string
+	// AllowedSidecarImages are the images a tier's spec.sidecar.image may
+	// name, besides SidecarImage: exact references, or prefixes ending in
+	// '*'. Empty: only SidecarImage.
+	AllowedSidecarImages   []string
 	SidecarImagePullPolicy string
 	// ControlPlaneAddress is passed to injected sidecars as
 	// --control-plane ("" = sidecars run on the config placed in the
@@ -100,6 +104,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.MutatingWebhook, "mutating-webhook-configuration", defaultWebhookPrefix+"-inject", "MutatingWebhookConfiguration whose caBundle is managed")
 	fs.StringVar(&o.ValidatingWebhook, "validating-webhook-configuration", defaultWebhookPrefix+"-validate", "ValidatingWebhookConfiguration whose caBundle is managed")
 	fs.StringVar(&o.SidecarImage, "sidecar-image", defaultSidecarImage, "sidecar image injected unless the tier sets spec.sidecar.image")
+	var allowedImages string
+	fs.StringVar(&allowedImages, "allowed-sidecar-images", "", "comma-separated images a CacheTier's spec.sidecar.image may name besides --sidecar-image: exact references, or prefixes ending in * (registry.example.com/tiercache/*); empty: only --sidecar-image")
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "", "Always, IfNotPresent or Never (default: the cluster's)")
 	fs.StringVar(&o.ControlPlaneAddress, "control-plane-address", "", "xDS address injected sidecars connect to (host:port); empty: no live config")
 	fs.StringVar(&o.XDSListen, "xds-listen", ":18000", "control plane (xDS over gRPC) address; empty disables live config")
@@ -118,6 +124,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	o.ExcludedNamespaces = splitList(excluded)
 	o.CertExtraDNSNames = splitList(extraDNS)
+	o.AllowedSidecarImages = splitList(allowedImages)
 	return o, o.Validate()
 }
 
@@ -145,6 +152,11 @@ func (o Options) Validate() error {
 	if o.SidecarImage == "" {
 		errs = append(errs, errors.New("--sidecar-image: required"))
 	}
+	for _, img := range o.AllowedSidecarImages {
+		if i := strings.IndexByte(img, '*'); i >= 0 && i != len(img)-1 || img == "*" {
+			errs = append(errs, fmt.Errorf("--allowed-sidecar-images: %q: a '*' may only end a prefix, and a lone '*' would allow any image", img))
+		}
+	}
 	if o.WebhookPort < 1 || o.WebhookPort > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port: must be 1-65535 (got %d)", o.WebhookPort))
 	}
@@ -161,6 +173,20 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--sync-period: must be > 0 (got %s)", o.SyncPeriod))
 	}
 	return errors.Join(errs...)
+}
+
+// sidecarImageAllowed reports whether a tier may run image as its
+// sidecar: the operator's own sidecar image, or one the allowlist names.
+func (o Options) sidecarImageAllowed(image string) bool {
+	if image == o.SidecarImage {
+		return true
+	}
+	for _, a := range o.AllowedSidecarImages {
+		if prefix, ok := strings.CutSuffix(a, "*"); ok && strings.HasPrefix(image, prefix) || a == image {
+			return true
+		}
+	}
+	return false
 }
 
 // excluded lists the namespaces whose pods are never injected: the

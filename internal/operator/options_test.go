@@ -25,6 +25,8 @@ func TestParseArgsNamesTheBadFlag(t *testing.T) {
 		"a webhook port out of range":                 {[]string{"--webhook-port=70000"}, "--webhook-port"},
 		"a pull policy Kubernetes does not know":      {[]string{"--sidecar-image-pull-policy=Sometimes"}, "--sidecar-image-pull-policy"},
 		"a status refresh of zero":                    {[]string{"--status-refresh=0s"}, "--status-refresh"},
+		"an image allowlist of any image":             {[]string{"--allowed-sidecar-images=*"}, "--allowed-sidecar-images"},
+		"a wildcard inside an allowed image":          {[]string{"--allowed-sidecar-images=reg/*/x"}, "--allowed-sidecar-images"},
 		"a positional argument":                       {[]string{"extra"}, "unexpected arguments"},
 		"no namespace from the flag or POD_NAMESPACE": {[]string{"--namespace="}, "--namespace"},
 	}

@@ -190,7 +190,7 @@ func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env)
 	srv.Register(PodMutatePath, admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o,
 	})))
-	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{})))
+	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{Opts: o})))
 
 	ready := make(chan struct{})
 	switch o.CertMode {

@@ -114,6 +114,7 @@ func runMain(m *testing.M) int {
 			"--metrics-bind-address=0",
 			"--health-probe-bind-address=127.0.0.1:0",
 			"--sidecar-image=example.test/tiercache-sidecar:test",
+			"--allowed-sidecar-images=example.test/approved/*",
 			"--control-plane-address=tiercache-xds.tiercache-system.svc:18000",
 			"--xds-listen=" + cluster.xdsAddr,
 			"--status-refresh=1s",

@@ -48,7 +48,7 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 		Coalescing:     v1alpha1.CoalescingSpec{Timeout: "5s"},
 		Purge:          v1alpha1.PurgeSpec{TokenSecretRef: secretRef("purge", "token")},
 		RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict, Allow: []string{"Accept", "X-Request-Id"}},
-		Sidecar:        v1alpha1.SidecarSpec{Port: 8300, AdminPort: 8301},
+		Sidecar:        v1alpha1.SidecarSpec{Port: 8300, AdminPort: 8301, Image: "example.test/approved/tiercache:2"},
 	})
 	if err := c.Create(ctx, valid); err != nil {
 		t.Fatalf("a valid tier was refused: %v", err)
@@ -103,6 +103,10 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 		"an allowed hop-by-hop header is refused by the webhook": {
 			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict, Allow: []string{"Upgrade"}}},
 			want: []string{"admission webhook", "spec.requestHeaders.allow[0]", "hop-by-hop"},
+		},
+		"a sidecar image the operator does not allow is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{Sidecar: v1alpha1.SidecarSpec{Image: "evil.example/miner:1"}},
+			want: []string{"admission webhook", "spec.sidecar.image", "not allowed", "example.test/tiercache-sidecar:test"},
 		},
 		"equal sidecar ports are refused by a CEL rule": {
 			spec: v1alpha1.CacheTierSpec{Sidecar: v1alpha1.SidecarSpec{Port: 9000, AdminPort: 9000}},

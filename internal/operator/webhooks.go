@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -118,6 +120,11 @@ func (w *podInjector) params(t *v1alpha1.CacheTier) (inject.Params, error) {
 		ControlPlane:    w.Opts.ControlPlaneAddress,
 		PurgeToken:      t.Spec.Purge.TokenSecretRef,
 	}
+	if err := w.Opts.checkSidecarImage(t); err != nil {
+		// A tier written while the validating webhook was down (or
+		// before the allowlist changed) must not choose the pod's code.
+		return inject.Params{}, fmt.Errorf("tiercache: CacheTier %q: %s", t.Name, err.Error())
+	}
 	if sc.Image != "" {
 		p.Image = sc.Image
 	}
@@ -136,27 +143,47 @@ func (w *podInjector) params(t *v1alpha1.CacheTier) (inject.Params, error) {
 // tierValidator is the validating admission webhook for CacheTiers: the
 // same render and tierconfig.Validate the controller and the sidecar run,
 // with errors naming the CacheTier fields.
-type tierValidator struct{}
+type tierValidator struct{ Opts Options }
 
 var _ admission.Validator[*v1alpha1.CacheTier] = tierValidator{}
 
-func (tierValidator) ValidateCreate(_ context.Context, t *v1alpha1.CacheTier) (admission.Warnings, error) {
-	return validateTier(t)
+func (v tierValidator) ValidateCreate(_ context.Context, t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	return v.validateTier(t)
 }
 
-func (tierValidator) ValidateUpdate(_ context.Context, _, t *v1alpha1.CacheTier) (admission.Warnings, error) {
-	return validateTier(t)
+func (v tierValidator) ValidateUpdate(_ context.Context, _, t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	return v.validateTier(t)
 }
 
-func (tierValidator) ValidateDelete(context.Context, *v1alpha1.CacheTier) (admission.Warnings, error) {
+func (v tierValidator) ValidateDelete(context.Context, *v1alpha1.CacheTier) (admission.Warnings, error) {
 	return nil, nil
 }
 
-func validateTier(t *v1alpha1.CacheTier) (admission.Warnings, error) {
+func (v tierValidator) validateTier(t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	var errs field.ErrorList
 	if _, err := render.Redacted(t); err != nil {
-		return nil, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("CacheTier").GroupKind(), t.Name, render.FieldErrors(err))
+		errs = render.FieldErrors(err)
+	}
+	if err := v.Opts.checkSidecarImage(t); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("CacheTier").GroupKind(), t.Name, errs)
 	}
 	return nil, nil
+}
+
+// checkSidecarImage refuses a tier whose spec.sidecar.image the operator
+// does not allow: whoever may edit a CacheTier must not choose the code
+// that runs in every annotated pod of the namespace.
+func (o Options) checkSidecarImage(t *v1alpha1.CacheTier) *field.Error {
+	img := t.Spec.Sidecar.Image
+	if img == "" || o.sidecarImageAllowed(img) {
+		return nil
+	}
+	allowed := append([]string{o.SidecarImage}, o.AllowedSidecarImages...)
+	return field.Forbidden(field.NewPath("spec", "sidecar", "image"),
+		fmt.Sprintf("image %q is not allowed by the operator; allowed: %s (leave the field empty for the default, or ask the cluster's administrators to add it to the chart value sidecar.allowedImages)", img, strings.Join(allowed, ", ")))
 }
 
 // newScheme returns the scheme the operator's clients and webhooks use.
