@@ -25,9 +25,10 @@ type Identity struct {
 	// Tier is the "<namespace>/<tier>" the peer may subscribe to; the
 	// Server refuses a node whose cluster differs.
 	Tier string
-	// Expires is when the credential stops being valid: the Server ends
-	// the stream then (Unauthenticated), and the sidecar reconnects with
-	// a fresh one. Zero means never.
+	// Expires is when the credential must be checked again: the Server
+	// ends the stream then (Unavailable), and the sidecar reconnects,
+	// with a fresh token when the kubelet has refreshed it. Zero means
+	// never.
 	Expires time.Time
 }
 
@@ -188,7 +189,9 @@ func (s *authStream) Recv() (*discoverygrpc.DiscoveryRequest, error) {
 		return req, nil
 	case <-s.ctx.Done():
 		if errors.Is(s.ctx.Err(), context.DeadlineExceeded) {
-			return nil, s.setFail(status.Error(codes.Unauthenticated, "the stream's token expired: reconnect with a fresh one"))
+			// Unavailable: the client reconnects at once, as after an
+			// operator restart, and authenticates again.
+			return nil, s.setFail(status.Error(codes.Unavailable, "the stream's credential is due for re-authentication: reconnect"))
 		}
 		return nil, s.ctx.Err()
 	}
