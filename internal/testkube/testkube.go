@@ -1,7 +1,8 @@
 // Package testkube holds what the envtest-based tests of several packages
 // (operator, chart, e2e) need around a real API server: an admin or
-// service-account kubeconfig for helm and kubectl, and the one part of a
-// kubelet they must play, projecting a Secret into a directory.
+// service-account kubeconfig for helm and kubectl, and the parts of a
+// kubelet they must play: projecting a Secret into a directory, and a
+// pod's ServiceAccount token.
 package testkube
 
 import (
@@ -12,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -71,5 +74,43 @@ func ProjectSecret(ctx context.Context, c client.Reader, key client.ObjectKey, d
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// PodToken requests a token of the pod's ServiceAccount bound to the pod,
+// for audience, valid for ttl: what a kubelet writes into a projected
+// serviceAccountToken volume. c needs the ServiceAccount and Pod types in
+// its scheme (client-go's does).
+func PodToken(ctx context.Context, c client.Client, pod *corev1.Pod, audience string, ttl time.Duration) (string, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	secs := int64(ttl / time.Second)
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences:         []string{audience},
+		ExpirationSeconds: &secs,
+		BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}
+	account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: sa}}
+	if err := c.SubResource("token").Create(ctx, account, tr); err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// WriteToken writes tok to path atomically (temp file, then rename), as a
+// kubelet refreshes a projected token.
+func WriteToken(t testing.TB, path, tok string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -166,6 +166,12 @@ func mutate(pod *corev1.Pod, p Params) error {
 	spec.Volumes = append(spec.Volumes, stateVolume())
 	if p.xdsToken() {
 		spec.Volumes = append(spec.Volumes, xdsTokenVolume(p.TokenAudience))
+		// A projected token needs a ServiceAccount name; the API
+		// server's ServiceAccount admission plugin sets "default" the
+		// same way, but a cluster may run without it.
+		if spec.ServiceAccountName == "" {
+			spec.ServiceAccountName = "default"
+		}
 	}
 
 	if pod.Labels == nil {
