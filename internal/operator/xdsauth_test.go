@@ -92,21 +92,7 @@ func podToken(t *testing.T, p *corev1.Pod, audience string) string {
 // suite's operator.
 func tokenReviews(t *testing.T, result string) float64 {
 	t.Helper()
-	mfs, err := cluster.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "tiercache_xds_token_reviews_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelValue(m, "result") == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return counterValue(t, cluster.reg, "tiercache_xds_token_reviews_total", result)
 }
 
 func labelValue(m *dto.Metric, name string) string {
