@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -219,7 +221,12 @@ func (o Options) xdsDNSNames() []string {
 		return nil
 	}
 	svc := o.XDSService + "." + o.Namespace + ".svc"
-	return []string{svc, svc + ".cluster.local"}
+	names := []string{svc, svc + ".cluster.local"}
+	// Sidecars check the name they dial.
+	if host, _, err := net.SplitHostPort(o.ControlPlaneAddress); err == nil && net.ParseIP(host) == nil && !slices.Contains(names, host) {
+		names = append(names, host)
+	}
+	return names
 }
 
 // excluded lists the namespaces whose pods are never injected: the
