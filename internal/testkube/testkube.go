@@ -114,3 +114,44 @@ func WriteToken(t testing.TB, path, tok string) {
 		t.Fatal(err)
 	}
 }
+
+// ProjectServiceAccountTokens plays the kubelet for the projected
+// serviceAccountToken volumes ctr mounts: each token (of the pod's
+// ServiceAccount, bound to the pod, with the volume's audience and
+// expiry) is written to root joined with its path in the container, so
+// that a flag naming the in-container path names the file once prefixed
+// with root. It returns the in-container paths written.
+func ProjectServiceAccountTokens(ctx context.Context, c client.Client, pod *corev1.Pod, ctr *corev1.Container, root string) ([]string, error) {
+	var written []string
+	for _, m := range ctr.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != m.Name || v.Projected == nil {
+				continue
+			}
+			for _, src := range v.Projected.Sources {
+				sat := src.ServiceAccountToken
+				if sat == nil {
+					continue
+				}
+				ttl := time.Hour
+				if sat.ExpirationSeconds != nil {
+					ttl = time.Duration(*sat.ExpirationSeconds) * time.Second
+				}
+				tok, err := PodToken(ctx, c, pod, sat.Audience, ttl)
+				if err != nil {
+					return nil, err
+				}
+				inPod := filepath.Join(m.MountPath, sat.Path)
+				path := filepath.Join(root, inPod)
+				if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+					return nil, err
+				}
+				if err := os.WriteFile(path, []byte(tok), 0o600); err != nil {
+					return nil, err
+				}
+				written = append(written, inPod)
+			}
+		}
+	}
+	return written, nil
+}
