@@ -222,3 +222,75 @@ func TestUnreadableTokenFileIsRetried(t *testing.T) {
 	writeToken(t, tokenFile, "web-token")
 	nextApplied(t, notify, "the config once the token exists")
 }
+
+func TestBearerToken(t *testing.T) {
+	cases := map[string]struct {
+		md   []string // values of the authorization key; nil for none
+		want string   // the token, or "" for an Unauthenticated error
+		says string
+	}{
+		"a bearer token is taken":              {[]string{"Bearer abc.def"}, "abc.def", ""},
+		"the scheme is case-insensitive":       {[]string{"bearer abc"}, "abc", ""},
+		"no metadata is refused":               {nil, "", "no authorization metadata"},
+		"another scheme is refused":            {[]string{"Basic dXNlcjpwdw=="}, "", "Bearer <token>"},
+		"a scheme without a token is refused":  {[]string{"Bearer "}, "", "Bearer <token>"},
+		"two authorization values are refused": {[]string{"Bearer a", "Bearer b"}, "", "more than one"},
+		"a value without a scheme is refused":  {[]string{"abc"}, "", "Bearer <token>"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			md := metadata.MD{}
+			for _, v := range tc.md {
+				md.Append(AuthorizationKey, v)
+			}
+			got, err := BearerToken(metadata.NewIncomingContext(context.Background(), md))
+			if tc.want != "" {
+				if err != nil || got != tc.want {
+					t.Errorf("got %q, %v; want %q", got, err, tc.want)
+				}
+				return
+			}
+			if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("got %q, %v; want Unauthenticated saying %q", got, err, tc.says)
+			}
+		})
+	}
+}
+
+// TestAStreamIsNotCountedWhileItAuthenticates: until the Authenticator
+// has accepted it, a stream is not connected and its NACK is not
+// recorded, however long the check takes.
+func TestAStreamIsNotCountedWhileItAuthenticates(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	srv := startServer(t, "127.0.0.1:0", Options{Authenticate: func(ctx context.Context, node *corev3.Node) (Identity, error) {
+		close(entered)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return Identity{}, status.Error(codes.Unauthenticated, "refused after a while")
+	}})
+	publish(t, srv, "shop/web", 30)
+	stream := rawStream(t, srv.addr, "some-token")
+	if err := stream.Send(nodeRequest("shop/web-0", "shop/web", true)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(waitLong):
+		t.Fatal("the Authenticator was not called")
+	}
+	if n := srv.Connected("shop/web"); n != 0 {
+		t.Errorf("a stream being authenticated is counted as connected (%d)", n)
+	}
+	if n := srv.NACKs("shop/web"); n.Total != 0 {
+		t.Errorf("the NACK of a stream being authenticated was recorded: %+v", n)
+	}
+	close(release)
+	if _, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("got %v, want Unauthenticated", err)
+	}
+	if n := srv.NACKs("shop/web"); n.Total != 0 {
+		t.Errorf("the NACK of a refused stream was recorded: %+v", n)
+	}
+}

@@ -86,7 +86,7 @@ func (w *podInjector) controlPlane(p *inject.Params) error {
 	if w.Opts.XDSTLS {
 		ca, err := readCA(w.Opts.xdsCAFile())
 		if err != nil {
-			return fmt.Errorf("tiercache: cannot inject the control plane's CA: %w", err)
+			return fmt.Errorf("tiercache: cannot inject the control plane's CA (the operator serves xDS over TLS): %w; give the operator --xds-ca-file, or serve xDS in plaintext (chart value controlPlane.tls.enabled=false)", err)
 		}
 		p.ControlPlaneCA = ca
 	}

@@ -137,3 +137,16 @@ func TestAControlPlaneCAThatIsNotPEMIsRefused(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func TestBothControlPlaneCAFlagsAreRefused(t *testing.T) {
+	_, err := ParseArgs(append(liveArgs("localhost:1", t.TempDir(), smallL1), "--upstream", "http://127.0.0.1:1",
+		"--control-plane-ca", "/ca.crt"), func(k string) string {
+		if k == "TIERCACHE_CONTROL_PLANE_CA_PEM" {
+			return "-----BEGIN CERTIFICATE-----"
+		}
+		return ""
+	}, discard{})
+	if err == nil || !strings.Contains(err.Error(), "--control-plane-ca-pem") {
+		t.Errorf("got %v, want an error naming both flags", err)
+	}
+}
