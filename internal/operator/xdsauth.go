@@ -55,7 +55,9 @@ type boundPod struct {
 // reviewResult is a cached review: a pod, or the refusal.
 type reviewResult struct {
 	pod boundPod
-	err error // a gRPC status error (Unauthenticated)
+	// err is a gRPC status error: Unauthenticated (the API server's
+	// refusal), or PermissionDenied (the token's pod will not do).
+	err error
 	// until is when the entry stops being used.
 	until time.Time
 }
@@ -109,35 +111,51 @@ func (a *tokenAuthenticator) Authenticate(ctx context.Context, node *corev3.Node
 	if err != nil {
 		return controlplane.Identity{}, err
 	}
-	bp, err := a.review(ctx, tok)
+	h := sha256.Sum256([]byte(tok))
+	bp, err := a.review(ctx, h, tok)
 	if err != nil {
 		return controlplane.Identity{}, err
 	}
 	if want := bp.namespace + "/" + bp.name; node.GetId() != want {
 		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "node.id %q differs from the token's pod %q", node.GetId(), want)
 	}
-	pod, err := a.pod(ctx, bp)
+	key, err := a.podTier(ctx, bp)
+	if status.Code(err) == codes.PermissionDenied {
+		// The pod will not do for a while whatever the stream claims:
+		// the token's retries must not read it from the API server
+		// each time.
+		a.remember(h, reviewResult{err: err, until: a.now().Add(reviewFailureTTL)})
+	}
 	if err != nil {
 		return controlplane.Identity{}, err
 	}
-	if pod.UID != bp.uid {
-		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "pod %s/%s has uid %s, the token was issued for uid %s", bp.namespace, bp.name, pod.UID, bp.uid)
-	}
-	if pod.Spec.ServiceAccountName != bp.serviceAccount {
-		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "pod %s/%s runs as ServiceAccount %q, the token is %q's", bp.namespace, bp.name, pod.Spec.ServiceAccountName, bp.serviceAccount)
-	}
-	if pod.Annotations[inject.AnnotationInjected] != "true" && pod.Labels[inject.LabelTier] == "" {
-		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "pod %s/%s is not an injected pod (no %s annotation)", bp.namespace, bp.name, inject.AnnotationInjected)
-	}
-	tier := pod.Annotations[inject.AnnotationTier]
-	if tier == "" {
-		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "pod %s/%s has no %s annotation", bp.namespace, bp.name, inject.AnnotationTier)
-	}
-	key := bp.namespace + "/" + tier
 	if node.GetCluster() != key {
 		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "node.cluster %q differs from the pod's tier %q (namespace %s, annotation %s)", node.GetCluster(), key, bp.namespace, inject.AnnotationTier)
 	}
 	return controlplane.Identity{Tier: key, Expires: bp.until}, nil
+}
+
+// podTier reads the token's pod, checks it is the pod the token was
+// issued for and an injected one, and returns its tier key.
+func (a *tokenAuthenticator) podTier(ctx context.Context, bp boundPod) (string, error) {
+	pod, err := a.pod(ctx, bp)
+	if err != nil {
+		return "", err
+	}
+	if pod.UID != bp.uid {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s has uid %s, the token was issued for uid %s", bp.namespace, bp.name, pod.UID, bp.uid)
+	}
+	if pod.Spec.ServiceAccountName != bp.serviceAccount {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s runs as ServiceAccount %q, the token is %q's", bp.namespace, bp.name, pod.Spec.ServiceAccountName, bp.serviceAccount)
+	}
+	if pod.Annotations[inject.AnnotationInjected] != "true" && pod.Labels[inject.LabelTier] == "" {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s is not an injected pod (no %s annotation)", bp.namespace, bp.name, inject.AnnotationInjected)
+	}
+	tier := pod.Annotations[inject.AnnotationTier]
+	if tier == "" {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s has no %s annotation", bp.namespace, bp.name, inject.AnnotationTier)
+	}
+	return bp.namespace + "/" + tier, nil
 }
 
 // pod reads the token's pod from the cache, or from the API server when
@@ -158,10 +176,10 @@ func (a *tokenAuthenticator) pod(ctx context.Context, bp boundPod) (*corev1.Pod,
 	return &pod, nil
 }
 
-// review returns what the API server says about tok, from the cache when
-// it is there. Concurrent reviews of one token share one TokenReview.
-func (a *tokenAuthenticator) review(ctx context.Context, tok string) (boundPod, error) {
-	h := sha256.Sum256([]byte(tok))
+// review returns what the API server says about tok (whose sha256 is h),
+// from the cache when it is there. Concurrent reviews of one token share
+// one TokenReview.
+func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, tok string) (boundPod, error) {
 	now := a.now()
 	a.mu.Lock()
 	r, ok := a.cache[h]

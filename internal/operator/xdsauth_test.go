@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,5 +247,50 @@ func TestTokenReviewsAreCached(t *testing.T) {
 	}
 	if got := tokenReviews(t, reviewRefused) - refusedBefore; got != 1 {
 		t.Errorf("%d streams with one forged token sent %v TokenReviews, want 1", n, got)
+	}
+}
+
+// countingReader counts the Gets that reach the API server.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int64
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.gets.Add(1)
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestARefusedPodIsNotReadAgainAndAgain: retries with the token of a pod
+// that may not be served read that pod once, not once per stream.
+func TestARefusedPodIsNotReadAgainAndAgain(t *testing.T) {
+	c := needCluster(t)
+	ctx := context.Background()
+	ns := namespace(t, c)
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}); err != nil {
+		t.Fatal(err)
+	}
+	plain := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"},
+		Spec:       corev1.PodSpec{ServiceAccountName: "app", Containers: []corev1.Container{{Name: "app", Image: "example.test/app"}}},
+	}
+	if err := c.Create(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	pods := &countingReader{Reader: c}
+	a, err := newTokenAuthenticator(c, pods, nil, xdsAudience, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := metadata.Pairs(controlplane.AuthorizationKey, "Bearer "+podToken(t, plain, xdsAudience))
+	node := &corev3.Node{Id: ns + "/plain", Cluster: ns + "/web"}
+	for range 10 {
+		_, err := a.Authenticate(metadata.NewIncomingContext(ctx, md), node)
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "not an injected pod") {
+			t.Fatalf("got %v, want PermissionDenied: not an injected pod", err)
+		}
+	}
+	if n := pods.gets.Load(); n != 1 {
+		t.Errorf("10 refused streams read the pod %d times, want 1", n)
 	}
 }
