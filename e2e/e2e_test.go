@@ -9,9 +9,12 @@
 //
 // There is no kubelet: the test plays its part where it must (it resolves
 // the container's env, projects the certificate Secret into the
-// operator's cert directory and points the webhook registrations at the
-// operator's loopback address) and rewrites listen and control-plane
-// addresses to loopback. Everything else is as installed.
+// operator's cert directory and the pods' ServiceAccount tokens into test
+// directories, and points the webhook registrations at the operator's
+// loopback address) and rewrites listen and control-plane addresses to
+// loopback and the token path to its test directory. Everything else is
+// as installed: xDS over TLS with the self-managed certificate, sidecars
+// authenticated by their tokens.
 package e2e
 
 import (
@@ -31,6 +34,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -169,7 +173,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	scheme := kruntime.NewScheme()
-	for _, add := range []func(*kruntime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, admissionv1.AddToScheme, apiextv1.AddToScheme, v1alpha1.AddToScheme} {
+	for _, add := range []func(*kruntime.Scheme) error{corev1.AddToScheme, authnv1.AddToScheme, appsv1.AddToScheme, admissionv1.AddToScheme, apiextv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +219,8 @@ func TestEndToEnd(t *testing.T) {
 		"--webhook-port":              portOf(webhookAddr),
 		"--webhook-cert-dir":          certDir,
 		"--xds-listen":                xdsAddr,
-		"--control-plane-address":     xdsAddr,
+		// The certificate names localhost (below), not 127.0.0.1.
+		"--control-plane-address": "localhost:" + portOf(xdsAddr),
 	})
 	opArgs = append(opArgs, "--webhook-host=127.0.0.1", "--webhook-cert-extra-dns-names=localhost")
 	opKubeconfig := testkube.Kubeconfig(t, env, testkube.ServiceAccount(releaseNS, dep.Spec.Template.Spec.ServiceAccountName))
@@ -255,6 +260,9 @@ func TestEndToEnd(t *testing.T) {
 	origin := start(t, "origin", bins.origin, []string{"--listen", originAddr}, nil)
 	waitTCP(t, origin, originAddr, 30*time.Second)
 	run(t, kubectl, "--kubeconfig", admin, "create", "namespace", appNS)
+	// The controller-manager's part: the namespace's default
+	// ServiceAccount, which the injected pods run as.
+	run(t, kubectl, "--kubeconfig", admin, "create", "serviceaccount", "default", "--namespace", appNS)
 	applyTier := func(helloBypass bool) {
 		t.Helper()
 		rules := ""
@@ -329,13 +337,24 @@ spec:
 			t.Fatalf("pod %s was not injected", name)
 		}
 		// 5. The sidecar process from the injected container's own args
-		// and env; only addresses become loopback ones.
+		// and env; only addresses become loopback ones, and the
+		// kubelet-projected token lives under a test directory.
+		podRoot := t.TempDir()
+		tokens, err := testkube.ProjectServiceAccountTokens(ctx, c, &got, sc, podRoot)
+		if err != nil {
+			t.Fatalf("projecting the tokens of pod %s: %v", name, err)
+		}
+		tokenFile := filepath.Join(inject.XDSTokenDir, inject.XDSTokenFile)
+		if !contains(tokens, tokenFile) || !contains(sc.Args, "--control-plane-token-file="+tokenFile) {
+			t.Fatalf("pod %s: projected tokens %q, args %q: want the xDS token at %s", name, tokens, sc.Args, tokenFile)
+		}
 		listen, adminAddr := freeAddr(t), freeAddr(t)
 		args := rewriteArgs(t, sc.Args, map[string]string{
-			"--listen":        listen,
-			"--admin-listen":  adminAddr,
-			"--control-plane": xdsAddr,
-			"--state-dir":     t.TempDir(),
+			"--listen":                   listen,
+			"--admin-listen":             adminAddr,
+			"--control-plane":            "localhost:" + portOf(xdsAddr),
+			"--control-plane-token-file": filepath.Join(podRoot, tokenFile),
+			"--state-dir":                t.TempDir(),
 		})
 		if !contains(args, "--upstream=http://127.0.0.1:"+portOf(originAddr)) {
 			t.Fatalf("injected args %q do not front the app port", args)

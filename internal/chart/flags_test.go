@@ -247,6 +247,26 @@ func checkControlPlane(t *testing.T, objs []object, ctr corev1.Container, o oper
 	if !servicePortTargets(svc, int32(p), "xds") {
 		t.Errorf("Service %s does not map %s to the xds port: %+v", name, port, svc.Spec.Ports)
 	}
+	if !o.XDSTLS {
+		return
+	}
+	// Sidecars check the certificate against the name they dial: the
+	// self-managed one takes it from --xds-service, cert-manager's from
+	// the chart's Certificate.
+	if o.XDSService != name {
+		t.Errorf("--xds-service=%q, but sidecars dial Service %q", o.XDSService, name)
+	}
+	if o.CertMode == operator.CertModeExternal {
+		for _, c := range byKind(objs, "Certificate") {
+			if secret, _, _ := unstructured.NestedString(c.u.Object, "spec", "secretName"); secret != o.CertSecretName {
+				continue
+			}
+			names, _, _ := unstructured.NestedStringSlice(c.u.Object, "spec", "dnsNames")
+			if !slices.Contains(names, host) {
+				t.Errorf("the serving Certificate names %q, not %q, which sidecars dial for xDS", names, host)
+			}
+		}
+	}
 }
 
 // checkCertificate: with cert-manager, a Certificate writes the Secret the

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -54,6 +55,12 @@ type ClientOptions struct {
 	Registerer prometheus.Registerer
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// TokenFile, when set, holds the bearer token sent as the
+	// "authorization" metadata of every stream: a projected
+	// ServiceAccount token, which the kubelet refreshes, so it is read
+	// again on every (re)connect. A file that cannot be read fails that
+	// attempt (logged, retried with backoff); the config in effect stays.
+	TokenFile string
 	// DialOptions are added after the defaults (plaintext, keepalive
 	// pings every 30s): pass TLS credentials here.
 	DialOptions []grpc.DialOption
@@ -207,6 +214,13 @@ func (c *Client) Run(ctx context.Context) error {
 // backoff, not gRPC's, paces reconnection). progressed reports that the
 // server answered at least once.
 func (c *Client) session(ctx context.Context) (progressed bool, err error) {
+	if c.opts.TokenFile != "" {
+		tok, err := readToken(c.opts.TokenFile)
+		if err != nil {
+			return false, err
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, AuthorizationKey, "Bearer "+tok)
+	}
 	conn, err := grpc.NewClient(c.opts.Target, c.dial...)
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", c.opts.Target, err)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -52,6 +53,10 @@ type Options struct {
 	OnNACK func(NACK)
 	// Now is the clock for NACK times; default time.Now.
 	Now func() time.Time
+	// Authenticate, when set, checks every stream before anything of it
+	// is served or counted (see Authenticator); nil serves any node the
+	// tier it claims (development and tests only).
+	Authenticate Authenticator
 	// GRPCOptions are added after the ones above: pass
 	// grpc.Creds(credentials.NewTLS(...)) here to serve TLS.
 	GRPCOptions []grpc.ServerOption
@@ -262,7 +267,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		}),
 	}, s.opts.GRPCOptions...)...)
 	handlers := &handlerSet{idle: make(chan struct{})}
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, ads{sotwv3.NewServer(xdsCtx, s.cache, callbacks{s}), handlers})
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, ads{sotw: sotwv3.NewServer(xdsCtx, s.cache, callbacks{s}), handlers: handlers, auth: s.opts.Authenticate, ctx: xdsCtx, log: s.log})
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(l) }()
@@ -303,6 +308,9 @@ var ErrShutdownTimeout = errors.New("controlplane: graceful stop timed out")
 type ads struct {
 	sotw     sotwv3.Server
 	handlers *handlerSet
+	auth     Authenticator
+	ctx      context.Context // ends when Serve stops
+	log      *slog.Logger
 }
 
 func (a ads) StreamAggregatedResources(stream discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
@@ -310,7 +318,28 @@ func (a ads) StreamAggregatedResources(stream discoverygrpc.AggregatedDiscoveryS
 		return status.Error(codes.Unavailable, "control plane shutting down")
 	}
 	defer a.handlers.exit()
-	return a.sotw.StreamHandler(stream, resourcev3.AnyType)
+	if a.auth == nil {
+		return a.sotw.StreamHandler(stream, resourcev3.AnyType)
+	}
+	as, err := authenticate(a.ctx, stream, a.auth)
+	if err != nil {
+		a.log.Warn("xds: stream refused", "peer", peerAddr(stream.Context()), "code", status.Code(err).String(), "reason", status.Convert(err).Message())
+		return err
+	}
+	defer as.cancel()
+	err = a.sotw.StreamHandler(as, resourcev3.AnyType)
+	if f := as.failure(); f != nil {
+		a.log.Info("xds: stream ended", "node", as.id, "tier", as.cluster, "reason", status.Convert(f).Message())
+		return f
+	}
+	return err
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 // handlerSet counts running stream handlers so that Serve can wait for

@@ -2,13 +2,23 @@ package operator
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
 	"github.com/tiercache/tiercache/internal/testkube"
 )
 
@@ -98,6 +109,8 @@ func TestSelfManagedCertificates(t *testing.T) {
 	}
 
 	certDir := t.TempDir()
+	xdsPort := freePort(t)
+	reg := prometheus.NewRegistry()
 	opCtx, stop := context.WithCancel(ctx)
 	// In a cluster the kubelet projects the certificate Secret into the
 	// operator's pod at --webhook-cert-dir (the chart mounts it). There is
@@ -121,8 +134,11 @@ func TestSelfManagedCertificates(t *testing.T) {
 			"--leader-elect=false",
 			"--metrics-bind-address=0",
 			"--health-probe-bind-address=127.0.0.1:0",
-			"--xds-listen=",
-		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, CertExtraDNSNames: []string{"localhost"}, SkipNameValidation: true})
+			"--xds-listen=127.0.0.1:" + strconv.Itoa(xdsPort),
+			"--xds-service=tc-xds",
+			"--control-plane-address=tc-xds.tc-certs.svc:" + strconv.Itoa(xdsPort),
+			"--status-refresh=1s",
+		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, CertExtraDNSNames: []string{"localhost"}, SkipNameValidation: true, Registerer: reg})
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -168,6 +184,197 @@ func TestSelfManagedCertificates(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "admission webhook") || !strings.Contains(err.Error(), "spec.l1.maxSize") {
 		t.Errorf("an invalid tier: %v", err)
 	}
+
+	// The same certificate serves xDS: it names the xDS Service.
+	var secret corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tc-certs-secret"}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(secret.Data["tls.crt"])
+	if block == nil {
+		t.Fatal("tls.crt is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tc-xds.tc-certs.svc", "tc-xds.tc-certs.svc.cluster.local"} {
+		if !slices.Contains(cert.DNSNames, name) {
+			t.Errorf("the certificate names %v, not the xDS Service's %s", cert.DNSNames, name)
+		}
+	}
+	xdsOverTLSWithToken(t, c, xdsPort, string(secret.Data["ca.crt"]), reg)
+}
+
+// xdsOverTLSWithToken: a pod injected by the operator (self-managed
+// certificate) gets the CA and a token volume; its sidecar, run with
+// those, gets its config over TLS; after the token file is rotated and the
+// connection cut, it reconnects with the new token.
+func xdsOverTLSWithToken(t *testing.T, c client.Client, xdsPort int, caPEM string, reg *prometheus.Registry) {
+	ctx := context.Background()
+	const ns = "default"
+	if err := c.Create(ctx, newTier(ns, "live", v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{
+		Name: "page", Match: v1alpha1.Match{Path: "/page"}, Bypass: true,
+	}}})); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0", Annotations: map[string]string{inject.AnnotationTier: "live"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "example.test/app", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Spec.ServiceAccountName}}); err != nil {
+		t.Fatal(err)
+	}
+	sc := pod.Spec.InitContainers[0]
+	var injectedCA string
+	for _, e := range sc.Env {
+		if e.Name == inject.EnvControlPlaneCAPEM {
+			injectedCA = e.Value
+		}
+	}
+	if injectedCA != caPEM {
+		t.Fatalf("the injected %s is %q, want the certificate Secret's ca.crt", inject.EnvControlPlaneCAPEM, injectedCA)
+	}
+	if !slices.Contains(sc.Args, "--control-plane-token-file="+inject.XDSTokenDir+"/"+inject.XDSTokenFile) {
+		t.Fatalf("the injected sidecar has no token file flag: %v", sc.Args)
+	}
+
+	// The kubelet's part: the token file. The sidecar reaches the
+	// control plane through a cuttable relay, by the name localhost.
+	tokenFile := filepath.Join(t.TempDir(), inject.XDSTokenFile)
+	token := func() string {
+		tok, err := testkube.PodToken(ctx, c, pod, "tiercache-xds", 10*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	testkube.WriteToken(t, tokenFile, token())
+	relay := startRelay(t, "127.0.0.1:"+strconv.Itoa(xdsPort))
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "page\n") }))
+	defer origin.Close()
+	a := runSidecar(t, origin.URL, ns, "live", "web-0", relay.addr,
+		"--control-plane-token-file="+tokenFile, "--control-plane-ca-pem="+injectedCA)
+	xcache := func() string {
+		resp, err := http.Get("http://" + a.Serve + "/page")
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Header.Get("X-Cache")
+	}
+	eventually(t, 30*time.Second, func() error {
+		if x := xcache(); !strings.HasPrefix(x, "BYPASS") {
+			return fmt.Errorf("X-Cache %q, want BYPASS from the pushed rule", x)
+		}
+		return nil
+	})
+	reviewed := func() float64 { return counterValue(t, reg, "tiercache_xds_token_reviews_total", reviewAuthenticated) }
+	if n := reviewed(); n != 1 {
+		t.Fatalf("%v TokenReviews for the first token, want 1", n)
+	}
+
+	// The kubelet refreshes the token; the connection drops; the sidecar
+	// reconnects with the new token (a second review) and stays served.
+	testkube.WriteToken(t, tokenFile, token())
+	relay.cut()
+	eventually(t, 30*time.Second, func() error {
+		if n := reviewed(); n != 2 {
+			return fmt.Errorf("%v TokenReviews, want 2 after reconnecting with the new token", n)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, func() error {
+		var tier v1alpha1.CacheTier
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "live"}, &tier); err != nil {
+			return err
+		}
+		if tier.Status.ConnectedSidecars != 1 {
+			return fmt.Errorf("connectedSidecars = %d after the reconnect", tier.Status.ConnectedSidecars)
+		}
+		return nil
+	})
+}
+
+// relay forwards TCP connections to a target until cut closes them all.
+type relay struct {
+	addr string
+	mu   sync.Mutex
+	open []net.Conn
+}
+
+func startRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	r := &relay{addr: "localhost:" + port}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.open = append(r.open, in, out)
+			r.mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(out, in); out.Close() }()
+			go func() { defer wg.Done(); _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		r.cut()
+		wg.Wait()
+	})
+	return r
+}
+
+// cut closes every relayed connection.
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.open {
+		c.Close()
+	}
+	r.open = nil
+}
+
+// counterValue reads a counter of reg with label result.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labelValue(m, "result") == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func freePort(t *testing.T) int {

@@ -15,10 +15,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
 	"github.com/tiercache/tiercache/internal/sidecar"
 	"github.com/tiercache/tiercache/internal/testkube"
 )
@@ -137,22 +139,62 @@ spec:
 	}
 }
 
-// startSidecar runs a sidecar of tier in namespace ns, connected to the
-// control plane at xds, until the test ends.
+// startSidecar creates pod (annotated for tier, injected by the webhook)
+// and runs its sidecar, connected to the control plane at xds with the
+// pod's token and the suite's CA, until the test ends.
 func startSidecar(t *testing.T, upstream, ns, tier, pod, xds string) sidecar.Addrs {
+	t.Helper()
+	p := createPod(t, ns, pod, tier)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	tok, err := testkube.PodToken(context.Background(), cluster.client, p, xdsAudience, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkube.WriteToken(t, tokenFile, tok)
+	return runSidecar(t, upstream, ns, tier, pod, xds, "--control-plane-token-file="+tokenFile, "--control-plane-ca="+cluster.caFile)
+}
+
+// createPod creates a pod running as ServiceAccount "app" (created if
+// missing) annotated for tier: the webhook injects it.
+func createPod(t *testing.T, ns, name, tier string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+	if err := cluster.client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{inject.AnnotationTier: tier}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "app",
+			Containers: []corev1.Container{{
+				Name: "app", Image: "example.test/app",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			}},
+		},
+	}
+	if err := cluster.client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runSidecar runs a sidecar of tier in namespace ns as pod, connected to
+// the control plane at xds with the extra flags, until the test ends.
+func runSidecar(t *testing.T, upstream, ns, tier, pod, xds string, extra ...string) sidecar.Addrs {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	addrs := make(chan sidecar.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- sidecar.RunWith(ctx, []string{
+		done <- sidecar.RunWith(ctx, append([]string{
 			"--upstream=" + upstream,
 			"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0",
 			"--tier=" + tier, "--pod-name=" + pod, "--pod-namespace=" + ns,
 			"--control-plane=" + xds,
 			"--state-dir=" + t.TempDir(),
 			"--log-format=text",
-		}, func(string) string { return "" }, logSink(), func(a sidecar.Addrs) { addrs <- a })
+		}, extra...), func(string) string { return "" }, logSink(), func(a sidecar.Addrs) { addrs <- a })
 	}()
 	t.Cleanup(func() {
 		stop()

@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -52,9 +55,22 @@ type Options struct {
 	// XDSListen is where this replica serves the control plane ("" =
 	// none: sidecars keep the config placed in their pod spec).
 	XDSListen string
-	// XDSTLSCert and XDSTLSKey, when set, serve the control plane over
-	// TLS with this certificate (re-read when the files change).
+	// XDSTLS serves the control plane over TLS (the default), with
+	// XDSTLSCert and XDSTLSKey when set, else with the webhook's
+	// certificate in WebhookCertDir, which then also names XDSService
+	// (re-read when the files change). Injected sidecars get the CA
+	// (ca.crt in WebhookCertDir, or XDSCAFile) in their pod spec.
+	XDSTLS                bool
 	XDSTLSCert, XDSTLSKey string
+	XDSCAFile             string
+	// XDSService is the Service in front of the xDS port: its DNS names
+	// go into the self-managed certificate.
+	XDSService string
+	// XDSAuth is "tokenreview" (sidecars authenticate with a projected
+	// ServiceAccount token of audience XDSTokenAudience) or "none"
+	// (development only).
+	XDSAuth          string
+	XDSTokenAudience string
 	// ReplicaName identifies this replica in its connected-sidecars
 	// report (default $POD_NAME, else the host name, which is the pod
 	// name in Kubernetes).
@@ -73,6 +89,8 @@ type Options struct {
 
 // Cert modes and missing-tier policies.
 const (
+	XDSAuthTokenReview   = "tokenreview"
+	XDSAuthNone          = "none"
 	CertModeSelf         = "self"
 	CertModeExternal     = "external"
 	MissingTierRefuse    = "refuse"
@@ -109,8 +127,13 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "", "Always, IfNotPresent or Never (default: the cluster's)")
 	fs.StringVar(&o.ControlPlaneAddress, "control-plane-address", "", "xDS address injected sidecars connect to (host:port); empty: no live config")
 	fs.StringVar(&o.XDSListen, "xds-listen", ":18000", "control plane (xDS over gRPC) address; empty disables live config")
-	fs.StringVar(&o.XDSTLSCert, "xds-tls-cert-file", "", "PEM certificate for serving the control plane over TLS (with --xds-tls-key-file); sidecars then need --control-plane-ca")
-	fs.StringVar(&o.XDSTLSKey, "xds-tls-key-file", "", "PEM key of --xds-tls-cert-file")
+	fs.BoolVar(&o.XDSTLS, "xds-tls", true, "serve the control plane over TLS; false serves plaintext (sidecar tokens then cross the network in the clear)")
+	fs.StringVar(&o.XDSTLSCert, "xds-tls-cert-file", "", "PEM certificate of the control plane (with --xds-tls-key-file); default: tls.crt in --webhook-cert-dir")
+	fs.StringVar(&o.XDSTLSKey, "xds-tls-key-file", "", "PEM key of --xds-tls-cert-file; default: tls.key in --webhook-cert-dir")
+	fs.StringVar(&o.XDSCAFile, "xds-ca-file", "", "PEM CA of the control plane's certificate, placed in injected pods; default: ca.crt in --webhook-cert-dir")
+	fs.StringVar(&o.XDSService, "xds-service", "tiercache-xds", "Service in front of the xDS port (its DNS names go into the self-managed certificate)")
+	fs.StringVar(&o.XDSAuth, "xds-auth", XDSAuthTokenReview, "how sidecars authenticate to the control plane: tokenreview (projected ServiceAccount token, checked with a TokenReview) or none (development only)")
+	fs.StringVar(&o.XDSTokenAudience, "xds-token-audience", "tiercache-xds", "audience of the sidecars' projected ServiceAccount token")
 	fs.StringVar(&o.ReplicaName, "replica-name", defaultReplicaName(getenv), "this replica's name in its connected-sidecars report (default $POD_NAME or the host name)")
 	fs.DurationVar(&o.StatusRefresh, "status-refresh", 30*time.Second, "how often each tier's status re-reads its connected sidecar count")
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
@@ -163,6 +186,17 @@ func (o Options) Validate() error {
 	if (o.XDSTLSCert == "") != (o.XDSTLSKey == "") {
 		errs = append(errs, errors.New("--xds-tls-cert-file and --xds-tls-key-file: give both or neither"))
 	}
+	switch o.XDSAuth {
+	case XDSAuthTokenReview, XDSAuthNone:
+	default:
+		errs = append(errs, fmt.Errorf("--xds-auth: must be %s or %s (got %q)", XDSAuthTokenReview, XDSAuthNone, o.XDSAuth))
+	}
+	if o.XDSAuth == XDSAuthTokenReview && o.XDSTokenAudience == "" {
+		errs = append(errs, errors.New("--xds-token-audience: required with --xds-auth=tokenreview"))
+	}
+	if o.XDSListen != "" && o.XDSTLS && o.XDSService == "" && o.CertMode == CertModeSelf && o.XDSTLSCert == "" {
+		errs = append(errs, errors.New("--xds-service: required to serve xDS with the self-managed certificate"))
+	}
 	if o.XDSListen != "" && (o.ReplicaName == "" || len(o.ReplicaName) > 200) {
 		errs = append(errs, fmt.Errorf("--replica-name: must be 1-200 characters (got %q)", o.ReplicaName))
 	}
@@ -187,6 +221,38 @@ func (o Options) sidecarImageAllowed(image string) bool {
 		}
 	}
 	return false
+}
+
+// xdsCertFiles are the certificate and key the control plane serves.
+func (o Options) xdsCertFiles() (cert, key string) {
+	if o.XDSTLSCert != "" {
+		return o.XDSTLSCert, o.XDSTLSKey
+	}
+	return filepath.Join(o.WebhookCertDir, "tls.crt"), filepath.Join(o.WebhookCertDir, "tls.key")
+}
+
+// xdsCAFile is the CA bundle injected sidecars trust for the control
+// plane.
+func (o Options) xdsCAFile() string {
+	if o.XDSCAFile != "" {
+		return o.XDSCAFile
+	}
+	return filepath.Join(o.WebhookCertDir, "ca.crt")
+}
+
+// xdsDNSNames are the names of the xDS Service, for the self-managed
+// certificate.
+func (o Options) xdsDNSNames() []string {
+	if o.XDSListen == "" || !o.XDSTLS || o.XDSService == "" {
+		return nil
+	}
+	svc := o.XDSService + "." + o.Namespace + ".svc"
+	names := []string{svc, svc + ".cluster.local"}
+	// Sidecars check the name they dial.
+	if host, _, err := net.SplitHostPort(o.ControlPlaneAddress); err == nil && net.ParseIP(host) == nil && !slices.Contains(names, host) {
+		names = append(names, host)
+	}
+	return names
 }
 
 // excluded lists the namespaces whose pods are never injected: the

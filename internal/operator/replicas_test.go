@@ -46,6 +46,7 @@ func TestConnectedSidecarsAreSummedAcrossReplicas(t *testing.T) {
 			"--metrics-bind-address=0",
 			"--health-probe-bind-address=127.0.0.1:0",
 			"--xds-listen=" + secondXDS,
+			"--xds-ca-file=" + cluster.caFile,
 			"--status-refresh=1s",
 		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cluster.cfg, SkipNameValidation: true, Registerer: prometheus.NewRegistry()})
 	}()

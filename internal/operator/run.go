@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -107,10 +108,13 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 		reg = crmetrics.Registry
 	}
 	nacked := make(chan event.GenericEvent, 64)
+	// certReady is closed once the webhook certificate files exist (the
+	// control plane serves TLS with them too).
+	certReady := make(chan struct{})
 	pub := env.Publisher
 	var totals *connectedTotals
 	if pub == nil {
-		if pub, totals, err = setupControlPlane(mgr, o, reg, slog.New(slog.NewJSONHandler(env.Stderr, nil)), rec, nacked); err != nil {
+		if pub, totals, err = setupControlPlane(mgr, o, reg, slog.New(slog.NewJSONHandler(env.Stderr, nil)), rec, nacked, certReady); err != nil {
 			return err
 		}
 	}
@@ -136,7 +140,7 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if err := (&PublishReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Publisher: pub}).SetupWithManager(mgr, secretToTiers); err != nil {
 		return err
 	}
-	if err := setupWebhooks(ctx, mgr, o, env); err != nil {
+	if err := setupWebhooks(ctx, mgr, o, env, certReady); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -182,17 +186,17 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 }
 
 // setupWebhooks registers the two webhooks on a server that starts once
-// its certificate exists: at once with --cert-mode=external, after the
-// rotator wrote it with --cert-mode=self. Every replica serves webhooks;
-// none needs to lead.
-func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env) error {
+// its certificate exists (it closes ready then): at once with
+// --cert-mode=external, after the rotator wrote it with --cert-mode=self.
+// The self-managed certificate also names the xDS Service. Every replica
+// serves webhooks; none needs to lead.
+func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env, ready chan struct{}) error {
 	srv := webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})
 	srv.Register(PodMutatePath, admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o,
 	})))
 	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{Opts: o})))
 
-	ready := make(chan struct{})
 	switch o.CertMode {
 	case CertModeExternal:
 		close(ready)
@@ -207,7 +211,7 @@ func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env)
 			CAName:         "tiercache-ca",
 			CAOrganization: "tiercache",
 			DNSName:        dns,
-			ExtraDNSNames:  append(append([]string{dns + ".cluster.local"}, o.CertExtraDNSNames...), env.CertExtraDNSNames...),
+			ExtraDNSNames:  slices.Concat([]string{dns + ".cluster.local"}, o.xdsDNSNames(), o.CertExtraDNSNames, env.CertExtraDNSNames),
 			IsReady:        ready,
 			Webhooks: []rotator.WebhookInfo{
 				{Name: o.MutatingWebhook, Type: rotator.Mutating},

@@ -39,9 +39,16 @@ var cluster struct {
 	client client.Client
 	stop   context.CancelFunc
 	done   chan error
-	// xdsAddr is where the operator under test serves the control plane.
+	// xdsAddr is where the operator under test serves the control plane
+	// (TLS with envtest's webhook certificate, whose CA is in caFile;
+	// sidecars authenticate with tokens of audience xdsAudience).
 	xdsAddr string
+	caFile  string
+	// reg holds the operator's own metrics.
+	reg *prometheus.Registry
 }
+
+const xdsAudience = "tiercache-xds"
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -100,8 +107,21 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	cluster.xdsAddr = xl.Addr().String()
+	// The certificate names localhost: sidecars connect by that name.
+	cluster.xdsAddr = "localhost:" + strconv.Itoa(xl.Addr().(*net.TCPAddr).Port)
 	xl.Close()
+	caDir, err := os.MkdirTemp("", "tiercache-ca-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(caDir)
+	cluster.caFile = filepath.Join(caDir, "ca.crt")
+	if err := os.WriteFile(cluster.caFile, wo.LocalServingCAData, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cluster.reg = prometheus.NewRegistry()
 	opCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -117,8 +137,9 @@ func runMain(m *testing.M) int {
 			"--allowed-sidecar-images=example.test/approved/*",
 			"--control-plane-address=tiercache-xds.tiercache-system.svc:18000",
 			"--xds-listen=" + cluster.xdsAddr,
+			"--xds-ca-file=" + cluster.caFile,
 			"--status-refresh=1s",
-		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, SkipNameValidation: true, Registerer: prometheus.NewRegistry()})
+		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, SkipNameValidation: true, Registerer: cluster.reg})
 	}()
 	cluster.stop, cluster.done = stop, done
 	// The API server calls the webhooks with failurePolicy Fail: wait

@@ -2,10 +2,13 @@ package operator
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,10 +66,45 @@ func (w *podInjector) Default(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
+	if err := w.controlPlane(&p); err != nil {
+		return err
+	}
 	if err := inject.Inject(pod, p); err != nil {
 		return fmt.Errorf("tiercache: cannot inject the sidecar: %w", err)
 	}
 	return nil
+}
+
+// controlPlane fills in how the sidecar reaches the control plane: the
+// token audience, and the CA of its certificate (read at every admission,
+// so a renewed CA reaches the pods created after it).
+func (w *podInjector) controlPlane(p *inject.Params) error {
+	if w.Opts.ControlPlaneAddress == "" {
+		return nil
+	}
+	if w.Opts.XDSAuth == XDSAuthTokenReview {
+		p.TokenAudience = w.Opts.XDSTokenAudience
+	}
+	if w.Opts.XDSTLS {
+		ca, err := readCA(w.Opts.xdsCAFile())
+		if err != nil {
+			return fmt.Errorf("tiercache: cannot inject the control plane's CA (the operator serves xDS over TLS): %w; give the operator --xds-ca-file, or serve xDS in plaintext (chart value controlPlane.tls.enabled=false)", err)
+		}
+		p.ControlPlaneCA = ca
+	}
+	return nil
+}
+
+// readCA reads a PEM CA bundle, checking that it holds a certificate.
+func readCA(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s: no PEM certificate", path)
+	}
+	return b, nil
 }
 
 // tier returns the named CacheTier, or the built-in one when it is missing
@@ -190,6 +228,9 @@ func (o Options) checkSidecarImage(t *v1alpha1.CacheTier) *field.Error {
 func newScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := corev1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := authnv1.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	if err := coordinationv1.AddToScheme(s); err != nil {

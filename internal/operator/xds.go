@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -56,15 +57,42 @@ type nackReporter interface {
 }
 
 // xdsRunnable serves the control plane on every replica: sidecars may
-// connect to any of them, so none needs to lead.
+// connect to any of them, so none needs to lead. With TLS it waits for the
+// certificate (ready: the self-managed one is written after start) and
+// then watches its files, so that a renewed certificate is served without
+// a restart.
 type xdsRunnable struct {
-	srv *controlplane.Server
-	ln  net.Listener
+	srv   *controlplane.Server
+	ln    net.Listener
+	ready <-chan struct{}
+	// certFile and keyFile ("" = plaintext) fill cert.
+	certFile, keyFile string
+	cert              *atomic.Pointer[certwatcher.CertWatcher]
 }
 
 func (x xdsRunnable) NeedLeaderElection() bool { return false }
 
 func (x xdsRunnable) Start(ctx context.Context) error {
+	defer x.ln.Close()
+	select {
+	case <-x.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	if x.certFile != "" {
+		w, err := certwatcher.New(x.certFile, x.keyFile)
+		if err != nil {
+			return fmt.Errorf("xds TLS certificate: %w", err)
+		}
+		x.cert.Store(w)
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan error, 1)
+		go func() { watched <- w.Start(watchCtx) }()
+		defer func() {
+			stopWatch()
+			<-watched
+		}()
+	}
 	err := x.srv.Serve(ctx, x.ln)
 	if errors.Is(err, controlplane.ErrShutdownTimeout) {
 		// The streams were closed hard; that is the end of shutdown.
@@ -76,27 +104,46 @@ func (x xdsRunnable) Start(ctx context.Context) error {
 // setupControlPlane starts the xDS server (unless --xds-listen is empty)
 // and returns the Publisher the controllers use. NACKs become Events on
 // the tier (from whichever replica heard them) and wake the status
-// controller through nacked.
-func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer, log *slog.Logger, rec events.EventRecorder, nacked chan<- event.GenericEvent) (Publisher, *connectedTotals, error) {
+// controller through nacked. certReady is closed once the webhook
+// certificate files exist (with TLS, xDS serves from then on).
+func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer, log *slog.Logger, rec events.EventRecorder, nacked chan<- event.GenericEvent, certReady <-chan struct{}) (Publisher, *connectedTotals, error) {
 	if o.XDSListen == "" {
 		return NoPublisher{}, nil, nil
 	}
+	run := xdsRunnable{ready: certReady, cert: &atomic.Pointer[certwatcher.CertWatcher]{}}
 	var grpcOpts []grpc.ServerOption
-	if o.XDSTLSCert != "" {
-		// certwatcher re-reads the pair when cert-manager renews it.
-		w, err := certwatcher.New(o.XDSTLSCert, o.XDSTLSKey)
+	if o.XDSTLS {
+		run.certFile, run.keyFile = o.xdsCertFiles()
+		cert := run.cert
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(&tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+				w := cert.Load()
+				if w == nil {
+					return nil, errors.New("xds TLS certificate not loaded yet")
+				}
+				return w.GetCertificate(hello)
+			},
+		})))
+	} else {
+		log.Warn("xds: serving the control plane in plaintext (--xds-tls=false): sidecar tokens and tier configs cross the network unencrypted")
+	}
+	var authenticate controlplane.Authenticator
+	switch o.XDSAuth {
+	case XDSAuthNone:
+		log.Warn("xds: NOT AUTHENTICATING SIDECARS (--xds-auth=none): any client that reaches the control plane gets the config of any tier it names; use only for development")
+	default:
+		a, err := newTokenAuthenticator(mgr.GetClient(), mgr.GetClient(), mgr.GetAPIReader(), o.XDSTokenAudience, reg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--xds-tls-cert-file: %w", err)
-		}
-		if err := mgr.Add(w); err != nil {
 			return nil, nil, err
 		}
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: w.GetCertificate})))
+		authenticate = a.Authenticate
 	}
 	srv, err := controlplane.NewServer(controlplane.Options{
-		Logger:      log,
-		Registerer:  reg,
-		GRPCOptions: grpcOpts,
+		Logger:       log,
+		Registerer:   reg,
+		GRPCOptions:  grpcOpts,
+		Authenticate: authenticate,
 		OnNACK: func(n controlplane.NACK) {
 			ns, name, ok := strings.Cut(n.Tier, "/")
 			if !ok {
@@ -123,7 +170,8 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 	if err != nil {
 		return nil, nil, fmt.Errorf("--xds-listen: %w", err)
 	}
-	if err := mgr.Add(xdsRunnable{srv: srv, ln: ln}); err != nil {
+	run.srv, run.ln = srv, ln
+	if err := mgr.Add(run); err != nil {
 		ln.Close()
 		return nil, nil, err
 	}

@@ -122,13 +122,17 @@ func newControlPlaneClient(o Options, dp *dataPlane, initial tierconfig.Config, 
 		LastGoodPath: lastGoodPath(o),
 		Registerer:   reg,
 		Logger:       dp.log,
+		TokenFile:    o.ControlPlaneTokenFile,
 	}
-	if o.ControlPlaneCA != "" {
-		creds, err := controlPlaneTLS(o.ControlPlaneCA, o.ControlPlane)
+	switch {
+	case o.ControlPlaneCA != "" || o.ControlPlaneCAPEM != "":
+		creds, err := controlPlaneTLS(o.ControlPlaneCA, o.ControlPlaneCAPEM, o.ControlPlane)
 		if err != nil {
 			return nil, err
 		}
 		opts.DialOptions = append(opts.DialOptions, grpc.WithTransportCredentials(creds))
+	case o.ControlPlaneTokenFile != "":
+		dp.log.Warn("control plane: plaintext connection: the token is sent unencrypted (give --control-plane-ca or --control-plane-ca-pem)")
 	}
 	if opts.LastGoodPath != "" {
 		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
@@ -146,15 +150,20 @@ func newControlPlaneClient(o Options, dp *dataPlane, initial tierconfig.Config, 
 }
 
 // controlPlaneTLS returns TLS credentials that trust only the CA in
-// caFile and check the server's name against target's host.
-func controlPlaneTLS(caFile, target string) (credentials.TransportCredentials, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("--control-plane-ca: %w", err)
+// caFile, or else caPEM, and check the server's name against target's
+// host.
+func controlPlaneTLS(caFile, caPEM, target string) (credentials.TransportCredentials, error) {
+	pem, where := []byte(caPEM), "--control-plane-ca-pem"
+	if caFile != "" {
+		var err error
+		if pem, err = os.ReadFile(caFile); err != nil {
+			return nil, fmt.Errorf("--control-plane-ca: %w", err)
+		}
+		where = "--control-plane-ca " + caFile
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--control-plane-ca: no PEM certificate in %s", caFile)
+		return nil, fmt.Errorf("%s: no PEM certificate", where)
 	}
 	host, _, err := net.SplitHostPort(target)
 	if err != nil {

@@ -45,11 +45,15 @@ type cpServer struct {
 
 func startControlPlane(t *testing.T, grpcOpts ...grpc.ServerOption) *cpServer {
 	t.Helper()
-	srv, err := controlplane.NewServer(controlplane.Options{
-		Logger:          slog.New(slog.DiscardHandler),
-		ShutdownTimeout: 2 * time.Second,
-		GRPCOptions:     grpcOpts,
-	})
+	return startControlPlaneWith(t, controlplane.Options{GRPCOptions: grpcOpts})
+}
+
+// startControlPlaneWith is startControlPlane with more options.
+func startControlPlaneWith(t *testing.T, opts controlplane.Options) *cpServer {
+	t.Helper()
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.ShutdownTimeout = 2 * time.Second
+	srv, err := controlplane.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

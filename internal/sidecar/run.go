@@ -58,6 +58,11 @@ type Options struct {
 	StateDir        string
 	ControlPlane    string
 	ControlPlaneCA  string
+	// ControlPlaneCAPEM is the CA itself (the operator injects it as
+	// TIERCACHE_CONTROL_PLANE_CA_PEM); ControlPlaneTokenFile the
+	// projected ServiceAccount token sent to the control plane.
+	ControlPlaneCAPEM     string
+	ControlPlaneTokenFile string
 	// Limits of upgraded (WebSocket) connections.
 	MaxUpgraded        int
 	UpgradeIdleTimeout time.Duration
@@ -84,6 +89,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.InitialConfig, "initial-config", "", "tier config as text (YAML or JSON): the config the operator places in the pod spec; not with --config")
 	fs.StringVar(&o.StateDir, "state-dir", "", "directory for the last good config (an emptyDir in the pod); its config.json is preferred at start")
 	fs.StringVar(&o.ControlPlaneCA, "control-plane-ca", "", "PEM file of the CA that signs the control plane's certificate: connect with TLS (default plaintext)")
+	fs.StringVar(&o.ControlPlaneCAPEM, "control-plane-ca-pem", "", "PEM CA of the control plane's certificate, as text (the operator injects TIERCACHE_CONTROL_PLANE_CA_PEM): connect with TLS; not with --control-plane-ca")
+	fs.StringVar(&o.ControlPlaneTokenFile, "control-plane-token-file", "", "file holding the token sent to the control plane as \"authorization: Bearer <token>\" (a projected ServiceAccount token, re-read on every reconnect)")
 	fs.StringVar(&o.ControlPlane, "control-plane", "", "operator xDS address (host:port) for live config; needs --tier, --pod-name, --pod-namespace; none = static config")
 	fs.StringVar(&o.Tier, "tier", "", "CacheTier name (identity sent to the control plane)")
 	fs.StringVar(&o.PodName, "pod-name", "", "pod name (identity)")
@@ -147,6 +154,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	if o.ConfigFile != "" && o.InitialConfig != "" {
 		return o, errors.New("--config and --initial-config (TIERCACHE_INITIAL_CONFIG) are both set: give one")
+	}
+	if o.ControlPlaneCA != "" && o.ControlPlaneCAPEM != "" {
+		return o, errors.New("--control-plane-ca and --control-plane-ca-pem (TIERCACHE_CONTROL_PLANE_CA_PEM) are both set: give one")
 	}
 	if o.ControlPlane != "" {
 		for _, id := range []struct{ flag, value string }{

@@ -1,7 +1,8 @@
 // Package testkube holds what the envtest-based tests of several packages
 // (operator, chart, e2e) need around a real API server: an admin or
-// service-account kubeconfig for helm and kubectl, and the one part of a
-// kubelet they must play, projecting a Secret into a directory.
+// service-account kubeconfig for helm and kubectl, and the parts of a
+// kubelet they must play: projecting a Secret into a directory, and a
+// pod's ServiceAccount token.
 package testkube
 
 import (
@@ -12,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -72,4 +75,83 @@ func ProjectSecret(ctx context.Context, c client.Reader, key client.ObjectKey, d
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// PodToken requests a token of the pod's ServiceAccount bound to the pod,
+// for audience, valid for ttl: what a kubelet writes into a projected
+// serviceAccountToken volume. c needs the ServiceAccount and Pod types in
+// its scheme (client-go's does).
+func PodToken(ctx context.Context, c client.Client, pod *corev1.Pod, audience string, ttl time.Duration) (string, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	secs := int64(ttl / time.Second)
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences:         []string{audience},
+		ExpirationSeconds: &secs,
+		BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}
+	account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: sa}}
+	if err := c.SubResource("token").Create(ctx, account, tr); err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// WriteToken writes tok to path atomically (temp file, then rename), as a
+// kubelet refreshes a projected token.
+func WriteToken(t testing.TB, path, tok string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ProjectServiceAccountTokens plays the kubelet for the projected
+// serviceAccountToken volumes ctr mounts: each token (of the pod's
+// ServiceAccount, bound to the pod, with the volume's audience and
+// expiry) is written to root joined with its path in the container, so
+// that a flag naming the in-container path names the file once prefixed
+// with root. It returns the in-container paths written.
+func ProjectServiceAccountTokens(ctx context.Context, c client.Client, pod *corev1.Pod, ctr *corev1.Container, root string) ([]string, error) {
+	var written []string
+	for _, m := range ctr.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != m.Name || v.Projected == nil {
+				continue
+			}
+			for _, src := range v.Projected.Sources {
+				sat := src.ServiceAccountToken
+				if sat == nil {
+					continue
+				}
+				ttl := time.Hour
+				if sat.ExpirationSeconds != nil {
+					ttl = time.Duration(*sat.ExpirationSeconds) * time.Second
+				}
+				tok, err := PodToken(ctx, c, pod, sat.Audience, ttl)
+				if err != nil {
+					return nil, err
+				}
+				inPod := filepath.Join(m.MountPath, sat.Path)
+				path := filepath.Join(root, inPod)
+				if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+					return nil, err
+				}
+				if err := os.WriteFile(path, []byte(tok), 0o600); err != nil {
+					return nil, err
+				}
+				written = append(written, inPod)
+			}
+		}
+	}
+	return written, nil
 }

@@ -130,6 +130,12 @@ func TestInjectErrors(t *testing.T) {
 			},
 			want: `volume name "tiercache-state" is reserved for the sidecar; rename the volume`,
 		},
+		"an app volume named tiercache-xds-token is refused": {
+			pod: func(p *corev1.Pod) {
+				p.Spec.Volumes = []corev1.Volume{{Name: XDSTokenVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			},
+			want: `volume name "tiercache-xds-token" is reserved for the sidecar; rename the volume`,
+		},
 		"an app container named tiercache is refused": {
 			pod:  func(p *corev1.Pod) { p.Spec.Containers[0].Name = ContainerName },
 			want: `container name "tiercache" is reserved for the sidecar; rename the container`,

@@ -40,6 +40,8 @@ type caseParams struct {
 	Port            int32                        `json:"port"`
 	AdminPort       int32                        `json:"adminPort"`
 	ControlPlane    string                       `json:"controlPlane"`
+	ControlPlaneCA  string                       `json:"controlPlaneCA"`
+	TokenAudience   string                       `json:"tokenAudience"`
 	RedisPassword   *corev1.SecretKeySelector    `json:"redisPassword"`
 	PurgeToken      *corev1.SecretKeySelector    `json:"purgeToken"`
 	RedisCACert     *corev1.SecretKeySelector    `json:"redisCACert"`
@@ -73,6 +75,8 @@ func (c caseParams) params(pod *corev1.Pod) Params {
 		Port:            c.Port,
 		AdminPort:       c.AdminPort,
 		ControlPlane:    c.ControlPlane,
+		ControlPlaneCA:  []byte(c.ControlPlaneCA),
+		TokenAudience:   c.TokenAudience,
 		RedisPassword:   c.RedisPassword,
 		PurgeToken:      c.PurgeToken,
 		RedisCACert:     c.RedisCACert,

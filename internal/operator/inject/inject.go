@@ -47,6 +47,13 @@ type Params struct {
 	Port, AdminPort int32
 	// ControlPlane is the xDS address; "" means no --control-plane flag.
 	ControlPlane string
+	// ControlPlaneCA is the PEM CA of the control plane's certificate,
+	// placed in EnvControlPlaneCAPEM; empty means plaintext xDS.
+	ControlPlaneCA []byte
+	// TokenAudience is the audience of the projected ServiceAccount token
+	// (XDSTokenVolume) the sidecar authenticates to the control plane
+	// with; "" means no token. Both apply only with ControlPlane.
+	TokenAudience string
 
 	// Secret references exposed to the sidecar as EnvRedisPassword,
 	// EnvPurgeToken and EnvRedisCACert; nil means none.
@@ -63,6 +70,9 @@ func (p Params) ports() (port, admin int32) {
 	}
 	return port, admin
 }
+
+// xdsToken reports whether the sidecar gets an xDS token.
+func (p Params) xdsToken() bool { return p.ControlPlane != "" && p.TokenAudience != "" }
 
 func (p Params) validate() error {
 	if p.Tier == "" {
@@ -125,8 +135,8 @@ func mutate(pod *corev1.Pod, p Params) error {
 		}
 	}
 	for i := range spec.Volumes {
-		if spec.Volumes[i].Name == VolumeName {
-			return fmt.Errorf("volume name %q is reserved for the sidecar; rename the volume", VolumeName)
+		if n := spec.Volumes[i].Name; n == VolumeName || n == XDSTokenVolume {
+			return fmt.Errorf("volume name %q is reserved for the sidecar; rename the volume", n)
 		}
 	}
 
@@ -154,6 +164,15 @@ func mutate(pod *corev1.Pod, p Params) error {
 	sidecar := sidecarContainer(p, portName, appPort.ContainerPort)
 	spec.InitContainers = append([]corev1.Container{sidecar}, spec.InitContainers...)
 	spec.Volumes = append(spec.Volumes, stateVolume())
+	if p.xdsToken() {
+		spec.Volumes = append(spec.Volumes, xdsTokenVolume(p.TokenAudience))
+		// A projected token needs a ServiceAccount name; the API
+		// server's ServiceAccount admission plugin sets "default" the
+		// same way, but a cluster may run without it.
+		if spec.ServiceAccountName == "" {
+			spec.ServiceAccountName = "default"
+		}
+	}
 
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}

@@ -36,6 +36,15 @@ const (
 	// of its --state-dir flag.
 	StateDir = "/var/run/tiercache"
 
+	// XDSTokenVolume is the projected ServiceAccount token the sidecar
+	// authenticates to the control plane with, mounted read-only at
+	// XDSTokenDir; the file is XDSTokenFile (--control-plane-token-file).
+	// The kubelet refreshes it before XDSTokenExpirationSeconds pass.
+	XDSTokenVolume            = "tiercache-xds-token"
+	XDSTokenDir               = "/var/run/secrets/tiercache-xds"
+	XDSTokenFile              = "token"
+	XDSTokenExpirationSeconds = 600
+
 	// PreferredPortName is the port name fronted when AnnotationPort is
 	// absent.
 	PreferredPortName = "http"
@@ -65,4 +74,7 @@ const (
 	EnvRedisPassword = "TIERCACHE_REDIS_PASSWORD"
 	EnvPurgeToken    = "TIERCACHE_PURGE_TOKEN"
 	EnvRedisCACert   = "TIERCACHE_REDIS_CA_CERT"
+	// EnvControlPlaneCAPEM carries the PEM CA of the control plane's
+	// certificate (public): the sidecar connects with TLS when it is set.
+	EnvControlPlaneCAPEM = "TIERCACHE_CONTROL_PLANE_CA_PEM"
 )

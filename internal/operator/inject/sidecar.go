@@ -45,8 +45,13 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 		"--state-dir=" + StateDir,
 		"--log-format=json",
 	}
+	mounts := []corev1.VolumeMount{{Name: VolumeName, MountPath: StateDir}}
 	if p.ControlPlane != "" {
 		args = append(args, "--control-plane="+p.ControlPlane)
+	}
+	if p.xdsToken() {
+		args = append(args, "--control-plane-token-file="+XDSTokenDir+"/"+XDSTokenFile)
+		mounts = append(mounts, corev1.VolumeMount{Name: XDSTokenVolume, MountPath: XDSTokenDir, ReadOnly: true})
 	}
 
 	var res corev1.ResourceRequirements
@@ -78,7 +83,7 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 		},
 		Env:            env(p),
 		Resources:      res,
-		VolumeMounts:   []corev1.VolumeMount{{Name: VolumeName, MountPath: StateDir}},
+		VolumeMounts:   mounts,
 		ReadinessProbe: httpProbe("/readyz", admin, 2, 2),
 		LivenessProbe:  httpProbe("/healthz", admin, 10, 3),
 		StartupProbe:   httpProbe("/healthz", admin, 1, 30),
@@ -104,6 +109,9 @@ func env(p Params) []corev1.EnvVar {
 	vars := []corev1.EnvVar{
 		fieldRef(EnvPodName, "metadata.name"),
 		fieldRef(EnvPodNamespace, "metadata.namespace"),
+	}
+	if p.ControlPlane != "" && len(p.ControlPlaneCA) > 0 {
+		vars = append(vars, corev1.EnvVar{Name: EnvControlPlaneCAPEM, Value: string(p.ControlPlaneCA)})
 	}
 	if len(p.InitialConfig) > 0 {
 		vars = append(vars, corev1.EnvVar{Name: EnvInitialConfig, Value: string(p.InitialConfig)})
@@ -134,6 +142,20 @@ func httpProbe(path string, port, period, failures int32) *corev1.Probe {
 		PeriodSeconds:    period,
 		FailureThreshold: failures,
 	}
+}
+
+// xdsTokenVolume projects a ServiceAccount token of audience for the
+// control plane; the kubelet rewrites it before it expires.
+func xdsTokenVolume(audience string) corev1.Volume {
+	return corev1.Volume{Name: XDSTokenVolume, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience:          audience,
+				ExpirationSeconds: ptr.To(int64(XDSTokenExpirationSeconds)),
+				Path:              XDSTokenFile,
+			}}},
+		},
+	}}
 }
 
 func stateVolume() corev1.Volume {

@@ -1,0 +1,296 @@
+package operator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tiercache/tiercache/internal/controlplane"
+	"github.com/tiercache/tiercache/internal/operator/inject"
+)
+
+// The bound-object claims a TokenReview reports for a token bound to a pod.
+const (
+	extraPodName = "authentication.kubernetes.io/pod-name"
+	extraPodUID  = "authentication.kubernetes.io/pod-uid"
+	saUserPrefix = "system:serviceaccount:"
+)
+
+// Review cache bounds: a successful review is kept until the token's exp
+// claim but never longer than reviewMaxAge (which is also how often every
+// stream re-authenticates); a refused token is remembered for
+// reviewFailureTTL so that a reconnect storm with it does not reach the API
+// server; at most reviewCacheSize tokens are remembered.
+const (
+	reviewMaxAge     = 10 * time.Minute
+	reviewFailureTTL = 5 * time.Second
+	reviewCacheSize  = 10000
+)
+
+// boundPod is what a TokenReview proved about a token: the pod it is bound
+// to, and until when that holds.
+type boundPod struct {
+	namespace, name, serviceAccount string
+	uid                             types.UID
+	until                           time.Time
+}
+
+// reviewResult is a cached review: a pod, or the refusal.
+type reviewResult struct {
+	pod boundPod
+	// err is a gRPC status error: Unauthenticated (the API server's
+	// refusal), or PermissionDenied (the token's pod will not do).
+	err error
+	// until is when the entry stops being used.
+	until time.Time
+}
+
+// tokenAuthenticator authenticates xDS streams: the sidecar's projected
+// ServiceAccount token is reviewed by the API server (TokenReview, with
+// the xDS audience), the pod it is bound to is read, and the stream may
+// subscribe only to that pod's tier, as that pod.
+type tokenAuthenticator struct {
+	// reviews creates TokenReviews; pods reads the bound pod (the
+	// manager's cache, which holds the injected pods), apiPods is the
+	// fallback for a pod the cache has not seen yet.
+	reviews       client.Client
+	pods, apiPods client.Reader
+	audience      string
+	now           func() time.Time
+	counter       *prometheus.CounterVec
+
+	flight singleflight.Group
+	mu     sync.Mutex
+	cache  map[[sha256.Size]byte]reviewResult
+}
+
+// Results of tiercache_xds_token_reviews_total.
+const (
+	reviewAuthenticated = "authenticated"
+	reviewRefused       = "refused"
+	reviewError         = "error"
+)
+
+func newTokenAuthenticator(reviews client.Client, pods, apiPods client.Reader, audience string, reg prometheus.Registerer) (*tokenAuthenticator, error) {
+	a := &tokenAuthenticator{
+		reviews: reviews, pods: pods, apiPods: apiPods, audience: audience, now: time.Now,
+		counter: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_xds_token_reviews_total",
+			Help: "TokenReviews the control plane sent to the API server for sidecar tokens, by result (authenticated, refused, error).",
+		}, []string{"result"}),
+		cache: make(map[[sha256.Size]byte]reviewResult),
+	}
+	if reg != nil {
+		if err := reg.Register(a.counter); err != nil {
+			return nil, fmt.Errorf("registering tiercache_xds_token_reviews_total: %w", err)
+		}
+	}
+	return a, nil
+}
+
+// Authenticate implements controlplane.Authenticator.
+func (a *tokenAuthenticator) Authenticate(ctx context.Context, node *corev3.Node) (controlplane.Identity, error) {
+	tok, err := controlplane.BearerToken(ctx)
+	if err != nil {
+		return controlplane.Identity{}, err
+	}
+	h := sha256.Sum256([]byte(tok))
+	bp, err := a.review(ctx, h, tok)
+	if err != nil {
+		return controlplane.Identity{}, err
+	}
+	if want := bp.namespace + "/" + bp.name; node.GetId() != want {
+		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "node.id %q differs from the token's pod %q", node.GetId(), want)
+	}
+	key, err := a.podTier(ctx, bp)
+	if status.Code(err) == codes.PermissionDenied {
+		// The pod will not do for a while whatever the stream claims:
+		// the token's retries must not read it from the API server
+		// each time.
+		a.remember(h, reviewResult{err: err, until: a.now().Add(reviewFailureTTL)})
+	}
+	if err != nil {
+		return controlplane.Identity{}, err
+	}
+	if node.GetCluster() != key {
+		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "node.cluster %q differs from the pod's tier %q (namespace %s, annotation %s)", node.GetCluster(), key, bp.namespace, inject.AnnotationTier)
+	}
+	return controlplane.Identity{Tier: key, Expires: bp.until}, nil
+}
+
+// podTier reads the token's pod, checks it is the pod the token was
+// issued for and an injected one, and returns its tier key.
+func (a *tokenAuthenticator) podTier(ctx context.Context, bp boundPod) (string, error) {
+	pod, err := a.pod(ctx, bp)
+	if err != nil {
+		return "", err
+	}
+	if pod.UID != bp.uid {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s has uid %s, the token was issued for uid %s", bp.namespace, bp.name, pod.UID, bp.uid)
+	}
+	if pod.Spec.ServiceAccountName != bp.serviceAccount {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s runs as ServiceAccount %q, the token is %q's", bp.namespace, bp.name, pod.Spec.ServiceAccountName, bp.serviceAccount)
+	}
+	if pod.Annotations[inject.AnnotationInjected] != "true" && pod.Labels[inject.LabelTier] == "" {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s is not an injected pod (no %s annotation)", bp.namespace, bp.name, inject.AnnotationInjected)
+	}
+	tier := pod.Annotations[inject.AnnotationTier]
+	if tier == "" {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s has no %s annotation", bp.namespace, bp.name, inject.AnnotationTier)
+	}
+	return bp.namespace + "/" + tier, nil
+}
+
+// pod reads the token's pod from the cache, or from the API server when
+// the cache does not have it (yet).
+func (a *tokenAuthenticator) pod(ctx context.Context, bp boundPod) (*corev1.Pod, error) {
+	key := types.NamespacedName{Namespace: bp.namespace, Name: bp.name}
+	var pod corev1.Pod
+	err := a.pods.Get(ctx, key, &pod)
+	if apierrors.IsNotFound(err) && a.apiPods != nil {
+		err = a.apiPods.Get(ctx, key, &pod)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, status.Errorf(codes.PermissionDenied, "the token's pod %s does not exist", key)
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "reading the token's pod %s: %v", key, err)
+	}
+	return &pod, nil
+}
+
+// review returns what the API server says about tok (whose sha256 is h),
+// from the cache when it is there. Concurrent reviews of one token share
+// one TokenReview.
+func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, tok string) (boundPod, error) {
+	now := a.now()
+	a.mu.Lock()
+	r, ok := a.cache[h]
+	a.mu.Unlock()
+	if ok && now.Before(r.until) {
+		return r.pod, r.err
+	}
+	v, err, _ := a.flight.Do(string(h[:]), func() (any, error) {
+		r, err := a.tokenReview(ctx, tok)
+		if err != nil {
+			return nil, err // not cached: the API server may answer next time
+		}
+		a.remember(h, r)
+		return r, nil
+	})
+	if err != nil {
+		return boundPod{}, err
+	}
+	r = v.(reviewResult)
+	return r.pod, r.err
+}
+
+// tokenReview asks the API server about tok. err is set only when the API
+// server could not answer; a refusal is a result.
+func (a *tokenAuthenticator) tokenReview(ctx context.Context, tok string) (reviewResult, error) {
+	now := a.now()
+	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok, Audiences: []string{a.audience}}}
+	if err := a.reviews.Create(ctx, tr); err != nil {
+		a.counter.WithLabelValues(reviewError).Inc()
+		return reviewResult{}, status.Errorf(codes.Unavailable, "token review: %v", err)
+	}
+	refuse := func(format string, args ...any) (reviewResult, error) {
+		a.counter.WithLabelValues(reviewRefused).Inc()
+		return reviewResult{err: status.Errorf(codes.Unauthenticated, format, args...), until: now.Add(reviewFailureTTL)}, nil
+	}
+	st := tr.Status
+	if !st.Authenticated {
+		reason := st.Error
+		if reason == "" {
+			reason = "not authenticated"
+		}
+		return refuse("token refused by the API server for audience %q: %s", a.audience, reason)
+	}
+	if !slices.Contains(st.Audiences, a.audience) {
+		return refuse("token is not valid for audience %q", a.audience)
+	}
+	ns, sa, ok := strings.Cut(strings.TrimPrefix(st.User.Username, saUserPrefix), ":")
+	if !strings.HasPrefix(st.User.Username, saUserPrefix) || !ok || ns == "" || sa == "" {
+		return refuse("token is not a ServiceAccount token (user %q)", st.User.Username)
+	}
+	name, uid := single(st.User.Extra[extraPodName]), single(st.User.Extra[extraPodUID])
+	if name == "" || uid == "" {
+		return refuse("token of ServiceAccount %s/%s is not bound to a pod: mount a projected serviceAccountToken", ns, sa)
+	}
+	until := now.Add(reviewMaxAge)
+	if exp, ok := jwtExpiry(tok); ok && exp.Before(until) {
+		until = exp
+	}
+	a.counter.WithLabelValues(reviewAuthenticated).Inc()
+	return reviewResult{
+		pod:   boundPod{namespace: ns, name: name, serviceAccount: sa, uid: types.UID(uid), until: until},
+		until: until,
+	}, nil
+}
+
+// remember caches r under h, keeping the cache within reviewCacheSize:
+// expired entries go first, then arbitrary ones.
+func (a *tokenAuthenticator) remember(h [sha256.Size]byte, r reviewResult) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.cache) >= reviewCacheSize {
+		now := a.now()
+		for k, v := range a.cache {
+			if !now.Before(v.until) {
+				delete(a.cache, k)
+			}
+		}
+		for k := range a.cache {
+			if len(a.cache) < reviewCacheSize {
+				break
+			}
+			delete(a.cache, k)
+		}
+	}
+	a.cache[h] = r
+}
+
+func single(v authnv1.ExtraValue) string {
+	if len(v) != 1 {
+		return ""
+	}
+	return v[0]
+}
+
+// jwtExpiry reads the exp claim of a JWT without verifying anything: the
+// API server has verified the token; exp only bounds how long its review
+// is reused.
+func jwtExpiry(tok string) (time.Time, bool) {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp *int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
+		return time.Time{}, false
+	}
+	return time.Unix(*claims.Exp, 0), true
+}
