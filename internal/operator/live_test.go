@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
@@ -59,7 +57,9 @@ spec:
 %s`
 	apply(fmt.Sprintf(tierYAML, ns, "      bypass: true\n"))
 
-	a := startSidecar(t, origin.URL, ns, "live", "web-0", cluster.xdsAddr)
+	// The sidecar's Redis CA is not PEM (in a pod: a bad redis-ca.crt in
+	// its secrets directory); it matters once a config turns L2 TLS on.
+	a := startSidecar(t, origin.URL, ns, "live", "web-0", cluster.xdsAddr, "--redis-ca-cert=not a certificate")
 
 	xcache := func() string {
 		resp, err := http.Get("http://" + a.Serve + "/page")
@@ -107,20 +107,15 @@ spec:
 		t.Errorf("the origin saw %d more requests while the rule held", hits.Load()-before)
 	}
 
-	// A config the sidecar refuses at apply time (a CA that is not PEM:
-	// valid for the schema and tierconfig.Validate, refused when the
-	// sidecar builds its Redis client) is a NACK: the sidecar keeps
-	// serving its last config, and the status says why.
-	if err := c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-ca"},
-		Data:       map[string][]byte{"ca.crt": []byte("not a certificate")},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// A config the sidecar refuses at apply time (L2 TLS with the
+	// sidecar's CA that is not PEM: valid for the schema and
+	// tierconfig.Validate, refused when the sidecar builds its Redis
+	// client) is a NACK: the sidecar keeps serving its last config, and
+	// the status says why.
 	apply(fmt.Sprintf(tierYAML, ns, `      ttl: 1h
   l2:
     addresses: ["127.0.0.1:1"]
-    tls: {enabled: true, caSecretRef: {name: redis-ca, key: ca.crt}}
+    tls: {enabled: true}
 `))
 	eventually(t, 30*time.Second, func() error {
 		var tier v1alpha1.CacheTier
@@ -139,20 +134,20 @@ spec:
 
 // startSidecar runs a sidecar of tier in namespace ns, connected to the
 // control plane at xds, until the test ends.
-func startSidecar(t *testing.T, upstream, ns, tier, pod, xds string) sidecar.Addrs {
+func startSidecar(t *testing.T, upstream, ns, tier, pod, xds string, extra ...string) sidecar.Addrs {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	addrs := make(chan sidecar.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- sidecar.RunWith(ctx, []string{
+		done <- sidecar.RunWith(ctx, append([]string{
 			"--upstream=" + upstream,
 			"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0",
 			"--tier=" + tier, "--pod-name=" + pod, "--pod-namespace=" + ns,
 			"--control-plane=" + xds,
 			"--state-dir=" + t.TempDir(),
 			"--log-format=text",
-		}, func(string) string { return "" }, logSink(), func(a sidecar.Addrs) { addrs <- a })
+		}, extra...), func(string) string { return "" }, logSink(), func(a sidecar.Addrs) { addrs <- a })
 	}()
 	t.Cleanup(func() {
 		stop()

@@ -157,6 +157,14 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 	if err != nil {
 		return nil, err
 	}
+	// The cache holds only Secrets that opted in to be referenced by
+	// CacheTiers, and the operator reads them by metadata only
+	// (secretLookup): through the cache an unlabelled Secret does not
+	// exist.
+	allowed, err := labels.NewRequirement(inject.LabelAllowReference, selection.Equals, []string{"true"})
+	if err != nil {
+		return nil, err
+	}
 	sync := o.SyncPeriod
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
@@ -171,7 +179,8 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 		Cache: cache.Options{
 			SyncPeriod: &sync,
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.NewSelector().Add(*tierLabel)},
+				&corev1.Pod{}:    {Label: labels.NewSelector().Add(*tierLabel)},
+				&corev1.Secret{}: {Label: labels.NewSelector().Add(*allowed)},
 			},
 		},
 	})
@@ -190,7 +199,9 @@ func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env)
 	srv.Register(PodMutatePath, admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o,
 	})))
-	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{})))
+	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{
+		secrets: secretLookup{cache: mgr.GetClient(), api: mgr.GetAPIReader()},
+	})))
 
 	ready := make(chan struct{})
 	switch o.CertMode {

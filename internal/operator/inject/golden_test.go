@@ -40,9 +40,7 @@ type caseParams struct {
 	Port            int32                        `json:"port"`
 	AdminPort       int32                        `json:"adminPort"`
 	ControlPlane    string                       `json:"controlPlane"`
-	RedisPassword   *corev1.SecretKeySelector    `json:"redisPassword"`
-	PurgeToken      *corev1.SecretKeySelector    `json:"purgeToken"`
-	RedisCACert     *corev1.SecretKeySelector    `json:"redisCACert"`
+	Secrets         []SecretFile                 `json:"secrets"`
 }
 
 // defaultCaseParams are the Params of every golden case unless its
@@ -73,9 +71,7 @@ func (c caseParams) params(pod *corev1.Pod) Params {
 		Port:            c.Port,
 		AdminPort:       c.AdminPort,
 		ControlPlane:    c.ControlPlane,
-		RedisPassword:   c.RedisPassword,
-		PurgeToken:      c.PurgeToken,
-		RedisCACert:     c.RedisCACert,
+		Secrets:         c.Secrets,
 	}
 }
 
