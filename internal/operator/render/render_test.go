@@ -274,6 +274,11 @@ func TestSecretReferences(t *testing.T) {
 			file:    "invalidation-key", is: ErrNotGenerated,
 			message: `Secret "web-tiercache" exists but was not generated for this CacheTier (it lacks the label tiercache.io/generated-for=web); the operator leaves it alone: delete or rename it and the operator creates its own`,
 		},
+		"a generated Secret that lost its allow label says how to fix it": {
+			secrets: secretMetas{"shop/web-tiercache": {Labels: map[string]string{inject.LabelGeneratedFor: "web"}}},
+			file:    "invalidation-key", is: ErrNotAllowed,
+			message: `the generated Secret "web-tiercache" lost its label tiercache.io/allow-reference=true: put it back (kubectl label secret web-tiercache tiercache.io/allow-reference=true -n shop) or delete the Secret and the operator creates a new one`,
+		},
 		"a generated Secret not created yet says the operator creates it": {
 			secrets: secretMetas{},
 			file:    "invalidation-key", is: ErrNotFound,

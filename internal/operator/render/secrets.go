@@ -133,6 +133,9 @@ func (e *SecretError) Error() string {
 				name, inject.LabelGeneratedFor, e.Tier)
 		case errors.Is(e.Err, ErrNotFound):
 			return fmt.Sprintf("the generated Secret %q does not exist yet; the operator creates it", name)
+		case errors.Is(e.Err, ErrNotAllowed):
+			return fmt.Sprintf("the generated Secret %q lost its label %s=true: put it back (%s) or delete the Secret and the operator creates a new one",
+				name, inject.LabelAllowReference, label)
 		}
 		return fmt.Sprintf("the generated Secret %q: %v", name, e.Err)
 	}
