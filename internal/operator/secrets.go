@@ -48,7 +48,7 @@ func (s secretLookup) SecretMeta(ctx context.Context, ns, name string) (metav1.O
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("Secret %s: %w", key, render.ErrNotFound)
+		return nil, fmt.Errorf("secret %s: %w", key, render.ErrNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("reading Secret %s: %w", key, err)
 	}
