@@ -267,9 +267,9 @@ func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handler.EventHandle
 
 // SetupWithManager registers the status controller (leader only):
 // CacheTiers, the Secrets they reference and their generated Secrets
-// (metadata only, and only labelled ones: see newManager), injected Pods (by their tier label; the
-// manager's cache holds only Pods that carry it, see newManager), and
-// NACKs reported by the control plane on nacked.
+// (metadata only, and only labelled ones: see newManager), injected Pods
+// (by their tier label; the manager's cache holds only Pods that carry
+// it), and NACKs reported by the control plane on nacked.
 func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handler.EventHandler, nacked <-chan event.GenericEvent) error {
 	podToTier := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[inject.LabelTier]
