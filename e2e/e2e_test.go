@@ -349,12 +349,31 @@ spec:
 			t.Fatalf("pod %s: projected tokens %q, args %q: want the xDS token at %s", name, tokens, sc.Args, tokenFile)
 		}
 		listen, adminAddr := freeAddr(t), freeAddr(t)
+		// The tier's Secrets (here the generated purge token and
+		// invalidation key) projected as the kubelet would.
+		secretsDir := t.TempDir()
+		for _, v := range got.Spec.Volumes {
+			if v.Name == inject.SecretsVolumeName && v.Projected != nil {
+				testkube.ProjectVolume(t.Context(), c, appNS, v.Projected, secretsDir)
+			}
+		}
+		for _, f := range []string{inject.FilePurgeToken, inject.FileInvalidationKey} {
+			if b, err := os.ReadFile(filepath.Join(secretsDir, f)); err != nil || len(b) != 64 {
+				t.Fatalf("pod %s: the projected %s from the generated Secret: %q, %v", name, f, b, err)
+			}
+		}
+		if !acceptsFlag(t, bins.sidecar, "secrets-dir") {
+			// Until the sidecar reads its secrets directory (issue 11,
+			// the sidecar's part), it runs without one.
+			secretsDir = ""
+		}
 		args := rewriteArgs(t, sc.Args, map[string]string{
 			"--listen":                   listen,
 			"--admin-listen":             adminAddr,
 			"--control-plane":            "localhost:" + portOf(xdsAddr),
 			"--control-plane-token-file": filepath.Join(podRoot, tokenFile),
 			"--state-dir":                t.TempDir(),
+			"--secrets-dir":              secretsDir,
 		})
 		if !contains(args, "--upstream=http://127.0.0.1:"+portOf(originAddr)) {
 			t.Fatalf("injected args %q do not front the app port", args)

@@ -122,14 +122,20 @@ func checkRBAC(t *testing.T, ctx context.Context, c client.Client) {
 		{"create", "", "events", "", releaseNS, ""},
 		{"create", "", "secrets", "", releaseNS, ""},
 		{"update", "", "secrets", "", releaseNS, "tiercache-webhook-cert"},
+		// Each tier's generated Secret <tier>-tiercache.
+		{"create", "", "secrets", "", "shop", ""},
 	}
 	denied := []access{
 		{"update", "tiercache.io", "cachetiers", "", "shop", "pages"},
 		{"delete", "tiercache.io", "cachetiers", "", "shop", "pages"},
 		{"create", "", "pods", "", "shop", ""},
 		{"patch", "", "pods", "", "shop", "web-0"},
-		{"create", "", "secrets", "", "shop", ""},
+		// Generated Secrets are never overwritten, and go with their
+		// CacheTier (owner reference), so neither update nor delete.
 		{"update", "", "secrets", "", "shop", "redis"},
+		{"patch", "", "secrets", "", "shop", "pages-tiercache"},
+		{"delete", "", "secrets", "", "shop", "pages-tiercache"},
+		{"deletecollection", "", "secrets", "", "shop", ""},
 		{"update", "", "secrets", "", releaseNS, "someone-elses"},
 		{"delete", "", "secrets", "", releaseNS, "tiercache-webhook-cert"},
 		{"patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "", "istio-sidecar-injector"},
@@ -140,17 +146,7 @@ func checkRBAC(t *testing.T, ctx context.Context, c client.Client) {
 	}
 	ask := func(a access) bool {
 		t.Helper()
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   sa,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.sub, Namespace: a.ns, Name: a.name,
-			},
-		}}
-		if err := c.Create(ctx, sar); err != nil {
-			t.Fatal(err)
-		}
-		return sar.Status.Allowed
+		return allowedTo(t, ctx, c, sa, releaseNS, a.verb, a.group, a.resource, a.sub, a.ns, a.name)
 	}
 	for _, a := range allowed {
 		if !ask(a) {
@@ -162,6 +158,40 @@ func checkRBAC(t *testing.T, ctx context.Context, c client.Client) {
 			t.Errorf("the operator may %s %s/%s %s in %q %q; it should not", a.verb, a.group, a.resource, a.sub, a.ns, a.name)
 		}
 	}
+
+	// The sidecar needs no RBAC at all: its Secrets come as projected
+	// volumes, its config over xDS. The ServiceAccount of a tenant's pods
+	// gets nothing from the chart.
+	pods := "system:serviceaccount:shop:default"
+	for _, a := range []access{
+		{"get", "", "secrets", "", "shop", "pages-tiercache"},
+		{"list", "", "secrets", "", "shop", ""},
+		{"get", "tiercache.io", "cachetiers", "", "shop", "pages"},
+		{"list", "tiercache.io", "cachetiers", "", "", ""},
+		{"create", "authentication.k8s.io", "tokenreviews", "", "", ""},
+		{"get", "", "pods", "", "shop", "web-0"},
+	} {
+		if allowedTo(t, ctx, c, pods, "shop", a.verb, a.group, a.resource, a.sub, a.ns, a.name) {
+			t.Errorf("a tenant pod's ServiceAccount may %s %s/%s in %q %q; the chart should grant it nothing", a.verb, a.group, a.resource, a.ns, a.name)
+		}
+	}
+}
+
+// allowedTo asks the API server (a SubjectAccessReview) whether the
+// ServiceAccount user of namespace saNS may do verb on the resource.
+func allowedTo(t *testing.T, ctx context.Context, c client.Client, user, saNS, verb, group, resource, sub, ns, name string) bool {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   user,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + saNS, "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: verb, Group: group, Resource: resource, Subresource: sub, Namespace: ns, Name: name,
+		},
+	}}
+	if err := c.Create(ctx, sar); err != nil {
+		t.Fatal(err)
+	}
+	return sar.Status.Allowed
 }
 
 // checkUpgrade fills the cert Secret and the caBundles the way the

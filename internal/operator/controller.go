@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -48,14 +49,22 @@ func (NoPublisher) Publish(context.Context, string, tierconfig.Config) error { r
 func (NoPublisher) Clear(string)                                             {}
 func (NoPublisher) Connected(string) int                                     { return 0 }
 
-// TierReconciler renders each CacheTier (Secrets included), publishes the
-// result and reports it in status: conditions Valid and Ready,
-// observedGeneration, config hash, L2 mode, injected pods and connected
-// sidecars. Nothing outside the API server is created, so there is no
-// finalizer: a deleted tier is only cleared from the publisher.
+// TierReconciler renders each CacheTier (its Secrets by resourceVersion,
+// never by value), publishes the result and reports it in status:
+// conditions Valid and Ready, observedGeneration, config hash, L2 mode,
+// injected pods and connected sidecars. It creates the tier's generated
+// Secret (<tier>-tiercache: purge token, invalidation key) when missing;
+// the Secret is owned by the tier and garbage collected with it, so there
+// is no finalizer: a deleted tier is only cleared from the publisher.
 type TierReconciler struct {
-	Client    client.Client
+	// Client's cache holds only Secrets labelled
+	// tiercache.io/allow-reference=true, by metadata.
+	Client client.Client
+	// APIReader reads the metadata of a Secret that blocks the generated
+	// Secret's name (the cache does not hold an unlabelled one).
 	APIReader client.Reader
+	// Random feeds the generated Secrets; nil = crypto/rand.
+	Random    io.Reader
 	Events    events.EventRecorder
 	Publisher Publisher
 	// Refresh re-reconciles each tier this often to update the connected
@@ -79,17 +88,32 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	gen := tier.Generation
 	var requeueErr error
 
-	cfg, err := render.Config(ctx, tier, secretReader{r.APIReader})
-	var se *render.SecretError
-	switch {
+	lookup := secretLookup{cache: r.Client}
+	made, err := ensureGeneratedSecret(ctx, r.Client, r.APIReader, tier, r.Random)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if made != nil {
+		lookup.known = map[string]metav1.Object{made.GetName(): made}
+	}
+	cfg, err := render.Config(ctx, tier, lookup)
+	switch ses := render.SecretErrors(err); {
 	case err == nil:
 		setCondition(status, gen, v1alpha1.ConditionValid, metav1.ConditionTrue, v1alpha1.ReasonRendered, "the spec renders to a valid sidecar config")
-	case errors.As(err, &se) && !errors.Is(se.Err, render.ErrNotFound):
-		// Reading the Secret failed for another reason: retry, keep the
+	case render.Transient(err):
+		// Reading a Secret failed for another reason: retry, keep the
 		// status as it was.
 		return reconcile.Result{}, err
-	case errors.As(err, &se):
-		setCondition(status, gen, v1alpha1.ConditionValid, metav1.ConditionFalse, v1alpha1.ReasonSecretMissing, se.Error())
+	case len(ses) > 0:
+		reason := v1alpha1.ReasonSecretMissing
+		msgs := make([]string, len(ses))
+		for i, se := range ses {
+			if errors.Is(se, render.ErrNotGenerated) {
+				reason = v1alpha1.ReasonSecretConflict
+			}
+			msgs[i] = se.Error()
+		}
+		setCondition(status, gen, v1alpha1.ConditionValid, metav1.ConditionFalse, reason, strings.Join(msgs, "; "))
 	default:
 		setCondition(status, gen, v1alpha1.ConditionValid, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, render.FieldErrors(err).ToAggregate().Error())
 	}
@@ -106,6 +130,9 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		} else {
 			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "the rendered config is published to the tier's sidecars")
 		}
+	} else if v := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionValid); v.Reason != v1alpha1.ReasonInvalidSpec {
+		// A Secret problem: say how to fix it here too.
+		setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v.Reason, v.Message+"; sidecars keep their last valid config")
 	} else {
 		// Sidecars keep the last config that was valid; say so.
 		setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNotValid, "the spec is not valid; sidecars keep their last valid config")
@@ -197,7 +224,8 @@ func truncate(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
-// secretRefs lists the Secret names a tier references.
+// secretRefs lists the Secret names a tier references, and its generated
+// Secret.
 func secretRefs(t *v1alpha1.CacheTier) []string {
 	var out []string
 	add := func(r *corev1.SecretKeySelector) {
@@ -212,7 +240,7 @@ func secretRefs(t *v1alpha1.CacheTier) []string {
 		}
 	}
 	add(t.Spec.Purge.TokenSecretRef)
-	return out
+	return append(out, inject.GeneratedSecretName(t.Name))
 }
 
 // indexSecretRefs indexes CacheTiers by the Secrets they reference and
@@ -238,10 +266,10 @@ func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handler.EventHandle
 }
 
 // SetupWithManager registers the status controller (leader only):
-// CacheTiers, the Secrets they reference (metadata only; values are read
-// uncached when rendering), injected Pods (by their tier label; the
-// manager's cache holds only Pods that carry it, see newManager), and
-// NACKs reported by the control plane on nacked.
+// CacheTiers, the Secrets they reference and their generated Secrets
+// (metadata only, and only labelled ones: see newManager), injected Pods
+// (by their tier label; the manager's cache holds only Pods that carry
+// it), and NACKs reported by the control plane on nacked.
 func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handler.EventHandler, nacked <-chan event.GenericEvent) error {
 	podToTier := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[inject.LabelTier]

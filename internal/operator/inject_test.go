@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,9 @@ func TestPodsAreInjectedThroughTheAPIServer(t *testing.T) {
 	if err := c.Create(ctx, tier); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Create(ctx, labelledSecret(ns, "purge", map[string]string{"token": "0123456789abcdef0123"})); err != nil {
+		t.Fatal(err)
+	}
 
 	pod := appPod(ns, "web-1", map[string]string{inject.AnnotationTier: "pages"})
 	eventually(t, 30*time.Second, func() error {
@@ -97,14 +101,14 @@ func TestPodsAreInjectedThroughTheAPIServer(t *testing.T) {
 	if app := got.Spec.Containers[0]; app.Ports[0].Name != "" || app.ReadinessProbe.HTTPGet.Port.IntValue() != 8080 {
 		t.Errorf("app port %+v, probe port %v", app.Ports[0], app.ReadinessProbe.HTTPGet.Port)
 	}
-	wantArgs := []string{"--upstream=http://127.0.0.1:8080", "--tier=pages", "--control-plane=tiercache-xds.tiercache-system.svc:18000"}
+	wantArgs := []string{"--upstream=http://127.0.0.1:8080", "--tier=pages", "--control-plane=tiercache-xds.tiercache-system.svc:18000", "--secrets-dir=" + inject.SecretsDir}
 	for _, a := range wantArgs {
 		if !strings.Contains(strings.Join(sc.Args, " "), a) {
 			t.Errorf("args %v lack %s", sc.Args, a)
 		}
 	}
 	// The config in the pod spec is the rendered tier, without secrets:
-	// the token reaches the container from its Secret.
+	// the token reaches the container as a file of the projected volume.
 	e, ok := envValue(sc, inject.EnvInitialConfig)
 	if !ok {
 		t.Fatal("no initial config in the pod spec")
@@ -116,8 +120,16 @@ func TestPodsAreInjectedThroughTheAPIServer(t *testing.T) {
 	if cfg.L1.MaxSize != 64<<20 || len(cfg.Rules) != 1 || cfg.Rules[0].TTL.Std() != time.Hour || cfg.Purge.Token != "" {
 		t.Errorf("initial config %+v", cfg)
 	}
-	if tok, ok := envValue(sc, inject.EnvPurgeToken); !ok || tok.ValueFrom == nil || tok.ValueFrom.SecretKeyRef == nil || tok.ValueFrom.SecretKeyRef.Name != "purge" {
-		t.Errorf("purge token env %+v", tok)
+	for _, e := range sc.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			t.Errorf("a secret reaches the sidecar through env %s", e.Name)
+		}
+	}
+	if got, want := projectedFiles(&got), "invalidation-key=pages-tiercache/invalidation-key purge-token=purge/token"; got != want {
+		t.Errorf("projected secret files %q, want %q", got, want)
+	}
+	if !strings.HasPrefix(cfg.SecretVersions["purge-token"], "purge/token@") {
+		t.Errorf("the initial config's secret versions %v lack the purge token Secret's", cfg.SecretVersions)
 	}
 	if got.Annotations[inject.AnnotationConfigHash] != cfg.Hash() {
 		t.Errorf("config-hash annotation %q, config hashes %q", got.Annotations[inject.AnnotationConfigHash], cfg.Hash())
@@ -186,11 +198,11 @@ func TestPodsAreInjectedThroughTheAPIServer(t *testing.T) {
 func TestInjectionRefusesAnInvalidTier(t *testing.T) {
 	w := &podInjector{Opts: Options{SidecarImage: "img", MissingTier: MissingTierRefuse}}
 	bad := newTier("ns", "bad", v1alpha1.CacheTierSpec{L1: v1alpha1.L1Spec{MaxSize: qty("512Ki")}})
-	_, err := w.params(bad)
+	_, err := w.params(context.Background(), bad)
 	if err == nil || !strings.Contains(err.Error(), "spec.l1.maxSize") {
 		t.Fatalf("params of an invalid tier: %v", err)
 	}
-	good, err := w.params(newTier("ns", "good", v1alpha1.CacheTierSpec{}))
+	good, err := w.params(context.Background(), newTier("ns", "good", v1alpha1.CacheTierSpec{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +232,7 @@ func TestInjectionRefusesASidecarImageTheOperatorDoesNotAllow(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			p, err := w.params(newTier("ns", "t", v1alpha1.CacheTierSpec{Sidecar: v1alpha1.SidecarSpec{Image: tc.image}}))
+			p, err := w.params(context.Background(), newTier("ns", "t", v1alpha1.CacheTierSpec{Sidecar: v1alpha1.SidecarSpec{Image: tc.image}}))
 			switch {
 			case tc.allowed && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -231,4 +243,38 @@ func TestInjectionRefusesASidecarImageTheOperatorDoesNotAllow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// projectedFiles lists the pod's projected secret files, sorted, as
+// "file=secret/key" (optional ones marked "?").
+func projectedFiles(p *corev1.Pod) string {
+	var out []string
+	for _, v := range p.Spec.Volumes {
+		if v.Name != inject.SecretsVolumeName || v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.Secret == nil {
+				continue
+			}
+			opt := ""
+			if src.Secret.Optional != nil && *src.Secret.Optional {
+				opt = "?"
+			}
+			for _, it := range src.Secret.Items {
+				out = append(out, it.Path+"="+src.Secret.Name+"/"+it.Key+opt)
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+// labelledSecret is a Secret CacheTiers may reference.
+func labelledSecret(ns, name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{inject.LabelAllowReference: "true"}},
+		StringData: data,
+	}
+	return s
 }

@@ -61,7 +61,9 @@ spec:
 %s`
 	apply(fmt.Sprintf(tierYAML, ns, "      bypass: true\n"))
 
-	a := startSidecar(t, origin.URL, ns, "live", "web-0", cluster.xdsAddr)
+	// The sidecar's Redis CA is not PEM (in a pod: a bad redis-ca.crt in
+	// its secrets directory); it matters once a config turns L2 TLS on.
+	a := startSidecar(t, origin.URL, ns, "live", "web-0", cluster.xdsAddr, "--redis-ca-cert=not a certificate")
 
 	xcache := func() string {
 		resp, err := http.Get("http://" + a.Serve + "/page")
@@ -109,20 +111,15 @@ spec:
 		t.Errorf("the origin saw %d more requests while the rule held", hits.Load()-before)
 	}
 
-	// A config the sidecar refuses at apply time (a CA that is not PEM:
-	// valid for the schema and tierconfig.Validate, refused when the
-	// sidecar builds its Redis client) is a NACK: the sidecar keeps
-	// serving its last config, and the status says why.
-	if err := c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis-ca"},
-		Data:       map[string][]byte{"ca.crt": []byte("not a certificate")},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// A config the sidecar refuses at apply time (L2 TLS with the
+	// sidecar's CA that is not PEM: valid for the schema and
+	// tierconfig.Validate, refused when the sidecar builds its Redis
+	// client) is a NACK: the sidecar keeps serving its last config, and
+	// the status says why.
 	apply(fmt.Sprintf(tierYAML, ns, `      ttl: 1h
   l2:
     addresses: ["127.0.0.1:1"]
-    tls: {enabled: true, caSecretRef: {name: redis-ca, key: ca.crt}}
+    tls: {enabled: true}
 `))
 	eventually(t, 30*time.Second, func() error {
 		var tier v1alpha1.CacheTier
@@ -141,8 +138,9 @@ spec:
 
 // startSidecar creates pod (annotated for tier, injected by the webhook)
 // and runs its sidecar, connected to the control plane at xds with the
-// pod's token and the suite's CA, until the test ends.
-func startSidecar(t *testing.T, upstream, ns, tier, pod, xds string) sidecar.Addrs {
+// pod's token and the suite's CA, until the test ends; extra arguments
+// are added to the sidecar's.
+func startSidecar(t *testing.T, upstream, ns, tier, pod, xds string, extra ...string) sidecar.Addrs {
 	t.Helper()
 	p := createPod(t, ns, pod, tier)
 	tokenFile := filepath.Join(t.TempDir(), "token")
@@ -151,7 +149,7 @@ func startSidecar(t *testing.T, upstream, ns, tier, pod, xds string) sidecar.Add
 		t.Fatal(err)
 	}
 	testkube.WriteToken(t, tokenFile, tok)
-	return runSidecar(t, upstream, ns, tier, pod, xds, "--control-plane-token-file="+tokenFile, "--control-plane-ca="+cluster.caFile)
+	return runSidecar(t, upstream, ns, tier, pod, xds, append([]string{"--control-plane-token-file=" + tokenFile, "--control-plane-ca=" + cluster.caFile}, extra...)...)
 }
 
 // createPod creates a pod running as ServiceAccount "app" (created if

@@ -161,6 +161,14 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 	if err != nil {
 		return nil, err
 	}
+	// The cache holds only Secrets that opted in to be referenced by
+	// CacheTiers, and the operator reads them by metadata only
+	// (secretLookup): through the cache an unlabelled Secret does not
+	// exist.
+	allowed, err := labels.NewRequirement(inject.LabelAllowReference, selection.Equals, []string{"true"})
+	if err != nil {
+		return nil, err
+	}
 	sync := o.SyncPeriod
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
@@ -175,7 +183,8 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 		Cache: cache.Options{
 			SyncPeriod: &sync,
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.NewSelector().Add(*tierLabel)},
+				&corev1.Pod{}:    {Label: labels.NewSelector().Add(*tierLabel)},
+				&corev1.Secret{}: {Label: labels.NewSelector().Add(*allowed)},
 			},
 		},
 	})
@@ -195,7 +204,10 @@ func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env,
 	srv.Register(PodMutatePath, admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o,
 	})))
-	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{Opts: o})))
+	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{
+		Opts:    o,
+		secrets: secretLookup{cache: mgr.GetClient(), api: mgr.GetAPIReader()},
+	})))
 
 	switch o.CertMode {
 	case CertModeExternal:

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
 )
 
 func qty(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
@@ -173,9 +174,10 @@ func condition(tier *v1alpha1.CacheTier, t string) *metav1.Condition {
 	return meta.FindStatusCondition(tier.Status.Conditions, t)
 }
 
-// TestStatusFollowsSpecAndSecrets: conditions converge, a missing Secret
-// makes the tier not Valid until it appears, and a rotated Secret changes
-// the rendered config hash.
+// TestStatusFollowsSpecAndSecrets: conditions converge, a missing or
+// unlabelled Secret makes the tier not Valid (saying how to fix it) until
+// it exists with the label, and a rotated Secret changes the rendered
+// config hash, which holds only resourceVersions.
 func TestStatusFollowsSpecAndSecrets(t *testing.T) {
 	c := needCluster(t)
 	ns := namespace(t, c)
@@ -196,31 +198,53 @@ func TestStatusFollowsSpecAndSecrets(t *testing.T) {
 		}
 		return &got
 	}
+	notValid := func(wants ...string) func() error {
+		return func() error {
+			got := get()
+			v := condition(got, v1alpha1.ConditionValid)
+			if v == nil || v.Status != metav1.ConditionFalse || v.Reason != v1alpha1.ReasonSecretMissing {
+				return errorf("Valid = %+v", v)
+			}
+			r := condition(got, v1alpha1.ConditionReady)
+			if r == nil || r.Status != metav1.ConditionFalse {
+				return errorf("Ready = %+v", r)
+			}
+			for _, want := range wants {
+				if !strings.Contains(v.Message, want) || !strings.Contains(r.Message, want) {
+					return errorf("Valid %q or Ready %q lacks %q", v.Message, r.Message, want)
+				}
+			}
+			return nil
+		}
+	}
 
-	// Neither Secret exists: not Valid, with the field and Secret named.
+	// Neither Secret exists: not Valid, with the field, the Secret and the
+	// fix named.
+	eventually(t, 30*time.Second, notValid("spec.l2.passwordSecretRef", `"redis"`, "kubectl label secret redis tiercache.io/allow-reference=true -n "+ns))
+
+	// The password Secret exists without the label: it is as good as
+	// missing.
+	redis := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis"}, Data: map[string][]byte{"password": []byte("first-password")}}
+	if err := c.Create(ctx, redis); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, labelledSecret(ns, "purge", map[string]string{"token": "0123456789abcdef-token"})); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 30*time.Second, func() error {
-		got := get()
-		v := condition(got, v1alpha1.ConditionValid)
-		if v == nil || v.Status != metav1.ConditionFalse || v.Reason != v1alpha1.ReasonSecretMissing {
-			return errorf("Valid = %+v", v)
+		if err := notValid("kubectl label secret redis tiercache.io/allow-reference=true -n " + ns)(); err != nil {
+			return err
 		}
-		if !strings.Contains(v.Message, "spec.l2.passwordSecretRef") || !strings.Contains(v.Message, `"redis"`) {
-			return errorf("message %q does not name the field and Secret", v.Message)
-		}
-		if r := condition(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse {
-			return errorf("Ready = %+v", r)
+		if m := condition(get(), v1alpha1.ConditionValid).Message; strings.Contains(m, "spec.purge.tokenSecretRef") {
+			return errorf("the labelled purge Secret is still reported missing: %q", m)
 		}
 		return nil
 	})
 
-	secret := func(name, k, v string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{k: []byte(v)}}
-	}
-	redis := secret("redis", "password", "first-password")
-	for _, s := range []*corev1.Secret{redis, secret("purge", "token", "0123456789abcdef-token")} {
-		if err := c.Create(ctx, s); err != nil {
-			t.Fatal(err)
-		}
+	// Labelling it makes the tier Ready.
+	redis.Labels = map[string]string{inject.LabelAllowReference: "true"}
+	if err := c.Update(ctx, redis); err != nil {
+		t.Fatal(err)
 	}
 	var firstHash string
 	eventually(t, 30*time.Second, func() error {
@@ -237,34 +261,19 @@ func TestStatusFollowsSpecAndSecrets(t *testing.T) {
 		return nil
 	})
 
-	// Rotating the password changes the rendered config.
+	// Rotating the password changes the rendered config; the hash is the
+	// one of the config without values and with the resourceVersions.
 	redis.Data["password"] = []byte("second-password")
 	if err := c.Update(ctx, redis); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, func() error {
-		if h := get().Status.ConfigHash; h == firstHash {
-			return errorf("config hash still %s after the Secret rotated", h)
+		got := get()
+		if got.Status.ConfigHash == firstHash {
+			return errorf("config hash still %s after the Secret rotated", firstHash)
 		}
-		return nil
-	})
-
-	// A purge token that the sidecar would refuse makes the tier not Valid.
-	var purge corev1.Secret
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "purge"}, &purge); err != nil {
-		t.Fatal(err)
-	}
-	purge.Data["token"] = []byte("short")
-	if err := c.Update(ctx, &purge); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, func() error {
-		v := condition(get(), v1alpha1.ConditionValid)
-		if v == nil || v.Reason != v1alpha1.ReasonInvalidSpec || !strings.Contains(v.Message, "spec.purge.tokenSecretRef") {
-			return errorf("Valid = %+v", v)
-		}
-		if strings.Contains(v.Message, "short") {
-			return errorf("the message quotes the secret: %q", v.Message)
+		if want := valuelessHash(t, c, got); got.Status.ConfigHash != want {
+			return errorf("config hash %s, the config rendered from resourceVersions alone hashes %s", got.Status.ConfigHash, want)
 		}
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -33,11 +34,13 @@ const (
 
 // podInjector is the mutating admission webhook for Pods: it injects the
 // sidecar into pods annotated tiercache.io/tier, rendering the named tier
-// (without Secrets: those reach the container as secretKeyRef variables).
+// with its Secrets by resourceVersion (their values reach the container as
+// files of a projected volume, never in the pod spec).
 type podInjector struct {
-	// Client reads CacheTiers from the manager's cache; APIReader is the
-	// fallback for a tier created a moment ago that the cache has not
-	// seen yet.
+	// Client reads CacheTiers and labelled Secrets (metadata) from the
+	// manager's cache; APIReader is the fallback for an object created a
+	// moment ago that the cache has not seen yet, and tells an unlabelled
+	// Secret from a missing one.
 	Client    client.Reader
 	APIReader client.Reader
 	Opts      Options
@@ -62,7 +65,7 @@ func (w *podInjector) Default(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	p, err := w.params(tier)
+	p, err := w.params(ctx, tier)
 	if err != nil {
 		return err
 	}
@@ -131,14 +134,45 @@ func (w *podInjector) tier(ctx context.Context, ns, name string) (*v1alpha1.Cach
 	}
 }
 
-// params renders the tier for the pod spec: the config with secret fields
-// empty, and the Secret references the sidecar reads from its environment.
-func (w *podInjector) params(t *v1alpha1.CacheTier) (inject.Params, error) {
+// params renders the tier for the pod spec: the config without secret
+// values and the Secret files to project. A referenced Secret is
+// projected only when it exists and is labelled
+// tiercache.io/allow-reference=true: an unlabelled one (even optional) or
+// a missing required one refuses the pod, saying how to fix it; a missing
+// optional one is left out. The generated Secret is projected even before
+// the controller has created it (the kubelet waits for it), unless a
+// Secret of its name that is not the tier's exists.
+func (w *podInjector) params(ctx context.Context, t *v1alpha1.CacheTier) (inject.Params, error) {
 	cfg, err := render.Redacted(t)
 	if err != nil {
 		// The validating webhook refuses such a tier; one written while it
 		// was down (or before it existed) still must not reach a pod.
 		return inject.Params{}, fmt.Errorf("tiercache: CacheTier %q is not valid, not injecting: %w", t.Name, render.FieldErrors(err).ToAggregate())
+	}
+	var files []inject.SecretFile
+	if t.UID != "" { // not the built-in tier of --missing-tier=defaults
+		versions, err := render.SecretVersions(ctx, t, secretLookup{cache: w.Client, api: w.APIReader})
+		var refuse []string
+		for _, se := range render.SecretErrors(err) {
+			switch {
+			case se.File.Generated() && errors.Is(se, render.ErrNotFound):
+			case render.Transient(se):
+				return inject.Params{}, fmt.Errorf("tiercache: CacheTier %q: %w", t.Name, se)
+			default:
+				refuse = append(refuse, se.Error())
+			}
+		}
+		if len(refuse) > 0 {
+			return inject.Params{}, fmt.Errorf("tiercache: CacheTier %q cannot be used yet, not injecting: %s", t.Name, strings.Join(refuse, "; "))
+		}
+		for _, f := range render.SecretFiles(t) {
+			if _, ok := versions[f.File]; ok || f.Generated() {
+				files = append(files, inject.SecretFile{File: f.File, Secret: f.Secret, Key: f.Key, Optional: f.Optional})
+			}
+		}
+		if len(versions) > 0 {
+			cfg.SecretVersions = versions
+		}
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {
@@ -156,7 +190,7 @@ func (w *podInjector) params(t *v1alpha1.CacheTier) (inject.Params, error) {
 		Port:            sc.Port,
 		AdminPort:       sc.AdminPort,
 		ControlPlane:    w.Opts.ControlPlaneAddress,
-		PurgeToken:      t.Spec.Purge.TokenSecretRef,
+		Secrets:         files,
 	}
 	if err := w.Opts.checkSidecarImage(t); err != nil {
 		// A tier written while the validating webhook was down (or
@@ -169,46 +203,69 @@ func (w *podInjector) params(t *v1alpha1.CacheTier) (inject.Params, error) {
 	if sc.ImagePullPolicy != "" {
 		p.ImagePullPolicy = sc.ImagePullPolicy
 	}
-	if l2 := t.Spec.L2; l2 != nil {
-		p.RedisPassword = l2.PasswordSecretRef
-		if l2.TLS != nil {
-			p.RedisCACert = l2.TLS.CASecretRef
-		}
-	}
 	return p, nil
 }
 
 // tierValidator is the validating admission webhook for CacheTiers: the
 // same render and tierconfig.Validate the controller and the sidecar run,
-// with errors naming the CacheTier fields.
-type tierValidator struct{ Opts Options }
+// with errors naming the CacheTier fields, and the opt-in check of the
+// Secrets the tier references: one that exists without the label
+// tiercache.io/allow-reference=true is refused (with the kubectl command
+// that labels it); one that does not exist yet is allowed with a warning
+// (it may be created after the tier), and the tier's status says so.
+type tierValidator struct {
+	Opts    Options
+	secrets render.Secrets
+}
 
 var _ admission.Validator[*v1alpha1.CacheTier] = tierValidator{}
 
-func (v tierValidator) ValidateCreate(_ context.Context, t *v1alpha1.CacheTier) (admission.Warnings, error) {
-	return v.validateTier(t)
+func (v tierValidator) ValidateCreate(ctx context.Context, t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	return v.validate(ctx, t)
 }
 
-func (v tierValidator) ValidateUpdate(_ context.Context, _, t *v1alpha1.CacheTier) (admission.Warnings, error) {
-	return v.validateTier(t)
+func (v tierValidator) ValidateUpdate(ctx context.Context, _, t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	return v.validate(ctx, t)
 }
 
 func (v tierValidator) ValidateDelete(context.Context, *v1alpha1.CacheTier) (admission.Warnings, error) {
 	return nil, nil
 }
 
-func (v tierValidator) validateTier(t *v1alpha1.CacheTier) (admission.Warnings, error) {
-	var errs field.ErrorList
+func (v tierValidator) validate(ctx context.Context, t *v1alpha1.CacheTier) (admission.Warnings, error) {
+	gk := v1alpha1.GroupVersion.WithKind("CacheTier").GroupKind()
+	var invalid field.ErrorList
 	if _, err := render.Redacted(t); err != nil {
-		errs = render.FieldErrors(err)
+		invalid = render.FieldErrors(err)
 	}
 	if err := v.Opts.checkSidecarImage(t); err != nil {
-		errs = append(errs, err)
+		invalid = append(invalid, err)
 	}
-	if len(errs) > 0 {
-		return nil, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("CacheTier").GroupKind(), t.Name, errs)
+	if len(invalid) > 0 {
+		return nil, apierrors.NewInvalid(gk, t.Name, invalid)
 	}
-	return nil, nil
+	var warnings admission.Warnings
+	var refused field.ErrorList
+	for _, f := range render.SecretFiles(t) {
+		if f.Generated() {
+			continue // the controller creates it, or reports a conflict
+		}
+		_, err := render.ResolveSecret(ctx, t, v.secrets, f)
+		se := &render.SecretError{File: f, Namespace: t.Namespace, Tier: t.Name, Err: err}
+		switch {
+		case err == nil:
+		case errors.Is(err, render.ErrNotFound):
+			warnings = append(warnings, se.Error())
+		case errors.Is(err, render.ErrNotAllowed):
+			refused = append(refused, field.Invalid(field.NewPath(f.Field), f.Secret, se.Error()))
+		default:
+			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: cannot check Secret %q: %v", f.Field, f.Secret, err))
+		}
+	}
+	if len(refused) > 0 {
+		return warnings, apierrors.NewInvalid(gk, t.Name, refused)
+	}
+	return warnings, nil
 }
 
 // checkSidecarImage refuses a tier whose spec.sidecar.image the operator

@@ -201,11 +201,10 @@ func (r *PublishReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if tier == nil || err != nil {
 		return reconcile.Result{}, err
 	}
-	cfg, err := render.Config(ctx, tier, secretReader{r.APIReader})
-	var se *render.SecretError
+	cfg, err := render.Config(ctx, tier, secretLookup{cache: r.Client})
 	switch {
-	case errors.As(err, &se) && !errors.Is(se.Err, render.ErrNotFound):
-		return reconcile.Result{}, err // transient: retry
+	case render.Transient(err):
+		return reconcile.Result{}, err // retry
 	case err != nil:
 		// Not valid: sidecars keep the last valid config (the status
 		// controller says so); nothing to publish.

@@ -1,12 +1,13 @@
 // Package testkube holds what the envtest-based tests of several packages
 // (operator, chart, e2e) need around a real API server: an admin or
 // service-account kubeconfig for helm and kubectl, and the parts of a
-// kubelet they must play: projecting a Secret into a directory, and a
-// pod's ServiceAccount token.
+// kubelet they must play: projecting a Secret (or a projected volume of
+// Secrets) into a directory, and a pod's ServiceAccount token.
 package testkube
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,4 +155,122 @@ func ProjectServiceAccountTokens(ctx context.Context, c client.Client, pod *core
 		}
 	}
 	return written, nil
+}
+
+// ProjectVolume plays the kubelet for a projected volume of Secrets: it
+// writes every item of src's Secret sources into dir the way the
+// kubelet's atomic writer does (the files in a fresh hidden directory,
+// then the symlink ..data swapped to it in one rename, each file a
+// symlink through ..data), and again whenever a projected value changes,
+// until ctx ends. A missing optional Secret or key is left out; a missing
+// required one waits, as a kubelet would. The first projection is done
+// before it returns (or ctx ends).
+func ProjectVolume(ctx context.Context, c client.Reader, namespace string, src *corev1.ProjectedVolumeSource, dir string) {
+	project := func() (map[string][]byte, bool) {
+		files := map[string][]byte{}
+		for _, s := range src.Sources {
+			if s.Secret == nil {
+				continue
+			}
+			optional := s.Secret.Optional != nil && *s.Secret.Optional
+			var sec corev1.Secret
+			if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: s.Secret.Name}, &sec); err != nil {
+				if optional {
+					continue
+				}
+				return nil, false
+			}
+			for _, it := range s.Secret.Items {
+				v, ok := sec.Data[it.Key]
+				if !ok {
+					if optional {
+						continue
+					}
+					return nil, false
+				}
+				files[it.Path] = v
+			}
+		}
+		return files, true
+	}
+	var last map[string][]byte
+	var gen int
+	step := func() {
+		files, ok := project()
+		if !ok || mapsEqual(files, last) {
+			return
+		}
+		gen++
+		if err := swapData(dir, gen, files); err == nil {
+			last = files
+		}
+	}
+	step()
+	for last == nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		step()
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			step()
+		}
+	}()
+}
+
+// swapData writes files into dir/..<gen>, points dir/..data at it with one
+// rename, links each file through ..data and removes the previous
+// generation.
+func swapData(dir string, gen int, files map[string][]byte) error {
+	name := fmt.Sprintf("..%d", gen)
+	ts := filepath.Join(dir, name)
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		return err
+	}
+	for p, v := range files {
+		if err := os.WriteFile(filepath.Join(ts, p), v, 0o644); err != nil {
+			return err
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(name, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		return err
+	}
+	for p := range files {
+		link := filepath.Join(dir, p)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join("..data", p), link); err != nil {
+			return err
+		}
+	}
+	if gen > 1 {
+		_ = os.RemoveAll(filepath.Join(dir, fmt.Sprintf("..%d", gen-1)))
+	}
+	return nil
+}
+
+func mapsEqual(a, b map[string][]byte) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || string(v) != string(w) {
+			return false
+		}
+	}
+	return true
 }

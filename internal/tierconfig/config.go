@@ -29,6 +29,14 @@ type Config struct {
 	// RequestHeaders chooses which client request headers reach the
 	// origin on fetches whose answer may be stored.
 	RequestHeaders RequestHeaders `json:"requestHeaders,omitzero"`
+	// SecretVersions names the Secret contents this config goes with,
+	// without their values: file name in the sidecar's secrets directory
+	// ("redis-password") → "<secret>/<key>@<resourceVersion>". The operator
+	// fills it so that the config's hash and version change when a Secret
+	// rotates although no secret value is in the config; the sidecar reads
+	// the values from its secrets directory and ignores this field. A
+	// --config file leaves it empty.
+	SecretVersions map[string]string `json:"secretVersions,omitempty"`
 }
 
 // Request header modes (RequestHeaders.Mode).

@@ -1,6 +1,9 @@
 package tierconfig
 
-import "time"
+import (
+	"maps"
+	"time"
+)
 
 // Built-in values. Default() and WithDefaults use them; validation limits
 // live in validate.go.
@@ -141,6 +144,7 @@ func (c Config) clone() Config {
 	c.Coalescing.Enabled = clonePtr(c.Coalescing.Enabled)
 	c.Coalescing.ClusterWide = clonePtr(c.Coalescing.ClusterWide)
 	c.RequestHeaders.Allow = cloneSlice(c.RequestHeaders.Allow)
+	c.SecretVersions = maps.Clone(c.SecretVersions)
 	return c
 }
 

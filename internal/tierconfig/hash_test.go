@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -86,15 +88,23 @@ l1:
 	}
 }
 
+// loadExampleWithVersions is the example with the secret versions the
+// operator adds (a --config file has none).
+func loadExampleWithVersions(t *testing.T) Config {
+	c := loadExample(t)
+	c.SecretVersions = map[string]string{"redis-password": "redis/password@41", "purge-token": "shop-tiercache/purge-token@42"}
+	return c
+}
+
 func TestEveryFieldChangesTheHash(t *testing.T) {
-	base := loadExample(t)
+	base := loadExampleWithVersions(t)
 	baseHash := base.Hash()
 	n := countLeaves(reflect.ValueOf(&base).Elem())
 	if n < 40 {
 		t.Fatalf("found only %d fields in the example; the walk is broken", n)
 	}
 	for i := range n {
-		c := loadExample(t)
+		c := loadExampleWithVersions(t)
 		var path string
 		mutateLeaf(reflect.ValueOf(&c).Elem(), "", new(int), i, &path)
 		if c.Hash() == baseHash {
@@ -133,6 +143,17 @@ func mutateLeaf(v reflect.Value, path string, n *int, target int, got *string) {
 	case reflect.Slice:
 		for i := range v.Len() {
 			mutateLeaf(v.Index(i), path+"[]", n, target, got)
+		}
+		return
+	case reflect.Map:
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+		for _, k := range keys {
+			if *n == target {
+				*got = path + "[" + k.String() + "]"
+				v.SetMapIndex(k, reflect.ValueOf(v.MapIndex(k).String()+"x"))
+			}
+			*n++
 		}
 		return
 	}

@@ -89,6 +89,7 @@ func TestParseExampleFile(t *testing.T) {
 			Mode:  RequestHeadersStrict,
 			Allow: []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent", "X-Request-Id"},
 		},
+		SecretVersions: map[string]string{"redis-password": "redis/password@4711"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("example.yaml parsed to\n%+v\nwant\n%+v", c, want)
@@ -211,6 +212,10 @@ func TestParseErrors(t *testing.T) {
 		"an unknown top-level field is named": {
 			in:   "l3:\n  maxSize: 1Gi\n",
 			want: []string{`l3: unknown field`},
+		},
+		"a secret version that is not a string names its key": {
+			in:   `secretVersions: {purge-token: 42}`,
+			want: []string{`secretVersions["purge-token"]: must be a string (got number 42)`},
 		},
 		"a misspelt nested field is named with its path and a suggestion": {
 			in:   "l1:\n  maxsize: 1Gi\n",

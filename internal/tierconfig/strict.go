@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -104,6 +105,15 @@ func checkValue(errs *[]error, path string, v any, t reflect.Type) {
 		}
 		for i, e := range s {
 			checkValue(errs, fmt.Sprintf("%s[%d]", path, i), e, t.Elem())
+		}
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			bad("must be an object (got %s)", jsonKind(v))
+			return
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			checkValue(errs, path+"["+strconv.Quote(k)+"]", m[k], t.Elem())
 		}
 	case reflect.String:
 		if _, ok := v.(string); !ok {

@@ -3,8 +3,10 @@ package tierconfig
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +27,8 @@ const (
 	maxRegexLen      = 1024
 	maxAllowHeaders  = 64
 	minPurgeToken    = 16
+	maxSecretFiles   = 16
+	maxSecretVersion = 512
 	defaultRuleName  = "default"
 )
 
@@ -86,6 +90,7 @@ func (c Config) Validate() error {
 	c.Coalescing.validate(&p)
 	c.Purge.validate(&p)
 	c.RequestHeaders.validate(&p)
+	validateSecretVersions(&p, c.SecretVersions)
 	return errors.Join(p...)
 }
 
@@ -398,4 +403,23 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// validateSecretVersions bounds the map the operator fills: keys are file
+// names (no path), values non-empty and short. What they say is not
+// checked: the sidecar does not use them.
+func validateSecretVersions(p *problems, v map[string]string) {
+	if len(v) > maxSecretFiles {
+		p.add("secretVersions", "must have at most %d entries (got %d)", maxSecretFiles, len(v))
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(v)) {
+		at := "secretVersions[" + strconv.Quote(k) + "]"
+		switch {
+		case k == "" || k == "." || k == ".." || strings.ContainsAny(k, "/\\\x00") || len(k) > 253:
+			p.add(at, "the key must be a file name (got %q)", k)
+		case v[k] == "" || len(v[k]) > maxSecretVersion:
+			p.add(at, "must be 1 to %d bytes (got %d)", maxSecretVersion, len(v[k]))
+		}
+	}
 }

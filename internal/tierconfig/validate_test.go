@@ -49,9 +49,12 @@ func TestValidConfigsPass(t *testing.T) {
 		"ttl equal to maxTTL is allowed":              func(c *Config) { c.Rules[1].TTL = c.Rules[1].MaxTTL },
 		"a lone * keeps every parameter":              func(c *Config) { c.Rules[2].CacheKey.QueryExclude = []string{"*"} },
 		"a 16-character purge token is enough":        func(c *Config) { c.Purge.Token = "0123456789abcdef" },
-		"64 rules are allowed":                        func(c *Config) { c.Rules = manyRules(64) },
-		"a 63-character rule name is allowed":         func(c *Config) { c.Rules[0].Name = strings.Repeat("a", 63) },
-		"a regex of exactly 1024 bytes is allowed":    func(c *Config) { c.Rules[2].Match.Regex = "^/" + strings.Repeat("a", 1022) },
+		"secret versions keyed by file names are allowed": func(c *Config) {
+			c.SecretVersions = map[string]string{"redis-ca.crt": "ca/ca.crt@7", "invalidation-key": "shop-tiercache/invalidation-key@8"}
+		},
+		"64 rules are allowed":                     func(c *Config) { c.Rules = manyRules(64) },
+		"a 63-character rule name is allowed":      func(c *Config) { c.Rules[0].Name = strings.Repeat("a", 63) },
+		"a regex of exactly 1024 bytes is allowed": func(c *Config) { c.Rules[2].Match.Regex = "^/" + strings.Repeat("a", 1022) },
 		"strict request headers with the default allowlist are valid": func(c *Config) {
 			c.RequestHeaders = RequestHeaders{Mode: RequestHeadersStrict}
 		},
@@ -352,6 +355,14 @@ func TestValidateRefuses(t *testing.T) {
 		"a short purge token is refused without echoing it": {
 			func(c *Config) { c.Purge.Token = "hunter2" },
 			`purge.token: must be at least 16 characters (got 7)`,
+		},
+		"a secret version keyed by a path is refused": {
+			func(c *Config) { c.SecretVersions = map[string]string{"../purge-token": "p/t@1"} },
+			`secretVersions["../purge-token"]: the key must be a file name (got "../purge-token")`,
+		},
+		"an empty secret version is refused": {
+			func(c *Config) { c.SecretVersions = map[string]string{"purge-token": ""} },
+			`secretVersions["purge-token"]: must be 1 to 512 bytes (got 0)`,
 		},
 		"a purge token with whitespace is refused": {
 			func(c *Config) { c.Purge.Token = "0123456789 abcdef" },

@@ -140,8 +140,10 @@ type L2Spec struct {
 	// +kubebuilder:validation:MaxLength=253
 	Username string `json:"username,omitempty"`
 	// PasswordSecretRef names a key of a Secret in the tier's namespace
-	// that holds the Redis password. A rotated password reaches running
-	// sidecars through the control plane.
+	// that holds the Redis password. The Secret must carry the label
+	// tiercache.io/allow-reference: "true". It reaches the sidecars as a
+	// file of a projected volume, never through the control plane; a
+	// rotated password is applied live.
 	// +optional
 	PasswordSecretRef *corev1.SecretKeySelector `json:"passwordSecretRef,omitempty"`
 	// TLS connects to Redis over TLS.
@@ -168,7 +170,8 @@ type L2TLS struct {
 	// Enabled turns TLS on.
 	Enabled bool `json:"enabled"`
 	// CASecretRef names a Secret key holding the PEM CA bundle that signs
-	// the Redis server certificate; unset means the system roots.
+	// the Redis server certificate; unset means the system roots. The
+	// Secret must carry the label tiercache.io/allow-reference: "true".
 	// +optional
 	CASecretRef *corev1.SecretKeySelector `json:"caSecretRef,omitempty"`
 }
@@ -406,9 +409,11 @@ type CoalescingSpec struct {
 // PurgeSpec guards POST /purge on the sidecars' admin port.
 type PurgeSpec struct {
 	// TokenSecretRef names a Secret key holding the purge token (at least
-	// 16 characters, no whitespace), then required as "Authorization:
-	// Bearer <token>". Unset: purges are accepted only from loopback, the
-	// application in the same pod.
+	// 16 characters, no whitespace), required as "Authorization: Bearer
+	// <token>". The Secret must carry the label
+	// tiercache.io/allow-reference: "true". Unset: the token is the
+	// purge-token key of the Secret <tier>-tiercache that the operator
+	// generates.
 	// +optional
 	TokenSecretRef *corev1.SecretKeySelector `json:"tokenSecretRef,omitempty"`
 }
@@ -453,9 +458,12 @@ const (
 	ReasonRendered      = "Rendered"
 	ReasonInvalidSpec   = "InvalidSpec"
 	ReasonSecretMissing = "SecretMissing"
-	ReasonPublished     = "Published"
-	ReasonNotValid      = "NotValid"
-	ReasonPublishFailed = "PublishFailed"
+	// ReasonSecretConflict: a Secret named like the tier's generated one
+	// exists but was not generated for it; the operator leaves it alone.
+	ReasonSecretConflict = "SecretConflict"
+	ReasonPublished      = "Published"
+	ReasonNotValid       = "NotValid"
+	ReasonPublishFailed  = "PublishFailed"
 	// ReasonConfigRejected is the Event reason of a sidecar's NACK.
 	ReasonConfigRejected = "ConfigRejected"
 )

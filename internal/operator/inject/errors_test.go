@@ -136,6 +136,18 @@ func TestInjectErrors(t *testing.T) {
 			},
 			want: `volume name "tiercache-xds-token" is reserved for the sidecar; rename the volume`,
 		},
+		"an existing tiercache-secrets volume is refused": {
+			pod: func(p *corev1.Pod) {
+				p.Spec.Volumes = []corev1.Volume{{Name: SecretsVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			},
+			want: `volume name "tiercache-secrets" is reserved for the sidecar; rename the volume`,
+		},
+		"a secret file projected twice is refused": {
+			params: func(p *Params) {
+				p.Secrets = []SecretFile{{File: FilePurgeToken, Secret: "a", Key: "t"}, {File: FilePurgeToken, Secret: "b", Key: "t"}}
+			},
+			want: `params: secret file "purge-token" is projected twice`,
+		},
 		"an app container named tiercache is refused": {
 			pod:  func(p *corev1.Pod) { p.Spec.Containers[0].Name = ContainerName },
 			want: `container name "tiercache" is reserved for the sidecar; rename the container`,

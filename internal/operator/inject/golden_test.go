@@ -42,9 +42,7 @@ type caseParams struct {
 	ControlPlane    string                       `json:"controlPlane"`
 	ControlPlaneCA  string                       `json:"controlPlaneCA"`
 	TokenAudience   string                       `json:"tokenAudience"`
-	RedisPassword   *corev1.SecretKeySelector    `json:"redisPassword"`
-	PurgeToken      *corev1.SecretKeySelector    `json:"purgeToken"`
-	RedisCACert     *corev1.SecretKeySelector    `json:"redisCACert"`
+	Secrets         []SecretFile                 `json:"secrets"`
 }
 
 // defaultCaseParams are the Params of every golden case unless its
@@ -77,9 +75,7 @@ func (c caseParams) params(pod *corev1.Pod) Params {
 		ControlPlane:    c.ControlPlane,
 		ControlPlaneCA:  []byte(c.ControlPlaneCA),
 		TokenAudience:   c.TokenAudience,
-		RedisPassword:   c.RedisPassword,
-		PurgeToken:      c.PurgeToken,
-		RedisCACert:     c.RedisCACert,
+		Secrets:         c.Secrets,
 	}
 }
 

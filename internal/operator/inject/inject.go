@@ -55,9 +55,20 @@ type Params struct {
 	// with; "" means no token. Both apply only with ControlPlane.
 	TokenAudience string
 
-	// Secret references exposed to the sidecar as EnvRedisPassword,
-	// EnvPurgeToken and EnvRedisCACert; nil means none.
-	RedisPassword, PurgeToken, RedisCACert *corev1.SecretKeySelector
+	// Secrets are projected into SecretsDir as one read-only volume
+	// (SecretsVolumeName); none means no volume and no --secrets-dir.
+	Secrets []SecretFile
+}
+
+// SecretFile is one key of a Secret, projected as a file of SecretsDir.
+type SecretFile struct {
+	// File is the name in SecretsDir (FileRedisPassword...).
+	File   string
+	Secret string
+	Key    string
+	// Optional lets the pod start without the Secret or key (the file is
+	// then missing: that secret is unset).
+	Optional bool
 }
 
 func (p Params) ports() (port, admin int32) {
@@ -80,6 +91,16 @@ func (p Params) validate() error {
 	}
 	if p.Image == "" {
 		return errors.New("params: Image is empty")
+	}
+	seen := map[string]bool{}
+	for _, f := range p.Secrets {
+		if f.File == "" || f.Secret == "" || f.Key == "" {
+			return fmt.Errorf("params: secret file %+v is incomplete", f)
+		}
+		if seen[f.File] {
+			return fmt.Errorf("params: secret file %q is projected twice", f.File)
+		}
+		seen[f.File] = true
 	}
 	if p.L1MaxSize < 0 {
 		return fmt.Errorf("params: L1MaxSize %d is negative", p.L1MaxSize)
@@ -135,7 +156,7 @@ func mutate(pod *corev1.Pod, p Params) error {
 		}
 	}
 	for i := range spec.Volumes {
-		if n := spec.Volumes[i].Name; n == VolumeName || n == XDSTokenVolume {
+		if n := spec.Volumes[i].Name; n == VolumeName || n == XDSTokenVolume || n == SecretsVolumeName {
 			return fmt.Errorf("volume name %q is reserved for the sidecar; rename the volume", n)
 		}
 	}
@@ -172,6 +193,9 @@ func mutate(pod *corev1.Pod, p Params) error {
 		if spec.ServiceAccountName == "" {
 			spec.ServiceAccountName = "default"
 		}
+	}
+	if len(p.Secrets) > 0 {
+		spec.Volumes = append(spec.Volumes, secretsVolume(p.Secrets))
 	}
 
 	if pod.Labels == nil {

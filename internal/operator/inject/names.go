@@ -66,15 +66,53 @@ const (
 	SidecarUID int64 = 65532
 )
 
-// Environment variables of the sidecar container.
+// Environment variables of the sidecar container. No secret value is ever
+// in one: Secrets reach the sidecar as files in SecretsDir.
 const (
 	EnvPodName       = "TIERCACHE_POD_NAME"
 	EnvPodNamespace  = "TIERCACHE_POD_NAMESPACE"
 	EnvInitialConfig = "TIERCACHE_INITIAL_CONFIG"
-	EnvRedisPassword = "TIERCACHE_REDIS_PASSWORD"
-	EnvPurgeToken    = "TIERCACHE_PURGE_TOKEN"
-	EnvRedisCACert   = "TIERCACHE_REDIS_CA_CERT"
 	// EnvControlPlaneCAPEM carries the PEM CA of the control plane's
 	// certificate (public): the sidecar connects with TLS when it is set.
 	EnvControlPlaneCAPEM = "TIERCACHE_CONTROL_PLANE_CA_PEM"
 )
+
+// Secrets of a tier reach the sidecar as one projected volume that the
+// kubelet keeps current; the sidecar reads the files at start and watches
+// them (--secrets-dir). A missing file means that secret is unset.
+const (
+	// SecretsVolumeName is the projected volume, mounted read-only at
+	// SecretsDir.
+	SecretsVolumeName = "tiercache-secrets"
+	// SecretsDir is where SecretsVolumeName is mounted and the value of
+	// the sidecar's --secrets-dir flag.
+	SecretsDir = "/var/run/secrets/tiercache"
+
+	// Files in SecretsDir.
+	FileRedisPassword   = "redis-password"
+	FileRedisCACert     = "redis-ca.crt"
+	FilePurgeToken      = "purge-token"
+	FileInvalidationKey = "invalidation-key"
+)
+
+// Secret labels and the per-tier Secret the operator generates.
+const (
+	// LabelAllowReference, set to "true", lets CacheTiers of the Secret's
+	// namespace reference a Secret. The operator watches, reads and mounts
+	// only Secrets that carry it.
+	LabelAllowReference = "tiercache.io/allow-reference"
+	// LabelGeneratedFor names the CacheTier a generated Secret belongs to.
+	// The operator never touches a Secret named like a generated one
+	// without it.
+	LabelGeneratedFor = "tiercache.io/generated-for"
+	// GeneratedSecretSuffix makes the generated Secret's name:
+	// "<tier>" + GeneratedSecretSuffix.
+	GeneratedSecretSuffix = "-tiercache"
+	// Keys of the generated Secret (32 random bytes, hex).
+	KeyPurgeToken      = "purge-token"
+	KeyInvalidationKey = "invalidation-key"
+)
+
+// GeneratedSecretName is the name of the Secret the operator generates for
+// a tier: "<tier>-tiercache".
+func GeneratedSecretName(tier string) string { return tier + GeneratedSecretSuffix }

@@ -49,6 +49,10 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 	if p.ControlPlane != "" {
 		args = append(args, "--control-plane="+p.ControlPlane)
 	}
+	if len(p.Secrets) > 0 {
+		args = append(args, "--secrets-dir="+SecretsDir)
+		mounts = append(mounts, corev1.VolumeMount{Name: SecretsVolumeName, MountPath: SecretsDir, ReadOnly: true})
+	}
 	if p.xdsToken() {
 		args = append(args, "--control-plane-token-file="+XDSTokenDir+"/"+XDSTokenFile)
 		mounts = append(mounts, corev1.VolumeMount{Name: XDSTokenVolume, MountPath: XDSTokenDir, ReadOnly: true})
@@ -116,20 +120,6 @@ func env(p Params) []corev1.EnvVar {
 	if len(p.InitialConfig) > 0 {
 		vars = append(vars, corev1.EnvVar{Name: EnvInitialConfig, Value: string(p.InitialConfig)})
 	}
-	for _, s := range []struct {
-		name string
-		ref  *corev1.SecretKeySelector
-	}{
-		{EnvRedisPassword, p.RedisPassword},
-		{EnvPurgeToken, p.PurgeToken},
-		{EnvRedisCACert, p.RedisCACert},
-	} {
-		if s.ref != nil {
-			vars = append(vars, corev1.EnvVar{Name: s.name, ValueFrom: &corev1.EnvVarSource{
-				SecretKeyRef: s.ref.DeepCopy(),
-			}})
-		}
-	}
 	return vars
 }
 
@@ -162,5 +152,32 @@ func stateVolume() corev1.Volume {
 	size := resource.MustParse("4Mi")
 	return corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size},
+	}}
+}
+
+// secretsVolume projects the files into one volume: one source per Secret
+// (and optionality), in the order the files name them. The kubelet keeps
+// the files current (an atomic ..data symlink swap), so a rotation reaches
+// the running sidecar.
+func secretsVolume(files []SecretFile) corev1.Volume {
+	var sources []corev1.VolumeProjection
+	index := map[SecretFile]int{} // by Secret and Optional only
+	for _, f := range files {
+		k := SecretFile{Secret: f.Secret, Optional: f.Optional}
+		i, ok := index[k]
+		if !ok {
+			i = len(sources)
+			index[k] = i
+			src := &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: f.Secret}}
+			if f.Optional {
+				src.Optional = ptr.To(true)
+			}
+			sources = append(sources, corev1.VolumeProjection{Secret: src})
+		}
+		src := sources[i].Secret
+		src.Items = append(src.Items, corev1.KeyToPath{Key: f.Key, Path: f.File})
+	}
+	return corev1.Volume{Name: SecretsVolumeName, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{Sources: sources},
 	}}
 }

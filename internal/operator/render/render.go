@@ -4,20 +4,19 @@
 // rendered the same way everywhere, and the same way the sidecar judges it
 // (tierconfig.Validate).
 //
-// Secrets are resolved through a Secrets interface. Rendering without one
-// (Redacted) leaves the secret-bearing fields empty: that is the form the
-// admission webhook validates (a Secret may be created after the tier) and
-// the form placed in pod specs (secrets reach the container through
-// secretKeyRef environment variables, never in plain text).
+// No secret value ever enters a rendered config: Secrets reach the sidecar
+// as files of one projected volume (SecretFiles), and the config carries
+// only their resourceVersions (SecretVersions), so that its hash, the xDS
+// version and the pod annotation change when a Secret rotates. Secrets are
+// looked up by metadata only, through a Secrets interface, and only
+// Secrets labelled tiercache.io/allow-reference=true count.
 package render
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -25,61 +24,22 @@ import (
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// Secrets resolves a Secret key in a namespace.
-type Secrets interface {
-	SecretValue(ctx context.Context, namespace string, ref corev1.SecretKeySelector) (string, error)
-}
-
-// SecretError is a Secret reference that could not be resolved: the
-// Secret or its key is missing, or reading it failed.
-type SecretError struct {
-	// Field is the CacheTier field holding the reference
-	// ("spec.l2.passwordSecretRef").
-	Field string
-	Ref   corev1.SecretKeySelector
-	Err   error
-}
-
-func (e *SecretError) Error() string {
-	return fmt.Sprintf("%s: Secret %q key %q: %v", e.Field, e.Ref.Name, e.Ref.Key, e.Err)
-}
-
-func (e *SecretError) Unwrap() error { return e.Err }
-
-// ErrNotFound is returned (wrapped) by Secrets implementations when the
-// Secret or its key does not exist. Only then does an optional reference
-// render as unset; any other error fails the render.
-var ErrNotFound = errors.New("not found")
-
 // KeyPrefix is the default Redis key prefix of a tier, as DESIGN.md fixes
 // it: "tc:<namespace>/<tier>:".
 func KeyPrefix(namespace, tier string) string {
 	return "tc:" + namespace + "/" + tier + ":"
 }
 
-// Redacted renders the tier without reading Secrets and validates the
-// result. Secret-bearing fields (the Redis password and CA, the purge
-// token) are empty.
+// Redacted renders the tier without looking at Secrets and validates the
+// result: the form the admission webhook validates (a Secret may be
+// created after the tier). SecretVersions is empty.
 func Redacted(tier *v1alpha1.CacheTier) (tierconfig.Config, error) {
-	return Config(context.Background(), tier, nil)
-}
-
-// Config renders the tier with defaults filled, resolving Secret
-// references through s (nil: Redacted), and validates it. A spec the
-// sidecar would refuse returns an error for which FieldErrors gives the
-// CacheTier fields; an unresolvable Secret returns a *SecretError.
-func Config(ctx context.Context, tier *v1alpha1.CacheTier, s Secrets) (tierconfig.Config, error) {
 	c, err := convert(tier.Spec)
 	if err != nil {
 		return tierconfig.Config{}, err
 	}
 	if len(c.L2.Addresses) > 0 && c.L2.KeyPrefix == "" {
 		c.L2.KeyPrefix = KeyPrefix(tier.Namespace, tier.Name)
-	}
-	if s != nil {
-		if err := resolveSecrets(ctx, &c, tier, s); err != nil {
-			return tierconfig.Config{}, err
-		}
 	}
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
@@ -88,32 +48,25 @@ func Config(ctx context.Context, tier *v1alpha1.CacheTier, s Secrets) (tierconfi
 	return c, nil
 }
 
-func resolveSecrets(ctx context.Context, c *tierconfig.Config, tier *v1alpha1.CacheTier, s Secrets) error {
-	get := func(fieldPath string, ref *corev1.SecretKeySelector, dst *string) error {
-		if ref == nil {
-			return nil
-		}
-		v, err := s.SecretValue(ctx, tier.Namespace, *ref)
-		if err != nil {
-			if ref.Optional != nil && *ref.Optional && errors.Is(err, ErrNotFound) {
-				return nil
-			}
-			return &SecretError{Field: fieldPath, Ref: *ref, Err: err}
-		}
-		*dst = v
-		return nil
+// Config renders the tier with defaults filled and its Secrets resolved
+// through s to resourceVersions (SecretVersions), and validates it. No
+// secret value is read: l2.password, l2.caCert and purge.token stay empty
+// (the sidecar reads them from its secrets directory). A spec the sidecar
+// would refuse returns an error for which FieldErrors gives the CacheTier
+// fields; Secrets that do not resolve return *SecretErrors (SecretErrors).
+func Config(ctx context.Context, tier *v1alpha1.CacheTier, s Secrets) (tierconfig.Config, error) {
+	c, err := Redacted(tier)
+	if err != nil {
+		return tierconfig.Config{}, err
 	}
-	if l2 := tier.Spec.L2; l2 != nil {
-		if err := get("spec.l2.passwordSecretRef", l2.PasswordSecretRef, &c.L2.Password); err != nil {
-			return err
-		}
-		if l2.TLS != nil {
-			if err := get("spec.l2.tls.caSecretRef", l2.TLS.CASecretRef, &c.L2.CACert); err != nil {
-				return err
-			}
-		}
+	v, err := SecretVersions(ctx, tier, s)
+	if err != nil {
+		return tierconfig.Config{}, err
 	}
-	return get("spec.purge.tokenSecretRef", tier.Spec.Purge.TokenSecretRef, &c.Purge.Token)
+	if len(v) > 0 {
+		c.SecretVersions = v
+	}
+	return c, nil
 }
 
 // FieldErrors maps a Config error onto the CacheTier's fields, for an
@@ -127,9 +80,12 @@ func FieldErrors(err error) field.ErrorList {
 	for _, fe := range tierconfig.FieldErrors(err) {
 		out = append(out, field.Invalid(specPath(fe.Field), field.OmitValueType{}, fe.Message))
 	}
-	var se *SecretError
-	if errors.As(err, &se) {
-		out = append(out, field.Invalid(parsePath(se.Field), field.OmitValueType{}, fmt.Sprintf("Secret %q key %q: %v", se.Ref.Name, se.Ref.Key, se.Err)))
+	for _, se := range SecretErrors(err) {
+		p := field.NewPath("metadata", "name")
+		if !se.File.Generated() {
+			p = parsePath(se.File.Field)
+		}
+		out = append(out, field.Invalid(p, field.OmitValueType{}, se.Error()))
 	}
 	if len(out) == 0 {
 		out = append(out, field.Invalid(field.NewPath("spec"), field.OmitValueType{}, err.Error()))

@@ -2,7 +2,9 @@ package render
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,19 +14,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/inject"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// secretMap is the Secrets seam for pure tests: "<ns>/<name>/<key>" → value.
-// The controller's envtest tests read real Secrets.
-type secretMap map[string]string
+// secretMetas is the Secrets seam for pure tests: "<ns>/<name>" → the
+// Secret's metadata. It cannot hold a value: render never sees one. The
+// controller's envtest tests look up real Secrets.
+type secretMetas map[string]*metav1.ObjectMeta
 
-func (m secretMap) SecretValue(_ context.Context, ns string, ref corev1.SecretKeySelector) (string, error) {
-	v, ok := m[ns+"/"+ref.Name+"/"+ref.Key]
+func (m secretMetas) SecretMeta(_ context.Context, ns, name string) (metav1.Object, error) {
+	v, ok := m[ns+"/"+name]
 	if !ok {
-		return "", fmt.Errorf("secret %s/%s: %w", ns, ref.Name, ErrNotFound)
+		return nil, fmt.Errorf("secret %s/%s: %w", ns, name, ErrNotFound)
 	}
 	return v, nil
+}
+
+// allowed is a labelled Secret at resourceVersion rv.
+func allowed(rv string) *metav1.ObjectMeta {
+	return &metav1.ObjectMeta{ResourceVersion: rv, Labels: map[string]string{inject.LabelAllowReference: "true"}}
+}
+
+// generated is the tier web's generated Secret at resourceVersion rv.
+func generated(rv string) *metav1.ObjectMeta {
+	m := allowed(rv)
+	m.Labels[inject.LabelGeneratedFor] = "web"
+	return m
 }
 
 func tier(spec v1alpha1.CacheTierSpec) *v1alpha1.CacheTier {
@@ -57,10 +73,10 @@ func TestRenderFillsTheModel(t *testing.T) {
 		Purge:          v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")},
 		RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict},
 	}
-	secrets := secretMap{
-		"shop/redis/password": "hunter2",
-		"shop/redis/ca.crt":   "PEM",
-		"shop/purge/token":    "0123456789abcdef0123",
+	secrets := secretMetas{
+		"shop/redis":         allowed("11"),
+		"shop/purge":         allowed("12"),
+		"shop/web-tiercache": generated("13"),
 	}
 	c, err := Config(context.Background(), tier(spec), secrets)
 	if err != nil {
@@ -74,15 +90,20 @@ func TestRenderFillsTheModel(t *testing.T) {
 		{"l1.shards is carried", c.L1.Shards, 64},
 		{"l1.maxEntrySize gets its default", c.L1.MaxEntrySize, tierconfig.Size(1 << 20)},
 		{"the default key prefix names namespace and tier", c.L2.KeyPrefix, "tc:shop/web:"},
-		{"the Redis password comes from its Secret", c.L2.Password, "hunter2"},
-		{"the CA comes from its Secret", c.L2.CACert, "PEM"},
+		{"no Redis password is rendered", c.L2.Password, ""},
+		{"no CA is rendered", c.L2.CACert, ""},
 		{"TLS is on", c.L2.TLS, true},
 		{"the L2 timeout is parsed", c.L2.Timeout, tierconfig.Duration(80 * time.Millisecond)},
 		{"the heuristic percent becomes a fraction", c.Defaults.HeuristicFraction, 0.2},
 		{"the fallback TTL is parsed", c.Defaults.FallbackTTL, tierconfig.Duration(time.Minute)},
 		{"the rule TTL is parsed", c.Rules[0].TTL, tierconfig.Duration(24 * time.Hour)},
 		{"the rule's stale-while-revalidate override is kept", *c.Rules[0].StaleWhileRevalidate, tierconfig.Duration(30 * time.Second)},
-		{"the purge token comes from its Secret", c.Purge.Token, "0123456789abcdef0123"},
+		{"no purge token is rendered", c.Purge.Token, ""},
+		{"the password's version names Secret, key and resourceVersion", c.SecretVersions["redis-password"], "redis/password@11"},
+		{"the CA's version is its Secret's", c.SecretVersions["redis-ca.crt"], "redis/ca.crt@11"},
+		{"the purge token's version is the named Secret's", c.SecretVersions["purge-token"], "purge/token@12"},
+		{"the invalidation key comes from the generated Secret", c.SecretVersions["invalidation-key"], "web-tiercache/invalidation-key@13"},
+		{"there is nothing else in the versions", len(c.SecretVersions), 4},
 		{"the origin timeout gets its default", c.Origin.Timeout, tierconfig.Duration(30 * time.Second)},
 		{"the rule's ttlWithCredentials is carried", c.Rules[0].TTLWithCredentials, true},
 		{"the request header mode is carried", c.RequestHeaders.Mode, tierconfig.RequestHeadersStrict},
@@ -100,11 +121,8 @@ func TestRenderFillsTheModel(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redacted: %v", err)
 	}
-	if red.L2.Password != "" || red.L2.CACert != "" || red.Purge.Token != "" {
-		t.Errorf("redacted config carries secrets: %+v %+v", red.L2, red.Purge)
-	}
-	if red.Hash() == c.Hash() {
-		t.Error("redacted and full configs hash equal; a rotated Secret would not change the hash")
+	if red.SecretVersions != nil {
+		t.Errorf("the redacted config carries secret versions: %v", red.SecretVersions)
 	}
 }
 
@@ -202,38 +220,156 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 	}
 }
 
-func TestAMissingSecretIsASecretError(t *testing.T) {
-	spec := v1alpha1.CacheTierSpec{Purge: v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")}}
-	_, err := Config(context.Background(), tier(spec), secretMap{})
-	se, ok := err.(*SecretError)
-	if !ok {
-		t.Fatalf("got %T %v, want *SecretError", err, err)
+func TestSecretReferences(t *testing.T) {
+	unlabelled := &metav1.ObjectMeta{ResourceVersion: "5"}
+	cases := map[string]struct {
+		spec    v1alpha1.CacheTierSpec
+		secrets secretMetas
+		// versions expected, or the error: its file, sentinel and a
+		// substring of its message.
+		versions map[string]string
+		file     string
+		is       error
+		message  string
+	}{
+		"a tier without references gets the generated purge token and invalidation key": {
+			secrets:  secretMetas{"shop/web-tiercache": generated("9")},
+			versions: map[string]string{"purge-token": "web-tiercache/purge-token@9", "invalidation-key": "web-tiercache/invalidation-key@9"},
+		},
+		"a named token Secret replaces the generated purge token": {
+			spec:     v1alpha1.CacheTierSpec{Purge: v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")}},
+			secrets:  secretMetas{"shop/purge": allowed("3"), "shop/web-tiercache": generated("9")},
+			versions: map[string]string{"purge-token": "purge/token@3", "invalidation-key": "web-tiercache/invalidation-key@9"},
+		},
+		"a missing Secret says how to create and label it": {
+			spec:    v1alpha1.CacheTierSpec{Purge: v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")}},
+			secrets: secretMetas{"shop/web-tiercache": generated("9")},
+			file:    "purge-token", is: ErrNotFound,
+			message: `spec.purge.tokenSecretRef: Secret "purge" not found in namespace "shop", or not labelled tiercache.io/allow-reference=true; create it (key "token") and label it: kubectl label secret purge tiercache.io/allow-reference=true -n shop`,
+		},
+		"an unlabelled Secret is refused with the command that labels it": {
+			spec:    v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"redis:6379"}, PasswordSecretRef: ref("redis", "password")}},
+			secrets: secretMetas{"shop/redis": unlabelled, "shop/web-tiercache": generated("9")},
+			file:    "redis-password", is: ErrNotAllowed,
+			message: `spec.l2.passwordSecretRef: Secret "redis" is not labelled tiercache.io/allow-reference=true, so CacheTiers may not use it; if this tier may use it: kubectl label secret redis tiercache.io/allow-reference=true -n shop`,
+		},
+		"a Secret labelled otherwise than true is not allowed": {
+			spec: v1alpha1.CacheTierSpec{Purge: v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")}},
+			secrets: secretMetas{"shop/purge": {Labels: map[string]string{inject.LabelAllowReference: "yes"}},
+				"shop/web-tiercache": generated("9")},
+			file: "purge-token", is: ErrNotAllowed, message: "kubectl label secret purge",
+		},
+		"an optional missing Secret is left out": {
+			spec:     v1alpha1.CacheTierSpec{Purge: v1alpha1.PurgeSpec{TokenSecretRef: optionalRef("purge", "token")}},
+			secrets:  secretMetas{"shop/web-tiercache": generated("9")},
+			versions: map[string]string{"invalidation-key": "web-tiercache/invalidation-key@9"},
+		},
+		"an optional unlabelled Secret is left out, never used": {
+			spec:     v1alpha1.CacheTierSpec{Purge: v1alpha1.PurgeSpec{TokenSecretRef: optionalRef("purge", "token")}},
+			secrets:  secretMetas{"shop/purge": unlabelled, "shop/web-tiercache": generated("9")},
+			versions: map[string]string{"invalidation-key": "web-tiercache/invalidation-key@9"},
+		},
+		"a Secret named like the generated one but not generated for the tier is not used": {
+			secrets: secretMetas{"shop/web-tiercache": allowed("9")},
+			file:    "invalidation-key", is: ErrNotGenerated,
+			message: `Secret "web-tiercache" exists but was not generated for this CacheTier (it lacks the label tiercache.io/generated-for=web); the operator leaves it alone: delete or rename it and the operator creates its own`,
+		},
+		"a generated Secret that lost its allow label says how to fix it": {
+			secrets: secretMetas{"shop/web-tiercache": {Labels: map[string]string{inject.LabelGeneratedFor: "web"}}},
+			file:    "invalidation-key", is: ErrNotAllowed,
+			message: `the generated Secret "web-tiercache" lost its label tiercache.io/allow-reference=true: put it back (kubectl label secret web-tiercache tiercache.io/allow-reference=true -n shop) or delete the Secret and the operator creates a new one`,
+		},
+		"a generated Secret not created yet says the operator creates it": {
+			secrets: secretMetas{},
+			file:    "invalidation-key", is: ErrNotFound,
+			message: `the generated Secret "web-tiercache" does not exist yet; the operator creates it`,
+		},
 	}
-	if se.Field != "spec.purge.tokenSecretRef" {
-		t.Errorf("field %q", se.Field)
-	}
-	if got := FieldErrors(err); len(got) != 1 || got[0].Field != "spec.purge.tokenSecretRef" {
-		t.Errorf("field errors %v", got)
-	}
-
-	optional := true
-	spec.Purge.TokenSecretRef.Optional = &optional
-	c, err := Config(context.Background(), tier(spec), secretMap{})
-	if err != nil || c.Purge.Token != "" {
-		t.Errorf("an optional missing Secret: %v, token %q", err, c.Purge.Token)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c, err := Config(context.Background(), tier(tc.spec), tc.secrets)
+			if tc.is == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(c.SecretVersions, tc.versions) {
+					t.Fatalf("versions %v, want %v", c.SecretVersions, tc.versions)
+				}
+				return
+			}
+			ses := SecretErrors(err)
+			for _, se := range ses {
+				if se.File.File == tc.file && errors.Is(se, tc.is) {
+					if !strings.Contains(se.Error(), tc.message) {
+						t.Fatalf("message %q lacks %q", se.Error(), tc.message)
+					}
+					if Transient(err) {
+						t.Error("a Secret's absence or labels count as transient")
+					}
+					return
+				}
+			}
+			t.Fatalf("no %v error on %s in %v", tc.is, tc.file, err)
+		})
 	}
 }
 
-func TestAShortPurgeTokenInTheSecretIsInvalid(t *testing.T) {
-	spec := v1alpha1.CacheTierSpec{Purge: v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")}}
-	_, err := Config(context.Background(), tier(spec), secretMap{"shop/purge/token": "short"})
-	errs := FieldErrors(err)
-	if len(errs) == 0 || errs[0].Field != "spec.purge.tokenSecretRef" {
-		t.Fatalf("got %v", errs)
+func TestALookupFailureIsTransient(t *testing.T) {
+	_, err := Config(context.Background(), tier(v1alpha1.CacheTierSpec{}), failingSecrets{})
+	if !Transient(err) {
+		t.Fatalf("a failing lookup is not transient: %v", err)
 	}
-	if strings.Contains(errs.ToAggregate().Error(), "short") {
-		t.Error("the message quotes the secret")
+}
+
+type failingSecrets struct{}
+
+func (failingSecrets) SecretMeta(context.Context, string, string) (metav1.Object, error) {
+	return nil, errors.New("connection refused")
+}
+
+// TestTheHashFollowsResourceVersionsNotValues: a tier's hash depends on
+// which Secret keys it uses and their resourceVersions, nothing else of
+// them (render has no way to see a value).
+func TestTheHashFollowsResourceVersionsNotValues(t *testing.T) {
+	spec := v1alpha1.CacheTierSpec{
+		L2:    &v1alpha1.L2Spec{Addresses: []string{"redis:6379"}, PasswordSecretRef: ref("redis", "password")},
+		Purge: v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")},
 	}
+	hash := func(spec v1alpha1.CacheTierSpec, redisRV string) string {
+		t.Helper()
+		c, err := Config(context.Background(), tier(spec), secretMetas{
+			"shop/redis": allowed(redisRV), "shop/purge": allowed("1"), "shop/web-tiercache": generated("2"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Hash()
+	}
+	base := hash(spec, "100")
+	if hash(spec, "100") != base {
+		t.Error("one resourceVersion hashes differently twice")
+	}
+	if hash(spec, "101") == base {
+		t.Error("a rotated password (new resourceVersion) does not change the hash")
+	}
+	other := spec.DeepCopy()
+	other.L2.PasswordSecretRef = ref("redis", "password2")
+	if hash(*other, "100") == base {
+		t.Error("another key of the same Secret does not change the hash")
+	}
+	red, err := Redacted(tier(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if red.Hash() == base {
+		t.Error("the versions do not enter the hash")
+	}
+}
+
+func optionalRef(name, key string) *corev1.SecretKeySelector {
+	r := ref(name, key)
+	r.Optional = ptr(true)
+	return r
 }
 
 func ptr[T any](v T) *T { return &v }
