@@ -104,6 +104,17 @@ type dataPlane struct {
 	evictedBefore atomic.Int64
 	// version is the tier config version in effect (config_info).
 	version atomic.Pointer[string]
+	// keys sign and verify the tier's invalidation messages (every
+	// generation's purger shares them).
+	keys *invalidate.Keyring
+
+	// applyMu serialises config changes: control-plane pushes and secret
+	// rotations. base is the config in effect as its source gave it,
+	// before the command line and the secrets; sec are the secrets in
+	// effect.
+	applyMu sync.Mutex
+	base    tierconfig.Config
+	sec     secrets
 
 	retiring   sync.WaitGroup
 	stopRetire chan struct{} // closed at shutdown: retirements stop waiting
@@ -239,6 +250,11 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		Upgrades:    dp.up,
 	}
 	if g.client != nil {
+		g.purger.SetAuth(invalidate.Auth{
+			Keys:     dp.keys,
+			Channel:  g.client.Channel(),
+			Rejected: func(reason string) { dp.m.InvalidationsRejected.WithLabelValues(reason).Inc() },
+		})
 		g.purger.SetRemote(remote{g.client, g.store, dp.m.L2Errors.WithLabelValues("publish")}, dp.id, cfg.L2.Timeout.Std(), dp.log)
 		popts.Cluster = g.store
 	}
@@ -269,7 +285,7 @@ func sameL2(a, b tierconfig.L2) bool {
 	return slices.Equal(a.Addresses, b.Addresses) &&
 		a.Mode == b.Mode && a.MasterName == b.MasterName && a.Username == b.Username &&
 		a.Password == b.Password && a.TLS == b.TLS && a.CACert == b.CACert &&
-		a.KeyPrefix == b.KeyPrefix && a.Timeout == b.Timeout
+		a.Timeout == b.Timeout
 }
 
 // swap makes next the current generation and retires prev in the

@@ -73,7 +73,7 @@ func TestTheL2ConnectionIsTheSameUnlessAConnectionSettingChanged(t *testing.T) {
 		"a rotated password":              {base, with(func(c *tierconfig.L2) { c.Password = "new" }), false},
 		"TLS switched on":                 {base, with(func(c *tierconfig.L2) { c.TLS = true }), false},
 		"another CA bundle":               {base, with(func(c *tierconfig.L2) { c.CACert = "pem" }), false},
-		"another key prefix":              {base, with(func(c *tierconfig.L2) { c.KeyPrefix = "tc:x/y:" }), false},
+		"the key prefix spelled out":      {base, with(func(c *tierconfig.L2) { c.KeyPrefix = "tc:default/default:" }), true},
 		"another timeout":                 {base, with(func(c *tierconfig.L2) { c.Timeout *= 2 }), false},
 		"another user":                    {base, with(func(c *tierconfig.L2) { c.Username = "u" }), false},
 		"sentinel instead of standalone":  {base, with(func(c *tierconfig.L2) { c.Mode, c.MasterName = "sentinel", "m" }), false},
