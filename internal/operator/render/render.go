@@ -51,10 +51,10 @@ func (e *SecretError) Unwrap() error { return e.Err }
 // render as unset; any other error fails the render.
 var ErrNotFound = errors.New("not found")
 
-// KeyPrefix is the default Redis key prefix of a tier, as DESIGN.md fixes
-// it: "tc:<namespace>/<tier>:".
+// KeyPrefix is the Redis key prefix of a tier, as DESIGN.md fixes it:
+// "tc:<namespace>/<tier>:", always derived (the CacheTier cannot set it).
 func KeyPrefix(namespace, tier string) string {
-	return "tc:" + namespace + "/" + tier + ":"
+	return tierconfig.KeyPrefix(namespace, tier)
 }
 
 // Redacted renders the tier without reading Secrets and validates the
@@ -73,7 +73,10 @@ func Config(ctx context.Context, tier *v1alpha1.CacheTier, s Secrets) (tierconfi
 	if err != nil {
 		return tierconfig.Config{}, err
 	}
-	if len(c.L2.Addresses) > 0 && c.L2.KeyPrefix == "" {
+	// The derived prefix travels with the config so that a sidecar
+	// handed another tier's config refuses it (it checks the prefix
+	// against its own namespace and tier).
+	if len(c.L2.Addresses) > 0 {
 		c.L2.KeyPrefix = KeyPrefix(tier.Namespace, tier.Name)
 	}
 	if s != nil {
