@@ -12,6 +12,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store/l2"
+	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -40,6 +41,21 @@ func tierACL(user, password, prefix string) []any {
 		args = append(args, c)
 	}
 	return args
+}
+
+// aclDenials returns what the server's ACL LOG recorded as denied:
+// "user: object (reason)".
+func aclDenials(t *testing.T, c redis.UniversalClient) []string {
+	t.Helper()
+	entries, err := c.ACLLog(context.Background(), 100).Result()
+	if err != nil {
+		t.Fatalf("ACL LOG: %v", err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, fmt.Sprintf("%s: %s (%s, %d times)", e.Username, e.Object, e.Reason, e.Count))
+	}
+	return out
 }
 
 // isNoPerm reports whether err is Redis's refusal for lack of permission.
@@ -121,11 +137,16 @@ func TestTierACLsKeepTiersInOneRedisApartWhileEachSidecarWorksFully(t *testing.T
 		t.Fatalf("the bank tier's entry after the attempts: %v %v", got, err)
 	}
 
-	// Each tier's sidecars work fully under their restricted user.
+	// Each tier's sidecars work fully under their restricted user, and
+	// the server denied them nothing.
+	do(t, admin, "ACL", "LOG", "RESET")
 	for _, tr := range tiers {
 		t.Run(tr.ns+"/"+tr.name, func(t *testing.T) {
 			sidecarsWorkUnderTheirACL(t, rs.Addr(), admin, tr.ns, tr.name, tr.user, tr.password)
 		})
+	}
+	if d := aclDenials(t, admin); len(d) > 0 {
+		t.Fatalf("the server denied the sidecars: %v", d)
 	}
 }
 
@@ -200,6 +221,65 @@ func sidecarsWorkUnderTheirACL(t *testing.T, addr string, admin redis.UniversalC
 	}
 
 	for _, n := range []*node{a, b, c} {
+		_, body, err := n.adminGet("/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "tiercache_l2_errors_total{") && !strings.HasSuffix(line, " 0") {
+				t.Errorf("sidecar %s: %s", n.base, line)
+			}
+		}
+	}
+}
+
+// tierClusterACLCommands are the further commands of Cluster mode: the
+// slot map and the command table the client reads.
+var tierClusterACLCommands = []any{"+cluster|slots", "+command"}
+
+func TestATierACLUserServesATierOnRedisCluster(t *testing.T) {
+	cluster := testredis.StartCluster(t, 3)
+	prefix := tierconfig.KeyPrefix("shop", "web")
+	for _, addr := range cluster.Addrs() {
+		node := redisClient(t, addr)
+		do(t, node, append(tierACL("tc-shop-web", "cluster-password", prefix), tierClusterACLCommands...)...)
+	}
+	origin := newOrigin(t, 0)
+	cfg := writeConfig(t, smallL1+fmt.Sprintf("l2: {addresses: ['%s'], mode: cluster, username: tc-shop-web}\n",
+		strings.Join(cluster.Addrs(), "', '")))
+	sec := newSecretsDir(t, map[string]string{fileRedisPassword: "cluster-password", fileInvalidationKey: "cluster-key-0123456789"})
+	args := func(pod string) []string {
+		return []string{"--config", cfg, "--secrets-dir", sec.path, "--tier", "web", "--pod-namespace", "shop", "--pod-name", pod}
+	}
+	a := startNode(t, origin.URL, args("a")...)
+	b := startNode(t, origin.URL, args("b")...)
+	a.waitReady(t)
+	b.waitReady(t)
+	rdb := redisClient(t, cluster.Addrs()...)
+
+	// Enough keys to land on every master.
+	var paths []string
+	for i := range 6 {
+		paths = append(paths, fmt.Sprintf("/grp/%d", i))
+	}
+	for _, p := range paths {
+		a.expect(t, p, "MISS", p+" v1")
+	}
+	for _, p := range paths {
+		waitInL2(t, rdb, prefix, p)
+		b.expect(t, p, "HIT; layer=l2", p+" v1")
+	}
+	for _, body := range []string{`{"tags":["grp-grp"]}`, `{"prefix":"/grp/"}`} {
+		if status, res := a.purge(t, body); status != http.StatusOK || res.Error != "" {
+			t.Fatalf("purge %s: %d %+v", body, status, res)
+		}
+	}
+	for _, addr := range cluster.Addrs() {
+		if d := aclDenials(t, redisClient(t, addr)); len(d) > 0 {
+			t.Errorf("node %s denied the sidecars: %v", addr, d)
+		}
+	}
+	for _, n := range []*node{a, b} {
 		_, body, err := n.adminGet("/metrics")
 		if err != nil {
 			t.Fatal(err)
