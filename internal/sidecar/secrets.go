@@ -30,6 +30,12 @@ const (
 // watch reports: a safety net for a missed event.
 const secretsPoll = 30 * time.Second
 
+// secretsSettle is how long the directory must be quiet after an event
+// before it is re-read: the kubelet's update is several operations (a new
+// timestamped directory, the ..data swap, the old directory removed), and
+// a read in the middle of them could see a file as missing for a moment.
+const secretsSettle = 100 * time.Millisecond
+
 // secrets are the values of --secrets-dir. A missing file is an unset
 // secret. They live in memory only: merged into the effective config (and
 // the invalidation keyring), never into what is logged, hashed,
@@ -115,6 +121,7 @@ type secretsWatch struct {
 	w      *fsnotify.Watcher
 	dir    string
 	poll   time.Duration
+	settle time.Duration
 	update func(secrets)
 	log    *slog.Logger
 }
@@ -129,14 +136,18 @@ func newSecretsWatch(dir string, poll time.Duration, update func(secrets), log *
 		_ = w.Close()
 		return nil, fmt.Errorf("--secrets-dir: watching %s: %w", dir, err)
 	}
-	return &secretsWatch{w: w, dir: dir, poll: poll, update: update, log: log}, nil
+	return &secretsWatch{w: w, dir: dir, poll: poll, settle: secretsSettle, update: update, log: log}, nil
 }
 
-// run delivers changes until ctx ends, then closes the watch.
+// run delivers changes until ctx ends, then closes the watch. An event
+// re-reads the directory once it has been quiet for settle.
 func (sw *secretsWatch) run(ctx context.Context) {
 	defer sw.w.Close()
 	t := time.NewTicker(sw.poll)
 	defer t.Stop()
+	settled := time.NewTimer(sw.settle)
+	settled.Stop()
+	defer settled.Stop()
 	lastErr := ""
 	reread := func() {
 		s, err := readSecrets(sw.dir)
@@ -158,6 +169,8 @@ func (sw *secretsWatch) run(ctx context.Context) {
 			if !ok {
 				return
 			}
+			settled.Reset(sw.settle)
+		case <-settled.C:
 			reread()
 		case err, ok := <-sw.w.Errors:
 			if !ok {

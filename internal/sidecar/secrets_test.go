@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiercache/tiercache/internal/controlplane"
@@ -307,5 +309,37 @@ func TestSecretFlagsAndTheSecretsDirectoryAreNotBothGiven(t *testing.T) {
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, noEnv, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "--secrets-dir") {
 		t.Fatalf("a missing secrets directory: err = %v, want it to name --secrets-dir", err)
+	}
+}
+
+func TestThePollFindsAChangeTheWatchMissed(t *testing.T) {
+	sec := newSecretsDir(t, map[string]string{filePurgeToken: "first-token-0123456789"})
+	// The watch is on another directory: only the poll can see the change.
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan secrets, 16)
+	sw := &secretsWatch{w: w, dir: sec.path, poll: 10 * time.Millisecond, settle: time.Hour,
+		update: func(s secrets) { got <- s }, log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sw.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	sec.project(t, map[string]string{filePurgeToken: "second-token-0123456789"})
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case s := <-got:
+			if s.purgeToken == "second-token-0123456789" {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the poll never delivered the new token")
+		}
 	}
 }
