@@ -343,3 +343,34 @@ func TestThePollFindsAChangeTheWatchMissed(t *testing.T) {
 		}
 	}
 }
+
+func TestSecretsFromTheDirectoryNeverReachTheLastGoodFileOrTheVersion(t *testing.T) {
+	const token = "token-from-the-volume-0123456789"
+	cp := startControlPlane(t)
+	origin := newLiveOrigin(t)
+	state := t.TempDir()
+	sec := newSecretsDir(t, map[string]string{filePurgeToken: token, fileInvalidationKey: "key-from-the-volume-0123"})
+	n := startNode(t, origin.URL, append(liveArgs(cp.addr, state, smallL1), "--secrets-dir", sec.path)...)
+	v := cp.publish(t, smallL1+"rules: [{name: a, match: {pathPrefix: /a}, ttl: 60s}]\n")
+	n.waitVersion(t, v)
+	// The pushed config is in effect with the volume's token.
+	if got := n.purgeWith(t, token, `{"prefix":"/"}`); got != http.StatusOK {
+		t.Fatalf("purge with the volume's token under the pushed config: %d", got)
+	}
+	var raw []byte
+	for deadline := time.Now().Add(applyWithin); ; time.Sleep(10 * time.Millisecond) {
+		last, err := controlplane.LoadLastGood(filepath.Join(state, LastGoodFile))
+		if err == nil && controlplane.Version(last) == v {
+			if raw, err = os.ReadFile(filepath.Join(state, LastGoodFile)); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never held version %.12s", LastGoodFile, v)
+		}
+	}
+	if strings.Contains(string(raw), token) || strings.Contains(string(raw), "key-from-the-volume") {
+		t.Fatalf("%s holds a secret from the volume: %s", LastGoodFile, raw)
+	}
+}
