@@ -47,6 +47,9 @@ type generation struct {
 
 	cancel context.CancelFunc // ends the subscription and the preload
 	bg     sync.WaitGroup     // the subscription and the preload
+	// subscribed is closed once the generation's invalidation
+	// subscription is first in place (nil without L2).
+	subscribed chan struct{}
 
 	// active counts the requests (serving and purge) using this
 	// generation; retired is set once it is no longer current. idle is
@@ -268,7 +271,9 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		if warm == nil {
 			warm = new(atomic.Bool)
 		}
-		listen(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, dp.m.L2Errors.WithLabelValues("subscribe"), dp.log)
+		g.subscribed = make(chan struct{})
+		listen(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, g.subscribed,
+			dp.m.L2Errors.WithLabelValues("subscribe"), dp.log)
 	} else if warm != nil {
 		warm.Store(true)
 	}
@@ -288,12 +293,21 @@ func sameL2(a, b tierconfig.L2) bool {
 		a.Timeout == b.Timeout
 }
 
+// subscribeHandover bounds how long a retired generation keeps its
+// invalidation subscription while its successor, on a new L2 client,
+// subscribes.
+const subscribeHandover = 10 * time.Second
+
 // swap makes next the current generation and retires prev in the
 // background: once prev's requests have ended (bounded by
-// --shutdown-timeout), its proxy, subscription and store are closed, and
+// --shutdown-timeout), and, when next has a new L2 client, once next has
+// subscribed to invalidations (bounded by subscribeHandover: a message
+// published in between would otherwise reach neither, a password
+// rotation included), its proxy, subscription and store are closed, and
 // its L1 cache and L2 client unless next took them over. Only Apply's
 // goroutine calls swap.
 func (dp *dataPlane) swap(prev, next *generation) {
+	handover := prev.client != nil && next.client != nil && next.client != prev.client
 	if next.cache == prev.cache {
 		prev.ownsL1 = false
 	} else {
@@ -315,6 +329,17 @@ func (dp *dataPlane) swap(prev, next *generation) {
 		case <-t.C:
 			dp.log.Warn("config change: requests of the previous data plane still running; closing it under them",
 				"generation", prev.seq, "requests", prev.active.Load(), "waited", dp.o.ShutdownTimeout.String())
+		}
+		if handover {
+			h := time.NewTimer(subscribeHandover)
+			defer h.Stop()
+			select {
+			case <-next.subscribed:
+			case <-dp.stopRetire:
+			case <-h.C:
+				dp.log.Warn("config change: the new L2 client has not subscribed to invalidations yet; closing the previous subscription anyway",
+					"generation", prev.seq, "waited", subscribeHandover.String())
+			}
 		}
 		if err := dp.closeGeneration(prev); err != nil {
 			dp.log.Warn("config change: closing the previous data plane", "generation", prev.seq, "err", err)

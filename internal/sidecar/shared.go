@@ -156,13 +156,13 @@ func instanceID(o Options) string {
 // listen subscribes to the tier's invalidations and, once subscribed (so
 // that nothing purged during the preload is missed), preloads L1 from L2.
 // ready is set when the preload has ended, successfully or not, bounded by
-// the warm-start timeout. Both goroutines are owned by wg and end with ctx.
+// the warm-start timeout; subscribed is closed at the first subscription. Both goroutines are owned by wg and end with ctx.
 // Every subscription after the first follows a lost one (messages may
 // have been missed, and L1 is cleared): it is counted as
 // l2_errors_total{op="subscribe"}.
 func listen(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *store.Layered,
-	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, lost prometheus.Counter, log *slog.Logger) {
-	subscribed := make(chan struct{})
+	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, subscribed chan struct{},
+	lost prometheus.Counter, log *slog.Logger) {
 	var once sync.Once
 	wg.Add(2)
 	go func() {
