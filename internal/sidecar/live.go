@@ -58,8 +58,12 @@ func (dp *dataPlane) Apply(_ context.Context, cfg tierconfig.Config, version str
 // effective is base with the command line and, with --secrets-dir, the
 // secrets s applied: the config the data plane runs.
 func (dp *dataPlane) effective(base tierconfig.Config, s secrets) tierconfig.Config {
-	applyFlags(&base, dp.o)
-	if dp.o.SecretsDir != "" {
+	return effective(base, dp.o, s)
+}
+
+func effective(base tierconfig.Config, o Options, s secrets) tierconfig.Config {
+	applyFlags(&base, o)
+	if o.SecretsDir != "" {
 		s.apply(&base)
 	}
 	return base

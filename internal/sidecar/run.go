@@ -219,10 +219,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 			return err
 		}
 	}
-	keys := invalidate.NewKeyring()
-	keys.Set([]byte(sec.invalidationKey), time.Now())
-	dp := &dataPlane{o: o, keys: keys, base: initial, sec: sec}
-	compiled, err := tierconfig.Compile(dp.effective(initial, sec))
+	compiled, err := tierconfig.Compile(effective(initial, o, sec))
 	if err != nil {
 		return fmt.Errorf("config from %s: %w", source, err)
 	}
@@ -242,15 +239,22 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dp.ctx = ctx
-	dp.getenv = getenv
-	dp.upstream = upstream
-	dp.log = log
-	dp.holder = holder
-	dp.rt = proxy.NewTransport()
-	dp.id = instanceID(o)
-	dp.stopRetire = make(chan struct{})
-	dp.watches = invalidate.NewWatches()
+	dp := &dataPlane{
+		ctx:        ctx,
+		o:          o,
+		getenv:     getenv,
+		upstream:   upstream,
+		log:        log,
+		holder:     holder,
+		rt:         proxy.NewTransport(),
+		id:         instanceID(o),
+		stopRetire: make(chan struct{}),
+		watches:    invalidate.NewWatches(),
+		keys:       invalidate.NewKeyring(),
+		base:       initial,
+		sec:        sec,
+	}
+	dp.keys.Set([]byte(sec.invalidationKey), time.Now())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if dp.m, err = metrics.New(reg, dp.l1Stats); err != nil {

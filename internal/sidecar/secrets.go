@@ -161,6 +161,8 @@ func (sw *secretsWatch) run(ctx context.Context) {
 		lastErr = ""
 		sw.update(s)
 	}
+	// A change between the start-up read and the watch is seen now.
+	reread()
 	for {
 		select {
 		case <-ctx.Done():
