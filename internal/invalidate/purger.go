@@ -7,7 +7,10 @@
 //
 // With a Remote (L2), purges are cluster-wide: they delete from Redis and
 // are published on the tier's channel so that every sidecar of the tier
-// drops its L1 copies.
+// drops its L1 copies. With the tier's invalidation key (Auth, auth.go)
+// those messages are signed, and only signed, recent, unreplayed ones are
+// applied, so that a client that can publish on the channel cannot empty
+// every sidecar's L1.
 package invalidate
 
 import (
@@ -61,6 +64,8 @@ type Purger struct {
 	cfg           *tierconfig.Holder
 	watches       *Watches
 	subscribed    atomic.Bool
+	// auth signs published messages and checks received ones.
+	auth *channelAuth
 	// OnPurge, when set, is called after every purge or invalidation (for
 	// metrics).
 	OnPurge func()
@@ -69,8 +74,13 @@ type Purger struct {
 // NewPurger returns a Purger over local, shaping URLs with the tier config
 // in effect.
 func NewPurger(local Local, cfg *tierconfig.Holder) *Purger {
-	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches()}
+	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches(), auth: newChannelAuth(Auth{})}
 }
+
+// SetAuth authenticates the channel: published messages are signed with
+// a.Keys, and received ones are applied only when signed by a valid key,
+// recent and not seen before. Call it before serving.
+func (p *Purger) SetAuth(a Auth) { p.auth = newChannelAuth(a) }
 
 // UseWatches makes the purger mark the fills registered in ws (shared by
 // every purger of a sidecar) instead of its own. Call it before serving.
@@ -281,7 +291,11 @@ type message struct {
 func (p *Purger) publish(ctx context.Context, m message) {
 	m.From = p.id
 	b, err := json.Marshal(m)
+	if err == nil {
+		b, err = p.auth.seal(b)
+	}
 	if err != nil {
+		p.log.Warn("invalidation not published: sealing it failed; other sidecars keep their copies until the entries expire", "err", err)
 		return
 	}
 	if err := p.remote.Publish(ctx, b); err != nil {
@@ -290,12 +304,21 @@ func (p *Purger) publish(ctx context.Context, m message) {
 }
 
 // HandleMessage applies a purge or invalidation published by another
-// sidecar of the tier to this sidecar's L1. Its own messages and
-// malformed ones are ignored.
+// sidecar of the tier to this sidecar's L1. Its own messages are ignored;
+// malformed ones, and with an invalidation key unsigned, forged, stale
+// and replayed ones, are refused (counted, and logged at most once a
+// minute).
 func (p *Purger) HandleMessage(b []byte) {
+	body, reason := p.auth.open(b)
 	var m message
-	if err := json.Unmarshal(b, &m); err != nil {
-		p.log.Warn("ignoring a malformed invalidation message", "err", err)
+	if reason == "" && json.Unmarshal(body, &m) != nil {
+		reason = RejectMalformed
+	}
+	if reason != "" {
+		if logNow, suppressed := p.auth.rejected(reason); logNow {
+			p.log.Warn("invalidation message refused", "reason", reason,
+				"authenticated", p.auth.Keys.Enabled(), "refused_since_last_log", suppressed)
+		}
 		return
 	}
 	if m.From == p.id {

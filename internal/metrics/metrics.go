@@ -39,7 +39,10 @@ type Metrics struct {
 	L2Dropped       prometheus.Counter
 	L2CircuitOpen   prometheus.Gauge
 	Purges          prometheus.Counter
-	ConfigInfo      *prometheus.GaugeVec
+	// InvalidationsRejected counts invalidation messages refused, by
+	// reason (invalidate.RejectReasons).
+	InvalidationsRejected *prometheus.CounterVec
+	ConfigInfo            *prometheus.GaugeVec
 	// UpgradedOpen is the number of open upgraded (WebSocket and the
 	// like) connections; upgrades counts upgrade requests by result.
 	UpgradedOpen prometheus.Gauge
@@ -98,6 +101,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_purges_total",
 			Help: "Purge requests and unsafe-method invalidations applied.",
 		}),
+		InvalidationsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_invalidations_rejected_total",
+			Help: "Invalidation messages from the tier's channel refused, by reason: malformed, unsigned, bad_mac, expired, future, replay.",
+		}, []string{"reason"}),
 		ConfigInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tiercache_config_info",
 			Help: "1 for the config version (hash) in effect.",
@@ -118,7 +125,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		durByRes:   make(map[string]prometheus.Observer),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests}
+		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests}
 	if l1 != nil {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

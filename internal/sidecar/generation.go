@@ -47,6 +47,9 @@ type generation struct {
 
 	cancel context.CancelFunc // ends the subscription and the preload
 	bg     sync.WaitGroup     // the subscription and the preload
+	// subscribed is closed once the generation's invalidation
+	// subscription is first in place (nil without L2).
+	subscribed chan struct{}
 
 	// active counts the requests (serving and purge) using this
 	// generation; retired is set once it is no longer current. idle is
@@ -107,6 +110,17 @@ type dataPlane struct {
 	evictedBefore atomic.Int64
 	// version is the tier config version in effect (config_info).
 	version atomic.Pointer[string]
+	// keys sign and verify the tier's invalidation messages (every
+	// generation's purger shares them).
+	keys *invalidate.Keyring
+
+	// applyMu serialises config changes: control-plane pushes and secret
+	// rotations. base is the config in effect as its source gave it,
+	// before the command line and the secrets; sec are the secrets in
+	// effect.
+	applyMu sync.Mutex
+	base    tierconfig.Config
+	sec     secrets
 
 	retiring   sync.WaitGroup
 	stopRetire chan struct{} // closed at shutdown: retirements stop waiting
@@ -242,6 +256,11 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		Upgrades:    dp.up,
 	}
 	if g.client != nil {
+		g.purger.SetAuth(invalidate.Auth{
+			Keys:     dp.keys,
+			Channel:  g.client.Channel(),
+			Rejected: func(reason string) { dp.m.InvalidationsRejected.WithLabelValues(reason).Inc() },
+		})
 		g.purger.SetRemote(remote{g.client, g.store, dp.m.L2Errors.WithLabelValues("publish")}, dp.id, cfg.L2.Timeout.Std(), dp.log)
 		popts.Cluster = g.store
 	}
@@ -255,7 +274,9 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		if warm == nil {
 			warm = new(atomic.Bool)
 		}
-		listen(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, dp.m.L2Errors.WithLabelValues("subscribe"), dp.log)
+		g.subscribed = make(chan struct{})
+		listen(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, g.subscribed,
+			dp.m.L2Errors.WithLabelValues("subscribe"), dp.log)
 	} else if warm != nil {
 		warm.Store(true)
 	}
@@ -272,15 +293,24 @@ func sameL2(a, b tierconfig.L2) bool {
 	return slices.Equal(a.Addresses, b.Addresses) &&
 		a.Mode == b.Mode && a.MasterName == b.MasterName && a.Username == b.Username &&
 		a.Password == b.Password && a.TLS == b.TLS && a.CACert == b.CACert &&
-		a.KeyPrefix == b.KeyPrefix && a.Timeout == b.Timeout
+		a.Timeout == b.Timeout
 }
+
+// subscribeHandover bounds how long a retired generation keeps its
+// invalidation subscription while its successor, on a new L2 client,
+// subscribes.
+const subscribeHandover = 10 * time.Second
 
 // swap makes next the current generation and retires prev in the
 // background: once prev's requests have ended (bounded by
-// --shutdown-timeout), its proxy, subscription and store are closed, and
+// --shutdown-timeout), and, when next has a new L2 client, once next has
+// subscribed to invalidations (bounded by subscribeHandover: a message
+// published in between would otherwise reach neither, a password
+// rotation included), its proxy, subscription and store are closed, and
 // its L1 cache and L2 client unless next took them over. Only Apply's
 // goroutine calls swap.
 func (dp *dataPlane) swap(prev, next *generation) {
+	handover := prev.client != nil && next.client != nil && next.client != prev.client
 	if next.cache == prev.cache {
 		prev.ownsL1 = false
 	} else {
@@ -302,6 +332,17 @@ func (dp *dataPlane) swap(prev, next *generation) {
 		case <-t.C:
 			dp.log.Warn("config change: requests of the previous data plane still running; closing it under them",
 				"generation", prev.seq, "requests", prev.active.Load(), "waited", dp.o.ShutdownTimeout.String())
+		}
+		if handover {
+			h := time.NewTimer(subscribeHandover)
+			defer h.Stop()
+			select {
+			case <-next.subscribed:
+			case <-dp.stopRetire:
+			case <-h.C:
+				dp.log.Warn("config change: the new L2 client has not subscribed to invalidations yet; closing the previous subscription anyway",
+					"generation", prev.seq, "waited", subscribeHandover.String())
+			}
 		}
 		if err := dp.closeGeneration(prev); err != nil {
 			dp.log.Warn("config change: closing the previous data plane", "generation", prev.seq, "err", err)

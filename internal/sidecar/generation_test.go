@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
+	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -73,7 +75,7 @@ func TestTheL2ConnectionIsTheSameUnlessAConnectionSettingChanged(t *testing.T) {
 		"a rotated password":              {base, with(func(c *tierconfig.L2) { c.Password = "new" }), false},
 		"TLS switched on":                 {base, with(func(c *tierconfig.L2) { c.TLS = true }), false},
 		"another CA bundle":               {base, with(func(c *tierconfig.L2) { c.CACert = "pem" }), false},
-		"another key prefix":              {base, with(func(c *tierconfig.L2) { c.KeyPrefix = "tc:x/y:" }), false},
+		"the key prefix spelled out":      {base, with(func(c *tierconfig.L2) { c.KeyPrefix = "tc:default/default:" }), true},
 		"another timeout":                 {base, with(func(c *tierconfig.L2) { c.Timeout *= 2 }), false},
 		"another user":                    {base, with(func(c *tierconfig.L2) { c.Username = "u" }), false},
 		"sentinel instead of standalone":  {base, with(func(c *tierconfig.L2) { c.Mode, c.MasterName = "sentinel", "m" }), false},
@@ -218,5 +220,57 @@ func TestAConfigThatDoesNotCompileWithTheFlagsIsRefusedAndChangesNothing(t *test
 	}
 	if dp.cur.Load() != first || dp.holder.Load() != compiled {
 		t.Fatal("a refused config changed the data plane")
+	}
+}
+
+func TestAMessageSentWhileANewL2ClientSubscribesStillReachesTheSidecar(t *testing.T) {
+	rs := testredis.Start(t)
+	slow := testredis.StartLatencyProxy(t, rs.Addr())
+	cfg := func(addr string) tierconfig.Config {
+		c, err := tierconfig.Parse([]byte(smallL1 + "l2: {addresses: ['" + addr + "'], warmStart: {disabled: true}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dp := newTestDataPlane(t, Options{}, cfg(rs.Addr()))
+	rdb := redisClient(t, rs.Addr())
+	const channel = "tc:default/default:inval"
+	waitNumSub := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			counts, err := rdb.PubSubNumSub(context.Background(), channel).Result()
+			if err == nil && counts[channel] == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%v subscribers, want %d", counts[channel], n)
+			}
+		}
+	}
+	waitNumSub(1)
+
+	// The next L2 client (a rotated password would do the same) cannot
+	// subscribe yet: every byte to Redis waits a second, longer than its
+	// timeout.
+	slow.SetDelay(time.Second, 0)
+	if err := dp.Apply(context.Background(), cfg(slow.Addr()), "v2"); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(dp.m.Purges)
+	if err := rdb.Publish(context.Background(), channel, `{"from":"elsewhere","prefix":"/"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(dp.m.Purges) == before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a purge published while the new L2 client was subscribing reached no subscription of the sidecar")
+		}
+	}
+
+	// Once the new client has subscribed, the old subscription goes.
+	slow.SetDelay(0, 0)
+	waitNumSub(1)
+	if dp.cur.Load().client == nil || slow.Conns() == 0 {
+		t.Fatal("the new generation does not use the new address")
 	}
 }

@@ -337,7 +337,7 @@ func TestSwitchingL2OnLiveSharesEntriesWithTheTiersOtherSidecars(t *testing.T) {
 	rs := testredis.Start(t)
 	cp := startControlPlane(t)
 	origin := newLiveOrigin(t)
-	withL2 := smallL1 + fmt.Sprintf("l2: {addresses: ['%s'], keyPrefix: 'tc:shop/web:'}\n", rs.Addr())
+	withL2 := smallL1 + fmt.Sprintf("l2: {addresses: ['%s']}\n", rs.Addr())
 
 	logs := &logBuffer{}
 	a := startNodeLogging(t, logs, origin.URL, append(liveArgs(cp.addr, t.TempDir(), smallL1), "--log-level", "info")...)
@@ -350,7 +350,9 @@ func TestSwitchingL2OnLiveSharesEntriesWithTheTiersOtherSidecars(t *testing.T) {
 		t.Errorf("logged config applied with rebuilt %q, want [l2]", got)
 	}
 
-	b := startNode(t, origin.URL, "--config", writeConfig(t, withL2))
+	// B, standalone, is a pod of the same tier: its identity gives it the
+	// same key prefix.
+	b := startNode(t, origin.URL, "--config", writeConfig(t, withL2), "--tier", "web", "--pod-namespace", "shop", "--pod-name", "web-1")
 	b.waitReady(t)
 	rdb := redisClient(t, rs.Addr())
 	waitSubscribers(t, rdb, 2) // A and B

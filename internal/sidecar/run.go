@@ -54,6 +54,7 @@ type Options struct {
 	RedisPassword   string
 	RedisCACert     string
 	PurgeToken      string
+	SecretsDir      string
 	InitialConfig   string
 	StateDir        string
 	ControlPlane    string
@@ -86,6 +87,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.RedisPassword, "redis-password", "", "L2 Redis password when the config sets none (prefer TIERCACHE_REDIS_PASSWORD)")
 	fs.StringVar(&o.RedisCACert, "redis-ca-cert", "", "PEM CA bundle for L2 TLS when the config sets none (prefer TIERCACHE_REDIS_CA_CERT)")
 	fs.StringVar(&o.PurgeToken, "purge-token", "", "purge token when the config sets none (prefer TIERCACHE_PURGE_TOKEN)")
+	fs.StringVar(&o.SecretsDir, "secrets-dir", "", "directory of the tier's secrets (redis-password, redis-ca.crt, purge-token, invalidation-key; a missing file is unset), watched and applied live; not with the secret flags")
 	fs.StringVar(&o.InitialConfig, "initial-config", "", "tier config as text (YAML or JSON): the config the operator places in the pod spec; not with --config")
 	fs.StringVar(&o.StateDir, "state-dir", "", "directory for the last good config (an emptyDir in the pod); its config.json is preferred at start")
 	fs.StringVar(&o.ControlPlaneCA, "control-plane-ca", "", "PEM file of the CA that signs the control plane's certificate: connect with TLS (default plaintext)")
@@ -158,6 +160,20 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	if o.ControlPlaneCA != "" && o.ControlPlaneCAPEM != "" {
 		return o, errors.New("--control-plane-ca and --control-plane-ca-pem (TIERCACHE_CONTROL_PLANE_CA_PEM) are both set: give one")
 	}
+	if o.SecretsDir != "" {
+		for _, f := range []struct{ flag, value, file string }{
+			{"redis-password", o.RedisPassword, fileRedisPassword},
+			{"redis-ca-cert", o.RedisCACert, fileRedisCA},
+			{"purge-token", o.PurgeToken, filePurgeToken},
+		} {
+			if f.value != "" {
+				errs = append(errs, fmt.Errorf("--%s (or %s) and --secrets-dir are both set: with --secrets-dir the secret comes from its file %s; give one", f.flag, envName(f.flag), f.file))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return o, err
+		}
+	}
 	if o.ControlPlane != "" {
 		for _, id := range []struct{ flag, value string }{
 			{"tier", o.Tier}, {"pod-namespace", o.PodNamespace}, {"pod-name", o.PodName},
@@ -208,18 +224,32 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
 		return fmt.Errorf("--upstream: must be an absolute http(s) URL such as http://127.0.0.1:8081 (got %q)", o.Upstream)
 	}
-	cfg, source, err := startupConfig(o, log)
+	initial, source, err := startupConfig(o, log)
 	if err != nil {
 		return err
 	}
-	initial := cfg
-	applyFlags(&cfg, o)
-	compiled, err := tierconfig.Compile(cfg)
+	if err := checkKeyPrefix(initial.L2, o); err != nil {
+		return fmt.Errorf("config from %s: %w", source, err)
+	}
+	var sec secrets
+	if o.SecretsDir != "" {
+		if fi, err := os.Stat(o.SecretsDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--secrets-dir: %s is not a readable directory", o.SecretsDir)
+		}
+		if sec, err = readSecrets(o.SecretsDir); err != nil {
+			return err
+		}
+	}
+	compiled, err := tierconfig.Compile(effective(initial, o, sec))
 	if err != nil {
 		return fmt.Errorf("config from %s: %w", source, err)
 	}
-	version := controlplane.Version(initial)
-	log.Info("config loaded", "source", source, "version", version, "hash", compiled.Hash)
+	// The version and the logged hash never cover secret values (an
+	// offline oracle for them): a pushed config carries none, and a file
+	// config's are left out.
+	version := controlplane.Version(redacted(initial))
+	log.Info("config loaded", "source", source, "version", version, "hash", redacted(compiled.Config).Hash(),
+		"secrets_dir", o.SecretsDir)
 	holder := tierconfig.NewHolder(compiled)
 	if limit, err := memoryLimit(o.MemoryLimit, getenv("GOMEMLIMIT"), compiled.Config.L1.MaxSize); err != nil {
 		return err
@@ -242,11 +272,18 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		stopRetire: make(chan struct{}),
 		watches:    invalidate.NewWatches(),
 		purgeLimit: invalidate.NewLimiter(o.PurgeRate, o.PurgeBurst),
+		keys:       invalidate.NewKeyring(),
+		base:       initial,
+		sec:        sec,
 	}
+	dp.keys.Set([]byte(sec.invalidationKey), time.Now())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if dp.m, err = metrics.New(reg, dp.l1Stats); err != nil {
 		return err
+	}
+	for _, r := range invalidate.RejectReasons() {
+		dp.m.InvalidationsRejected.WithLabelValues(r)
 	}
 	dp.setVersion(version)
 	dp.up = proxy.NewUpgrades(upstream, holder, dp.rt, dp.m, log, o.MaxUpgraded, o.UpgradeIdleTimeout)
@@ -258,6 +295,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	dp.cur.Store(first)
 	defer dp.close()
+	dp.warnUnauthenticated(compiled)
 
 	// The control-plane client starts after the first generation is in
 	// place and is stopped before the data plane closes. Nothing waits
@@ -270,12 +308,25 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	}
 
+	var sw *secretsWatch
+	if o.SecretsDir != "" {
+		if sw, err = newSecretsWatch(o.SecretsDir, secretsPoll, dp.setSecrets, log); err != nil {
+			return err
+		}
+	}
+
 	serveLn, err := net.Listen("tcp", o.Listen)
 	if err != nil {
+		if sw != nil {
+			_ = sw.w.Close()
+		}
 		return fmt.Errorf("--listen: %w", err)
 	}
 	adminLn, err := net.Listen("tcp", o.AdminListen)
 	if err != nil {
+		if sw != nil {
+			_ = sw.w.Close()
+		}
 		serveLn.Close()
 		return fmt.Errorf("--admin-listen: %w", err)
 	}
@@ -305,6 +356,13 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		go func() { defer close(cpDone); _ = cp.Run(cpCtx) }()
 	} else {
 		close(cpDone)
+	}
+	// Secret rotations, like pushes, stop before the data plane closes.
+	secDone := make(chan struct{})
+	if sw != nil {
+		go func() { defer close(secDone); sw.run(cpCtx) }()
+	} else {
+		close(secDone)
 	}
 	log.Info("tiercache sidecar serving",
 		"listen", serveLn.Addr().String(), "admin", adminLn.Addr().String(),
@@ -339,6 +397,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	// No config changes while draining.
 	cpCancel()
 	<-cpDone
+	<-secDone
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
 	defer scancel()
 	if err := serve.Shutdown(sctx); err != nil {

@@ -26,11 +26,10 @@ import (
 // applyFlags applies the command line to a config from any source (file,
 // pod spec, last good file, control plane). --redis-addr overrides
 // l2.addresses (the demo and benchmarks point a file config at their own
-// Redis). The secrets (--redis-password, --purge-token, --redis-ca-cert,
-// which the injected pod sets from Secrets) fill in only what the config
-// leaves empty: the operator's rendered config in the pod spec is redacted,
-// while a config pushed by the control plane carries the current, possibly
-// rotated, values and must win over the environment fixed at pod start.
+// Redis). The secret flags (--redis-password, --purge-token,
+// --redis-ca-cert), for a standalone sidecar, fill in only what the config
+// leaves empty. In a pod the secrets come from --secrets-dir instead
+// (secrets.apply), which ParseArgs does not allow together with them.
 func applyFlags(cfg *tierconfig.Config, o Options) {
 	if o.RedisAddr != "" {
 		var addrs []string
@@ -55,13 +54,11 @@ func applyFlags(cfg *tierconfig.Config, o Options) {
 	}
 }
 
-// keyPrefix is the tier's Redis key prefix: the configured one, else
-// tc:<namespace>/<tier>: from the sidecar's identity (DESIGN.md), so
-// tiers sharing one Redis never read each other's entries.
-func keyPrefix(cfg tierconfig.L2, o Options) string {
-	if cfg.KeyPrefix != "" {
-		return cfg.KeyPrefix
-	}
+// keyPrefix is the tier's Redis key prefix, tc:<namespace>/<tier>: from
+// the sidecar's identity (DESIGN.md), default/default for a standalone
+// sidecar without one, so tiers sharing one Redis never read each
+// other's entries. A config cannot choose it (checkKeyPrefix).
+func keyPrefix(o Options) string {
 	ns, tier := o.PodNamespace, o.Tier
 	if ns == "" {
 		ns = "default"
@@ -69,7 +66,13 @@ func keyPrefix(cfg tierconfig.L2, o Options) string {
 	if tier == "" {
 		tier = "default"
 	}
-	return "tc:" + ns + "/" + tier + ":"
+	return tierconfig.KeyPrefix(ns, tier)
+}
+
+// checkKeyPrefix refuses a config whose l2.keyPrefix names a prefix other
+// than the sidecar's own.
+func checkKeyPrefix(l tierconfig.L2, o Options) error {
+	return l.CheckKeyPrefix(keyPrefix(o))
 }
 
 // openL2 builds the Redis client for cfg (no network I/O yet).
@@ -80,7 +83,7 @@ func openL2(cfg tierconfig.L2, o Options, log *slog.Logger) (*l2.Client, error) 
 		MasterName: cfg.MasterName,
 		Username:   cfg.Username,
 		Password:   cfg.Password,
-		Prefix:     keyPrefix(cfg, o),
+		Prefix:     keyPrefix(o),
 		Timeout:    cfg.Timeout.Std(),
 	}
 	if cfg.TLS {
@@ -153,13 +156,13 @@ func instanceID(o Options) string {
 // listen subscribes to the tier's invalidations and, once subscribed (so
 // that nothing purged during the preload is missed), preloads L1 from L2.
 // ready is set when the preload has ended, successfully or not, bounded by
-// the warm-start timeout. Both goroutines are owned by wg and end with ctx.
+// the warm-start timeout; subscribed is closed at the first subscription. Both goroutines are owned by wg and end with ctx.
 // Every subscription after the first follows a lost one (messages may
 // have been missed, and L1 is cleared): it is counted as
 // l2_errors_total{op="subscribe"}.
 func listen(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *store.Layered,
-	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, lost prometheus.Counter, log *slog.Logger) {
-	subscribed := make(chan struct{})
+	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, subscribed chan struct{},
+	lost prometheus.Counter, log *slog.Logger) {
 	var once sync.Once
 	wg.Add(2)
 	go func() {

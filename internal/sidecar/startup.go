@@ -17,12 +17,18 @@ const LastGoodFile = "config.json"
 // control-plane push; it survives container restarts on the pod's
 // emptyDir), then the config given on the command line (--config file or
 // --initial-config text, which the operator places in the pod spec), then
-// the built-in defaults. A last good file that cannot be read or is not
-// valid is skipped with a warning, never fatal: the next source serves. An
-// explicit --config or --initial-config that is not valid is an error.
+// the built-in defaults. A last good file that cannot be read, is not
+// valid or names another tier's key prefix is skipped with a warning,
+// never fatal: the next source serves. An explicit --config or
+// --initial-config that is not valid is an error (RunWith checks their
+// key prefix).
 func startupConfig(o Options, log *slog.Logger) (tierconfig.Config, string, error) {
 	if path := lastGoodPath(o); path != "" {
-		switch c, err := tierconfig.Load(path); {
+		c, err := tierconfig.Load(path)
+		if err == nil {
+			err = checkKeyPrefix(c.L2, o)
+		}
+		switch {
 		case err == nil:
 			return c, path, nil
 		case errors.Is(err, fs.ErrNotExist):

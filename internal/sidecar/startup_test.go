@@ -44,6 +44,13 @@ func TestStartupConfigOrder(t *testing.T) {
 			},
 			wantSize: 8 << 20, wantSource: "--initial-config",
 		},
+		"a last good config of another tier's key prefix is skipped for the pod-spec config": {
+			opts: func(t *testing.T) Options {
+				return Options{StateDir: withState(t, `{"l1":{"maxSize":"16Mi"},"l2":{"keyPrefix":"tc:bank/accounts:"}}`),
+					InitialConfig: `{"l1":{"maxSize":"8Mi"}}`, Tier: "web", PodNamespace: "shop"}
+			},
+			wantSize: 8 << 20, wantSource: "--initial-config",
+		},
 		"an empty state directory falls through to the config file": {
 			opts:     func(t *testing.T) Options { return Options{StateDir: withState(t, ""), ConfigFile: file} },
 			wantSize: 32 << 20, wantSource: file,

@@ -100,8 +100,11 @@ type L2 struct {
 	Password   string   `json:"password,omitempty"`
 	TLS        bool     `json:"tls,omitempty"`
 	CACert     string   `json:"caCert,omitempty"` // PEM
-	KeyPrefix  string   `json:"keyPrefix,omitempty"`
-	Timeout    Duration `json:"timeout,omitempty"`
+	// KeyPrefix is only a check: the prefix is always
+	// tc:<namespace>/<tier>: of the sidecar's own identity (KeyPrefix),
+	// and a config naming another one is refused (CheckKeyPrefix).
+	KeyPrefix string   `json:"keyPrefix,omitempty"`
+	Timeout   Duration `json:"timeout,omitempty"`
 	// WarmStart preloads L1 from the tier's hottest L2 entries before the
 	// sidecar reports ready, so a rolling restart does not meet the origin
 	// with a cold L1.

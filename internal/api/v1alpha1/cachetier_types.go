@@ -149,12 +149,6 @@ type L2Spec struct {
 	// TLS connects to Redis over TLS.
 	// +optional
 	TLS *L2TLS `json:"tls,omitempty"`
-	// KeyPrefix starts every Redis key of the tier (default
-	// "tc:<namespace>/<tier>:"). No whitespace.
-	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^\S*$`
-	KeyPrefix string `json:"keyPrefix,omitempty"`
 	// Timeout bounds each Redis call; a slow Redis is skipped, never
 	// waited for (default 50ms).
 	// +optional

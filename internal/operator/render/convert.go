@@ -37,7 +37,6 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 			Mode:       string(l2.Mode),
 			MasterName: l2.MasterName,
 			Username:   l2.Username,
-			KeyPrefix:  l2.KeyPrefix,
 			Timeout:    dur("l2.timeout", l2.Timeout),
 		}
 		if l2.TLS != nil {

@@ -24,10 +24,10 @@ import (
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// KeyPrefix is the default Redis key prefix of a tier, as DESIGN.md fixes
-// it: "tc:<namespace>/<tier>:".
+// KeyPrefix is the Redis key prefix of a tier, as DESIGN.md fixes it:
+// "tc:<namespace>/<tier>:", always derived (the CacheTier cannot set it).
 func KeyPrefix(namespace, tier string) string {
-	return "tc:" + namespace + "/" + tier + ":"
+	return tierconfig.KeyPrefix(namespace, tier)
 }
 
 // Redacted renders the tier without looking at Secrets and validates the
@@ -38,7 +38,10 @@ func Redacted(tier *v1alpha1.CacheTier) (tierconfig.Config, error) {
 	if err != nil {
 		return tierconfig.Config{}, err
 	}
-	if len(c.L2.Addresses) > 0 && c.L2.KeyPrefix == "" {
+	// The derived prefix travels with the config so that a sidecar
+	// handed another tier's config refuses it (it checks the prefix
+	// against its own namespace and tier).
+	if len(c.L2.Addresses) > 0 {
 		c.L2.KeyPrefix = KeyPrefix(tier.Namespace, tier.Name)
 	}
 	c = c.WithDefaults()

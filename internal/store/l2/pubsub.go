@@ -16,6 +16,9 @@ import (
 // twice this.
 const healthInterval = 3 * time.Second
 
+// Channel is the name of the tier's invalidation channel.
+func (c *Client) Channel() string { return c.k.channel }
+
 // Publish sends msg on the tier's invalidation channel (<prefix>inval) to
 // every subscribed sidecar.
 func (c *Client) Publish(ctx context.Context, msg []byte) error {
