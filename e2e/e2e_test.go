@@ -263,6 +263,24 @@ func TestEndToEnd(t *testing.T) {
 	// The controller-manager's part: the namespace's default
 	// ServiceAccount, which the injected pods run as.
 	run(t, kubectl, "--kubeconfig", admin, "create", "serviceaccount", "default", "--namespace", appNS)
+	// The tier reaches Redis as an ACL user of its own, exactly as
+	// docs/l2.md says to create it, with its password in a Secret that
+	// opts in to being referenced.
+	rc := goredis.NewClient(&goredis.Options{Addr: redis.Addr()})
+	defer rc.Close()
+	setACL := func(args ...string) {
+		t.Helper()
+		cmd := []any{"ACL", "SETUSER", tierUser}
+		for _, a := range args {
+			cmd = append(cmd, a)
+		}
+		if err := rc.Do(ctx, cmd...).Err(); err != nil {
+			t.Fatalf("ACL SETUSER %s %q: %v", tierUser, args, err)
+		}
+	}
+	setACL(strings.Fields(strings.ReplaceAll(documentedACL(t), "PASSWORD", "password-1"))...)
+	run(t, kubectl, "--kubeconfig", admin, "create", "secret", "generic", "redis-auth", "--namespace", appNS, "--from-literal=password=password-1")
+	run(t, kubectl, "--kubeconfig", admin, "label", "secret", "redis-auth", "--namespace", appNS, inject.LabelAllowReference+"=true")
 	applyTier := func(helloBypass bool) {
 		t.Helper()
 		rules := ""
@@ -277,7 +295,9 @@ spec:
   l2:
     addresses: [%q]
     timeout: 2s
-%s`, appNS, redis.Addr(), rules)
+    username: %s
+    passwordSecretRef: {name: redis-auth, key: password}
+%s`, appNS, redis.Addr(), tierUser, rules)
 		cmd := exec.Command(kubectl, "--kubeconfig", admin, "apply", "-f", "-")
 		cmd.Stdin = strings.NewReader(manifest)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -311,6 +331,7 @@ spec:
 	// server and read back injected.
 	sidecarURL := map[string]string{}
 	adminURL := map[string]string{}
+	secretsOf := map[string]string{} // pod → its projected secrets directory
 	for _, name := range []string{"web-0", "web-1"} {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: name, Labels: map[string]string{"app": "web"},
@@ -362,10 +383,8 @@ spec:
 				t.Fatalf("pod %s: the projected %s from the generated Secret: %q, %v", name, f, b, err)
 			}
 		}
-		if !acceptsFlag(t, bins.sidecar, "secrets-dir") {
-			// Until the sidecar reads its secrets directory (issue 11,
-			// the sidecar's part), it runs without one.
-			secretsDir = ""
+		if b, err := os.ReadFile(filepath.Join(secretsDir, inject.FileRedisPassword)); err != nil || string(b) != "password-1" {
+			t.Fatalf("pod %s: the projected Redis password: %q, %v", name, b, err)
 		}
 		args := rewriteArgs(t, sc.Args, map[string]string{
 			"--listen":                   listen,
@@ -385,6 +404,7 @@ spec:
 		p := start(t, name, bins.sidecar, args, envs)
 		waitTCP(t, p, listen, 30*time.Second)
 		sidecarURL[name], adminURL[name] = "http://"+listen, "http://"+adminAddr
+		secretsOf[name] = secretsDir
 	}
 	a, b := sidecarURL["web-0"], sidecarURL["web-1"]
 	eventually(t, "the tier's status counts both sidecars", 90*time.Second, func() error {
@@ -403,8 +423,6 @@ spec:
 	expectXCache(t, a+"/tagged/one", "HIT")
 	// 7. The other replica gets the entry from L2 (once the first one's
 	// write, which is asynchronous, has landed).
-	rc := goredis.NewClient(&goredis.Options{Addr: redis.Addr()})
-	defer rc.Close()
 	eventually(t, "the entry reaches Redis", 10*time.Second, func() error {
 		keys, _, err := rc.Scan(ctx, 0, "tc:"+appNS+"/web:e:*", 100).Result()
 		if err != nil {
@@ -441,9 +459,19 @@ spec:
 		}
 		return nil
 	})
-	// 9. A purge through one replica removes the entry from both.
+	// 9. A purge through one replica removes the entry from both. It
+	// needs the tier's purge token (the one the operator generated): a
+	// client without it, wherever it comes from, is refused.
 	expectXCache(t, b+"/tagged/one", "HIT")
-	purge(t, adminURL["web-0"], `{"urls":["/tagged/one"]}`)
+	token, err := os.ReadFile(filepath.Join(secretsOf["web-0"], inject.FilePurgeToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := purgeStatus(t, adminURL["web-0"], "", `{"urls":["/tagged/one"]}`); status != http.StatusUnauthorized {
+		t.Fatalf("a purge without the token: %d, want 401", status)
+	}
+	expectXCache(t, b+"/tagged/one", "HIT")
+	purge(t, adminURL["web-0"], string(token), `{"urls":["/tagged/one"]}`)
 	eventually(t, "the purge reaches the other replica", 5*time.Second, func() error {
 		x, _, err := get(b + "/tagged/one")
 		if err != nil {
@@ -454,7 +482,54 @@ spec:
 		}
 		return nil
 	})
-	// 10. Redis killed: still serving, from L1 and the origin.
+	// 10. The Redis password and the purge token are rotated while both
+	// sidecars serve: no client sees an error.
+	load := startLoad(t, []string{a, b})
+	setACL(">password-2") // the user takes both passwords during the change
+	updateSecret(t, c, "redis-auth", "password", "password-2")
+	setACL("<password-1")
+	if err := rc.Do(ctx, "CLIENT", "KILL", "USER", tierUser).Err(); err != nil {
+		t.Fatalf("CLIENT KILL USER: %v", err)
+	}
+	// Both sidecars reach L2 again, as the user with its new password
+	// only: a fill through one is an L2 hit through the other.
+	attempt := 0
+	eventually(t, "L2 works with the new password", 60*time.Second, func() error {
+		attempt++
+		u := fmt.Sprintf("/tagged/after-rotation-%d", attempt)
+		if x, _, err := get(a + u); err != nil || !strings.HasPrefix(x, "MISS") {
+			return fmt.Errorf("fill %s: %q %v", u, x, err)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			x, _, err := get(b + u)
+			if err == nil && strings.HasPrefix(x, "HIT") && strings.Contains(x, "l2") {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s on the other replica: %q %v", u, x, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	newToken := strings.Repeat("ab", 32)
+	updateSecret(t, c, inject.GeneratedSecretName("web"), inject.KeyPurgeToken, newToken)
+	for name, u := range adminURL {
+		eventually(t, name+" takes the new purge token", 30*time.Second, func() error {
+			if st := purgeStatus(t, u, newToken, `{"urls":["/tagged/rotated"]}`); st != http.StatusOK {
+				return fmt.Errorf("the new token: %d", st)
+			}
+			return nil
+		})
+		if st := purgeStatus(t, u, string(token), `{"urls":["/tagged/rotated"]}`); st != http.StatusUnauthorized {
+			t.Fatalf("%s: the old purge token after the rotation: %d, want 401", name, st)
+		}
+	}
+	if n, errs := load.stop(); errs != nil || n < 20 {
+		t.Fatalf("during the rotations: %d requests, errors %v", n, errs)
+	}
+
+	// 11. Redis killed: still serving, from L1 and the origin.
 	redis.Kill()
 	for i := range 20 {
 		if _, _, err := get(a + fmt.Sprintf("/tagged/after-redis-%d", i%4)); err != nil {
@@ -462,7 +537,7 @@ spec:
 		}
 	}
 	expectXCache(t, a+"/hello", "HIT")
-	// 11. Operator killed: still serving with the last config (the
+	// 12. Operator killed: still serving with the last config (the
 	// /hello rule edit stays in effect).
 	op.kill()
 	for _, u := range []string{a, b} {
@@ -478,9 +553,9 @@ spec:
 	}
 }
 
-func purge(t *testing.T, adminURL, body string) {
+func purge(t *testing.T, adminURL, token, body string) {
 	t.Helper()
-	resp, err := http.Post(adminURL+"/purge", "application/json", strings.NewReader(body))
+	resp, err := purgeRequest(adminURL, token, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,4 +617,114 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// tierUser is the tier's Redis ACL user.
+const tierUser = "tc-shop-web"
+
+// documentedACL returns the ACL SETUSER arguments docs/l2.md gives for
+// the shop/web tier, with PASSWORD for the password: the e2e runs the
+// documented line, so the doc cannot drift from what works.
+func documentedACL(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/l2.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(doc), "\n") {
+		if rest, ok := strings.CutPrefix(line, "ACL SETUSER "+tierUser+" "); ok {
+			return rest
+		}
+	}
+	t.Fatalf("docs/l2.md has no line starting %q", "ACL SETUSER "+tierUser)
+	return ""
+}
+
+func purgeRequest(adminURL, token, body string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, adminURL+"/purge", strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return http.DefaultClient.Do(req)
+}
+
+// purgeStatus sends a purge and returns its status.
+func purgeStatus(t *testing.T, adminURL, token, body string) int {
+	t.Helper()
+	resp, err := purgeRequest(adminURL, token, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// updateSecret sets one key of a Secret of the app namespace, as
+// `kubectl edit` would.
+func updateSecret(t *testing.T, c client.Client, name, key, value string) {
+	t.Helper()
+	eventually(t, "updating Secret "+name, 10*time.Second, func() error {
+		var s corev1.Secret
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: appNS, Name: name}, &s); err != nil {
+			return err
+		}
+		s.Data[key] = []byte(value)
+		return c.Update(context.Background(), &s)
+	})
+}
+
+// load sends requests to the sidecars one after another until stopped,
+// and records every error a client would see (no answer, or a 5xx).
+type load struct {
+	stopc chan struct{}
+	done  chan struct{}
+	n     int
+	errs  []error
+}
+
+func startLoad(t *testing.T, bases []string) *load {
+	l := &load{stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		// Bounded in count and time, whatever the test does.
+		deadline := time.Now().Add(3 * time.Minute)
+		for i := 0; i < 100000 && time.Now().Before(deadline); i++ {
+			select {
+			case <-l.stopc:
+				return
+			default:
+			}
+			u := fmt.Sprintf("%s/tagged/load-%d", bases[i%len(bases)], i%8)
+			resp, err := http.Get(u)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode >= 500 {
+					err = fmt.Errorf("%s: %s", u, resp.Status)
+				}
+			}
+			l.n++
+			if err != nil && len(l.errs) < 10 {
+				l.errs = append(l.errs, err)
+			}
+		}
+	}()
+	t.Cleanup(func() { l.stop() })
+	return l
+}
+
+// stop ends the load and returns the requests sent and the errors seen.
+func (l *load) stop() (int, []error) {
+	select {
+	case <-l.stopc:
+	default:
+		close(l.stopc)
+	}
+	<-l.done
+	return l.n, l.errs
 }

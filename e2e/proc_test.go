@@ -191,10 +191,3 @@ func rewriteArgs(t *testing.T, args []string, repl map[string]string) []string {
 	}
 	return out
 }
-
-// acceptsFlag reports whether the binary's --help lists --name.
-func acceptsFlag(t *testing.T, bin, name string) bool {
-	t.Helper()
-	out, _ := exec.Command(bin, "--help").CombinedOutput()
-	return strings.Contains(string(out), "-"+name)
-}
