@@ -27,7 +27,7 @@ func newEndpoint(channel string, t0 time.Time, keys ...string) *endpoint {
 func TestAMessageIsAppliedOnlyWhenSignedRecentAndNew(t *testing.T) {
 	const ch = "tc:shop/web:inval"
 	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	body := []byte(`{"from":"a","prefix":"/"}`)
+	body := []byte(`{"from":"a","all":true}`)
 	cases := []struct {
 		name string
 		// send returns the bytes on the wire; recv is the receiver.
@@ -132,9 +132,9 @@ func TestAForgedMessageLeavesL1AloneAndIsCounted(t *testing.T) {
 	var rejected []string
 	p.SetAuth(Auth{Keys: keys, Channel: "tc:shop/web:inval", Rejected: func(r string) { rejected = append(rejected, r) }})
 
-	p.HandleMessage([]byte(`{"from":"attacker","prefix":"/"}`))
+	p.HandleMessage([]byte(`{"from":"attacker","all":true}`))
 	forger := newEndpoint("tc:shop/web:inval", time.Now(), "guessed key")
-	p.HandleMessage(mustSeal(t, forger, []byte(`{"from":"attacker","prefix":"/"}`)))
+	p.HandleMessage(mustSeal(t, forger, []byte(`{"from":"attacker","all":true}`)))
 	if !present(cache, key) {
 		t.Fatal("a forged purge emptied L1")
 	}
@@ -143,7 +143,7 @@ func TestAForgedMessageLeavesL1AloneAndIsCounted(t *testing.T) {
 	}
 
 	sender := newEndpoint("tc:shop/web:inval", time.Now(), "tier key")
-	p.HandleMessage(mustSeal(t, sender, []byte(`{"from":"b","prefix":"/"}`)))
+	p.HandleMessage(mustSeal(t, sender, []byte(`{"from":"b","all":true}`)))
 	if present(cache, key) {
 		t.Fatal("a purge signed with the tier's key was not applied")
 	}

@@ -107,7 +107,7 @@ func TestTierACLsKeepTiersInOneRedisApartWhileEachSidecarWorksFully(t *testing.T
 	if err := intruder.Set(ctx, bankKey, forged, time.Hour); !isNoPerm(err) {
 		t.Errorf("the shop tier's L2 client wrote the bank tier's entry: %v", err)
 	}
-	if err := intruder.Publish(ctx, []byte(`{"from":"x","prefix":"/"}`)); !isNoPerm(err) {
+	if err := intruder.Publish(ctx, []byte(`{"from":"x","all":true}`)); !isNoPerm(err) {
 		t.Errorf("the shop tier's L2 client published on the bank tier's channel: %v", err)
 	}
 	raw := redis.NewClient(&redis.Options{Addr: rs.Addr(), Username: shop.user, Password: shop.password, Protocol: 2,

@@ -70,9 +70,9 @@ func TestForgedAndReplayedInvalidationsLeaveASidecarsL1Alone(t *testing.T) {
 	// Anyone who can publish on the channel forges a purge of everything
 	// and an invalidation of /x.
 	for _, forged := range []string{
-		`{"from":"attacker","prefix":"/"}`,
+		`{"from":"attacker","all":true}`,
 		`{"from":"attacker","invalidate":["http://shop.test/x"]}`,
-		`{"ts":1,"nonce":"00000000000000000000000000000000","macs":["00"],"msg":{"from":"attacker","prefix":"/"}}`,
+		`{"ts":1,"nonce":"00000000000000000000000000000000","macs":["00"],"msg":{"from":"attacker","all":true}}`,
 	} {
 		purges, unsigned, bad := b.metric(t, "tiercache_purges_total"), b.refused(t, "unsigned"), b.refused(t, "bad_mac")
 		if err := rdb.Publish(context.Background(), webChannel, forged).Err(); err != nil {
@@ -91,7 +91,7 @@ func TestForgedAndReplayedInvalidationsLeaveASidecarsL1Alone(t *testing.T) {
 
 	// A real purge through A reaches B; replaying it does not.
 	purges, bad := b.metric(t, "tiercache_purges_total"), b.refused(t, "bad_mac")
-	if status, res := a.purge(t, `{"prefix":"/"}`); status != http.StatusOK {
+	if status, res := a.purge(t, `{"all":true}`); status != http.StatusOK {
 		t.Fatalf("purge through A: %d %+v", status, res)
 	}
 	signed := receive(t, sub)

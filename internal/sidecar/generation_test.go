@@ -258,7 +258,7 @@ func TestAMessageSentWhileANewL2ClientSubscribesStillReachesTheSidecar(t *testin
 		t.Fatal(err)
 	}
 	before := testutil.ToFloat64(dp.m.Purges)
-	if err := rdb.Publish(context.Background(), channel, `{"from":"elsewhere","prefix":"/"}`).Err(); err != nil {
+	if err := rdb.Publish(context.Background(), channel, `{"from":"elsewhere","all":true}`).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(dp.m.Purges) == before; time.Sleep(5 * time.Millisecond) {

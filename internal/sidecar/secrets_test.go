@@ -114,16 +114,16 @@ func TestARotatedPurgeTokenIsRequiredFromTheNextPurgeOn(t *testing.T) {
 	sec := newSecretsDir(t, map[string]string{filePurgeToken: oldToken + "\n"})
 	logs := &logBuffer{}
 	n := startNodeLogging(t, logs, plainOrigin(t), "--config", writeConfig(t, smallL1), "--secrets-dir", sec.path, "--log-level", "info")
-	if got := n.purgeWith(t, oldToken, `{"prefix":"/"}`); got != http.StatusOK {
+	if got := n.purgeWith(t, oldToken, `{"urls":["/x"]}`); got != http.StatusOK {
 		t.Fatalf("purge with the token from the file (its newline trimmed): %d, want 200", got)
 	}
 
 	sec.project(t, map[string]string{filePurgeToken: newToken + "\n"})
 	waitLogged(t, logs, "secrets applied", 1)
-	if got := n.purgeWith(t, oldToken, `{"prefix":"/"}`); got != http.StatusUnauthorized {
+	if got := n.purgeWith(t, oldToken, `{"urls":["/x"]}`); got != http.StatusUnauthorized {
 		t.Fatalf("purge with the rotated-out token: %d, want 401", got)
 	}
-	if got := n.purgeWith(t, newToken, `{"prefix":"/"}`); got != http.StatusOK {
+	if got := n.purgeWith(t, newToken, `{"urls":["/x"]}`); got != http.StatusOK {
 		t.Fatalf("purge with the new token: %d, want 200", got)
 	}
 	if rec := logs.records("secrets applied")[0]; fmt.Sprint(rec["changed"]) != "[purge-token]" {
@@ -133,7 +133,7 @@ func TestARotatedPurgeTokenIsRequiredFromTheNextPurgeOn(t *testing.T) {
 	// A removed file is an unset secret: purges only from loopback.
 	sec.project(t, map[string]string{})
 	waitLogged(t, logs, "secrets applied", 2)
-	if got := n.purgeWith(t, newToken, `{"prefix":"/"}`); got != http.StatusOK {
+	if got := n.purgeWith(t, newToken, `{"urls":["/x"]}`); got != http.StatusOK {
 		t.Fatalf("purge from loopback without a token configured: %d, want 200", got)
 	}
 	for _, v := range []string{oldToken, newToken} {
@@ -354,7 +354,7 @@ func TestSecretsFromTheDirectoryNeverReachTheLastGoodFileOrTheVersion(t *testing
 	v := cp.publish(t, smallL1+"rules: [{name: a, match: {pathPrefix: /a}, ttl: 60s}]\n")
 	n.waitVersion(t, v)
 	// The pushed config is in effect with the volume's token.
-	if got := n.purgeWith(t, token, `{"prefix":"/"}`); got != http.StatusOK {
+	if got := n.purgeWith(t, token, `{"urls":["/x"]}`); got != http.StatusOK {
 		t.Fatalf("purge with the volume's token under the pushed config: %d", got)
 	}
 	var raw []byte
