@@ -415,7 +415,10 @@ type PurgeSpec struct {
 // SidecarSpec shapes the injected sidecar container.
 // +kubebuilder:validation:XValidation:rule="!has(self.port) || !has(self.adminPort) || self.port != self.adminPort",message="port and adminPort must differ"
 type SidecarSpec struct {
-	// Image overrides the operator's sidecar image.
+	// Image overrides the operator's sidecar image. It must be the
+	// operator's own image or one the operator allows
+	// (--allowed-sidecar-images, chart value sidecar.allowedImages);
+	// another is refused at admission.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image,omitempty"`
