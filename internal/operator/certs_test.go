@@ -260,15 +260,7 @@ func xdsOverTLSWithToken(t *testing.T, c client.Client, xdsPort int, caPEM strin
 	defer origin.Close()
 	a := runSidecar(t, origin.URL, ns, "live", "web-0", relay.addr,
 		"--control-plane-token-file="+tokenFile, "--control-plane-ca-pem="+injectedCA)
-	xcache := func() string {
-		resp, err := http.Get("http://" + a.Serve + "/page")
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.Header.Get("X-Cache")
-	}
+	xcache := xcacheOf(a.Serve + "/page")
 	eventually(t, 30*time.Second, func() error {
 		if x := xcache(); !strings.HasPrefix(x, "BYPASS") {
 			return fmt.Errorf("X-Cache %q, want BYPASS from the pushed rule", x)

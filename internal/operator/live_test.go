@@ -65,15 +65,7 @@ spec:
 	// its secrets directory); it matters once a config turns L2 TLS on.
 	a := startSidecar(t, origin.URL, ns, "live", "web-0", cluster.xdsAddr, "--redis-ca-cert=not a certificate")
 
-	xcache := func() string {
-		resp, err := http.Get("http://" + a.Serve + "/page")
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.Header.Get("X-Cache")
-	}
+	xcache := xcacheOf(a.Serve + "/page")
 
 	// The sidecar connects, and the status counts it.
 	eventually(t, 30*time.Second, func() error {
@@ -222,4 +214,18 @@ func kubectlPath(t *testing.T) string {
 		t.Fatalf("kubectl: %v (hack/k8s-tools.sh env sets KUBECTL)", err)
 	}
 	return k
+}
+
+// xcacheOf returns a function that GETs the URL (host:port/path) and
+// returns its X-Cache header, or "error: ..." when the request fails.
+func xcacheOf(hostPath string) func() string {
+	return func() string {
+		resp, err := http.Get("http://" + hostPath)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Header.Get("X-Cache")
+	}
 }
