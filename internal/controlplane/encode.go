@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
@@ -38,11 +39,15 @@ var ErrDecode = errors.New("invalid sidecar config resource")
 // was pushed with.
 func Version(c tierconfig.Config) string { return c.WithDefaults().Hash() }
 
-// ValidateTierKey checks a "<namespace>/<tier>" key.
+// ValidateTierKey checks a "<namespace>/<tier>" key: a namespace name (a
+// DNS label) and a CacheTier name (a DNS subdomain of at most 63
+// characters, as the CRD allows). Keys become metric labels, Lease
+// annotations and log fields: they must stay short whatever a client
+// sends.
 func ValidateTierKey(key string) error {
 	ns, tier, ok := strings.Cut(key, "/")
-	if !ok || ns == "" || tier == "" || strings.Contains(tier, "/") {
-		return fmt.Errorf("tier key %q: must be <namespace>/<tier>", key)
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(tier) > 63 || len(validation.IsDNS1123Subdomain(tier)) > 0 {
+		return fmt.Errorf("tier key %.80q: must be <namespace>/<tier>, a namespace name and a CacheTier name of at most 63 characters", key)
 	}
 	return nil
 }

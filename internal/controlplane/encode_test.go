@@ -219,3 +219,34 @@ func TestDecodeKeepsFieldErrors(t *testing.T) {
 		t.Fatalf("FieldErrors = %v, want one for l1.shards", fe)
 	}
 }
+
+func TestTierKeysAreANamespaceAndACacheTierName(t *testing.T) {
+	cases := map[string]struct {
+		key string
+		ok  bool
+	}{
+		"a namespace and a tier":                 {"shop/web", true},
+		"a tier name with dots":                  {"shop/web.v2", true},
+		"a tier name of 63 characters":           {"shop/" + strings.Repeat("a", 63), true},
+		"a tier name of 64 characters":           {"shop/" + strings.Repeat("a", 64), false},
+		"a tier name of 150 kB":                  {"shop/" + strings.Repeat("x", 150_000), false},
+		"a namespace with a dot":                 {"sh.op/web", false},
+		"upper case":                             {"Shop/web", false},
+		"a third part":                           {"shop/web/x", false},
+		"no namespace":                           {"/web", false},
+		"no tier":                                {"shop/", false},
+		"no slash":                               {"shopweb", false},
+		"a glob character Redis would interpret": {"shop/w*", false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := ValidateTierKey(tc.key)
+			if (err == nil) != tc.ok {
+				t.Fatalf("ValidateTierKey(%.40q): %v, want ok=%v", tc.key, err, tc.ok)
+			}
+			if err != nil && len(err.Error()) > 300 {
+				t.Errorf("the error repeats a long key: %d bytes", len(err.Error()))
+			}
+		})
+	}
+}

@@ -458,6 +458,9 @@ func (s *Server) onStreamClosed(id int64) {
 	s.connected[st.tier]--
 	if s.connected[st.tier] == 0 {
 		delete(s.connected, st.tier)
+		// No series is left behind for a tier without sidecars.
+		s.connectedGauge.DeleteLabelValues(st.tier)
+		return
 	}
 	s.connectedGauge.WithLabelValues(st.tier).Dec()
 }

@@ -256,7 +256,7 @@ func (v tierValidator) validate(ctx context.Context, t *v1alpha1.CacheTier) (adm
 		case err == nil:
 		case errors.Is(err, render.ErrNotFound):
 			warnings = append(warnings, se.Error())
-		case errors.Is(err, render.ErrNotAllowed):
+		case errors.Is(err, render.ErrNotAllowed), errors.Is(err, render.ErrOtherTiersSecret):
 			refused = append(refused, field.Invalid(field.NewPath(f.Field), f.Secret, se.Error()))
 		default:
 			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: cannot check Secret %q: %v", f.Field, f.Secret, err))

@@ -14,6 +14,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/operator/inject"
 )
@@ -42,6 +44,18 @@ const (
 	reviewMaxAge     = 10 * time.Minute
 	reviewFailureTTL = 5 * time.Second
 	reviewCacheSize  = 10000
+)
+
+// Reviews of tokens not seen before are bounded by a token bucket, so
+// that a client sending a new made-up token on every stream cannot make
+// the operator spend its own API-server budget (TokenReviews are writes
+// charged to the operator) on them. Over the bound a stream is refused
+// with Unavailable and the sidecar retries with backoff: a reconnect
+// storm of a whole fleet after an operator restart is spread out, not
+// refused for good.
+const (
+	reviewsPerSecond = 50
+	reviewBurst      = 100
 )
 
 // boundPod is what a TokenReview proved about a token: the pod it is bound
@@ -76,6 +90,12 @@ type tokenAuthenticator struct {
 	now           func() time.Time
 	counter       *prometheus.CounterVec
 
+	// tiers reads CacheTiers (the manager's cache): a pod is served only
+	// a tier that exists.
+	tiers client.Reader
+	// limit bounds the TokenReviews sent for tokens not in the cache.
+	limit *rate.Limiter
+
 	flight singleflight.Group
 	mu     sync.Mutex
 	cache  map[[sha256.Size]byte]reviewResult
@@ -90,7 +110,8 @@ const (
 
 func newTokenAuthenticator(reviews client.Client, pods, apiPods client.Reader, audience string, reg prometheus.Registerer) (*tokenAuthenticator, error) {
 	a := &tokenAuthenticator{
-		reviews: reviews, pods: pods, apiPods: apiPods, audience: audience, now: time.Now,
+		reviews: reviews, pods: pods, apiPods: apiPods, tiers: pods, audience: audience, now: time.Now,
+		limit: rate.NewLimiter(reviewsPerSecond, reviewBurst),
 		counter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_xds_token_reviews_total",
 			Help: "TokenReviews the control plane sent to the API server for sidecar tokens, by result (authenticated, refused, error).",
@@ -148,12 +169,20 @@ func (a *tokenAuthenticator) podTier(ctx context.Context, bp boundPod) (string, 
 	if pod.Spec.ServiceAccountName != bp.serviceAccount {
 		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s runs as ServiceAccount %q, the token is %q's", bp.namespace, bp.name, pod.Spec.ServiceAccountName, bp.serviceAccount)
 	}
-	if pod.Annotations[inject.AnnotationInjected] != "true" && pod.Labels[inject.LabelTier] == "" {
-		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s is not an injected pod (no %s annotation)", bp.namespace, bp.name, inject.AnnotationInjected)
-	}
+	// Injection sets both the label (which also puts the pod into the
+	// operator's cache, so that its streams do not read the API server)
+	// and the annotation; a pod edited by hand since must still agree.
 	tier := pod.Annotations[inject.AnnotationTier]
-	if tier == "" {
-		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s has no %s annotation", bp.namespace, bp.name, inject.AnnotationTier)
+	if tier == "" || pod.Labels[inject.LabelTier] != tier {
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s is not an injected pod: its label %s (%q) and annotation %s (%q) must name the same tier",
+			bp.namespace, bp.name, inject.LabelTier, pod.Labels[inject.LabelTier], inject.AnnotationTier, tier)
+	}
+	var ct v1alpha1.CacheTier
+	switch err := a.tiers.Get(ctx, types.NamespacedName{Namespace: bp.namespace, Name: tier}, &ct); {
+	case apierrors.IsNotFound(err):
+		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s names CacheTier %q, which does not exist in its namespace", bp.namespace, bp.name, tier)
+	case err != nil:
+		return "", status.Errorf(codes.Unavailable, "reading CacheTier %s/%s: %v", bp.namespace, tier, err)
 	}
 	return bp.namespace + "/" + tier, nil
 }
@@ -187,7 +216,16 @@ func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, to
 	if ok && now.Before(r.until) {
 		return r.pod, r.err
 	}
+	if err := a.prescreen(tok, now); err != nil {
+		// Cannot be a valid token of ours: no review, and its retries
+		// are answered from the cache.
+		a.remember(h, reviewResult{err: err, until: now.Add(reviewFailureTTL)})
+		return boundPod{}, err
+	}
 	v, err, _ := a.flight.Do(string(h[:]), func() (any, error) {
+		if !a.limit.Allow() {
+			return nil, status.Errorf(codes.Unavailable, "too many new tokens to review at once; retry later")
+		}
 		r, err := a.tokenReview(ctx, tok)
 		if err != nil {
 			return nil, err // not cached: the API server may answer next time
@@ -200,6 +238,26 @@ func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, to
 	}
 	r = v.(reviewResult)
 	return r.pod, r.err
+}
+
+// prescreen refuses, without asking the API server, a token that cannot
+// pass its review: not a JWT, or whose claims (read unverified: the
+// review verifies) name another audience, have expired, or bind no pod.
+// Only the API server can say a token is good; this only says which are
+// certainly bad.
+func (a *tokenAuthenticator) prescreen(tok string, now time.Time) error {
+	c, ok := jwtClaims(tok)
+	switch {
+	case !ok:
+		return status.Error(codes.Unauthenticated, "the bearer token is not a ServiceAccount token (not a JWT)")
+	case !slices.Contains(c.Aud, a.audience):
+		return status.Errorf(codes.Unauthenticated, "token is not valid for audience %q", a.audience)
+	case c.Exp == nil || !now.Before(time.Unix(*c.Exp, 0)):
+		return status.Error(codes.Unauthenticated, "token has expired")
+	case c.Kubernetes.Pod.Name == "" || c.Kubernetes.Pod.UID == "":
+		return status.Error(codes.Unauthenticated, "token is not bound to a pod: mount a projected serviceAccountToken")
+	}
+	return nil
 }
 
 // tokenReview asks the API server about tok. err is set only when the API
@@ -274,23 +332,61 @@ func single(v authnv1.ExtraValue) string {
 	return v[0]
 }
 
+// claims are the parts of a ServiceAccount token's payload the
+// authenticator looks at before a review, read without verifying
+// anything.
+type claims struct {
+	Aud        audiences `json:"aud"`
+	Exp        *int64    `json:"exp"`
+	Kubernetes struct {
+		Pod struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"pod"`
+	} `json:"kubernetes.io"`
+}
+
+// audiences is a JWT "aud": one string or a list of them.
+type audiences []string
+
+func (a *audiences) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*a = audiences{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return err
+	}
+	*a = many
+	return nil
+}
+
+// jwtClaims decodes the payload of a JWT without verifying it.
+func jwtClaims(tok string) (claims, bool) {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return claims{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return claims{}, false
+	}
+	var c claims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return claims{}, false
+	}
+	return c, true
+}
+
 // jwtExpiry reads the exp claim of a JWT without verifying anything: the
 // API server has verified the token; exp only bounds how long its review
 // is reused.
 func jwtExpiry(tok string) (time.Time, bool) {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 {
+	c, ok := jwtClaims(tok)
+	if !ok || c.Exp == nil {
 		return time.Time{}, false
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, false
-	}
-	var claims struct {
-		Exp *int64 `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
-		return time.Time{}, false
-	}
-	return time.Unix(*claims.Exp, 0), true
+	return time.Unix(*c.Exp, 0), true
 }
