@@ -232,8 +232,8 @@ func (pu Purge) validate(p *problems) {
 	if strings.IndexFunc(pu.Token, unicode.IsSpace) >= 0 {
 		p.add("purge.token", "must not contain whitespace")
 	}
-	if n := utf8.RuneCountInString(pu.Token); n < minPurgeToken {
-		p.add("purge.token", "must be at least %d characters (got %d)", minPurgeToken, n)
+	if utf8.RuneCountInString(pu.Token) < minPurgeToken {
+		p.add("purge.token", "must be at least %d characters (its length is not said: it is a secret)", minPurgeToken)
 	}
 }
 

@@ -354,7 +354,7 @@ func TestValidateRefuses(t *testing.T) {
 		},
 		"a short purge token is refused without echoing it": {
 			func(c *Config) { c.Purge.Token = "hunter2" },
-			`purge.token: must be at least 16 characters (got 7)`,
+			`purge.token: must be at least 16 characters (its length is not said: it is a secret)`,
 		},
 		"a secret version keyed by a path is refused": {
 			func(c *Config) { c.SecretVersions = map[string]string{"../purge-token": "p/t@1"} },
@@ -433,7 +433,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		"defaults.heuristicFraction: must be between 0 and 1 (got 2)",
 		"rules[0].name: must not be empty",
 		"rules[2].match.regex: not a valid RE2 regular expression: error parsing regexp: missing closing ): `(`",
-		"purge.token: must be at least 16 characters (got 5)",
+		"purge.token: must be at least 16 characters (its length is not said: it is a secret)",
 	}
 	if got := strings.Split(err.Error(), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("Validate errors:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
