@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -58,10 +59,17 @@ func RejectReasons() []string {
 }
 
 // Keyring holds a tier's invalidation key and, for KeyGrace after a
-// rotation, the key it replaced. It is safe for concurrent use; every
-// generation of a sidecar shares one.
+// rotation, the key it replaced, and the nonces this sidecar has
+// received. It is safe for concurrent use; every generation of a sidecar
+// shares one, so that a message one generation received is a replay to
+// the next (a new nonce set per generation would accept, after every
+// data-plane rebuild, each signed message of the last MaxMessageAge once
+// more).
 type Keyring struct {
-	st atomic.Pointer[keyState]
+	st     atomic.Pointer[keyState]
+	nonces nonceSet
+	// receivers numbers the channelAuths that receive with this keyring.
+	receivers atomic.Uint64
 }
 
 type keyState struct {
@@ -72,7 +80,7 @@ type keyState struct {
 // NewKeyring returns a keyring without a key: messages are neither signed
 // nor verified.
 func NewKeyring() *Keyring {
-	k := &Keyring{}
+	k := &Keyring{nonces: nonceSet{max: maxNonces}}
 	k.st.Store(&keyState{})
 	return k
 }
@@ -139,10 +147,17 @@ type sealed struct {
 	Msg   json.RawMessage `json:"msg"`
 }
 
-// channelAuth is a Purger's state for Auth: what it has seen and logged.
+// channelAuth is a Purger's state for Auth: which receiver it is, since
+// when it is subscribed, and what it has logged. The nonces it has seen
+// are the keyring's, shared with the sidecar's other generations.
 type channelAuth struct {
 	Auth
-	nonces nonceSet
+	// id tells this receiver apart in the keyring's nonce set.
+	id uint64
+	// since is the start of the current subscription: every message
+	// delivered on it was published after since (zero before the first
+	// subscription, which no message precedes).
+	since atomic.Pointer[time.Time]
 
 	logMu      sync.Mutex
 	loggedAt   time.Time
@@ -156,8 +171,16 @@ func newChannelAuth(a Auth) *channelAuth {
 	if a.Rand == nil {
 		a.Rand = rand.Reader
 	}
-	return &channelAuth{Auth: a, nonces: nonceSet{max: maxNonces}}
+	c := &channelAuth{Auth: a}
+	if a.Keys != nil {
+		c.id = a.Keys.receivers.Add(1)
+	}
+	c.since.Store(&time.Time{})
+	return c
 }
+
+// subscribed records the start of a (re)subscription.
+func (a *channelAuth) subscribed(since time.Time) { a.since.Store(&since) }
 
 // seal signs msg with every valid key; without a key it returns msg as
 // it is.
@@ -205,15 +228,22 @@ func (a *channelAuth) open(b []byte) ([]byte, string) {
 		return nil, RejectBadMAC
 	}
 	ts := time.UnixMilli(s.TS)
+	since := *a.since.Load()
 	switch {
 	case ts.Before(now.Add(-MaxMessageAge)):
 		return nil, RejectExpired
 	case ts.After(now.Add(MaxClockSkew)):
 		return nil, RejectFuture
+	case ts.Before(since.Add(-MaxClockSkew)):
+		// Pub/sub delivers only what is published while subscribed: a
+		// message signed before the subscription (give or take the
+		// clocks' disagreement) is a replay, whatever this sidecar
+		// remembers (after a restart, nothing).
+		return nil, RejectReplay
 	}
 	// A nonce needs remembering only while its message is young enough
 	// to be accepted.
-	if !a.nonces.add(s.Nonce, ts.Add(MaxMessageAge), now) {
+	if !a.Keys.nonces.accept(s.Nonce, ts.Add(MaxMessageAge), now, a.id, since) {
 		return nil, RejectReplay
 	}
 	return s.Msg, ""
@@ -262,27 +292,43 @@ func (a *channelAuth) rejected(reason string) (logNow bool, suppressed int) {
 	return true, suppressed
 }
 
-// nonceSet remembers nonces until they expire, at most max of them (the
-// oldest go first when full).
+// nonceSet remembers the nonces a sidecar has received until they expire,
+// at most max of them (the oldest go first when full), with when each was
+// first received and by which receivers (generations' subscriptions).
 type nonceSet struct {
 	max   int
 	mu    sync.Mutex
-	seen  map[string]struct{}
+	seen  map[string]*nonceSeen
 	order []nonceExpiry // in arrival order from head
 	head  int
 }
+
+type nonceSeen struct {
+	first time.Time // when a receiver of this sidecar first got it
+	by    []uint64  // the receivers that accepted it
+}
+
+// maxReceivers bounds the receivers recorded per nonce: generations
+// overlap two at a time (the retiring one keeps its subscription until
+// its successor has subscribed).
+const maxReceivers = 4
 
 type nonceExpiry struct {
 	nonce   string
 	expires time.Time
 }
 
-// add records nonce until expires and reports whether it was new.
-func (n *nonceSet) add(nonce string, expires, now time.Time) bool {
+// accept records that receiver id, subscribed since since, got nonce
+// (whose message may be accepted until expires), and reports whether to
+// accept it. Each receiver accepts a nonce once. Another receiver accepts
+// it too only when it was subscribed before the nonce was first received:
+// then this is the same publication reaching both (two generations during
+// a handover, each with its own L1); otherwise it is a replay.
+func (n *nonceSet) accept(nonce string, expires, now time.Time, id uint64, since time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.seen == nil {
-		n.seen = make(map[string]struct{})
+		n.seen = make(map[string]*nonceSeen)
 	}
 	for n.head < len(n.order) {
 		e := n.order[n.head]
@@ -297,10 +343,15 @@ func (n *nonceSet) add(nonce string, expires, now time.Time) bool {
 		n.order = append(n.order[:0], n.order[n.head:]...)
 		n.head = 0
 	}
-	if _, dup := n.seen[nonce]; dup {
+	s, ok := n.seen[nonce]
+	if !ok {
+		n.seen[nonce] = &nonceSeen{first: now, by: []uint64{id}}
+		n.order = append(n.order, nonceExpiry{nonce, expires})
+		return true
+	}
+	if s.first.Before(since) || slices.Contains(s.by, id) || len(s.by) >= maxReceivers {
 		return false
 	}
-	n.seen[nonce] = struct{}{}
-	n.order = append(n.order, nonceExpiry{nonce, expires})
+	s.by = append(s.by, id)
 	return true
 }

@@ -110,7 +110,7 @@ func TestTheNonceSetStaysBounded(t *testing.T) {
 	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	n := nonceSet{max: 100}
 	for i := range 1000 {
-		if !n.add(strings.Repeat("x", i%7)+string(rune('a'+i%26))+time.Duration(i).String(), t0.Add(time.Minute), t0) {
+		if !n.accept(strings.Repeat("x", i%7)+string(rune('a'+i%26))+time.Duration(i).String(), t0.Add(time.Minute), t0, 1, t0) {
 			t.Fatalf("nonce %d reported as seen", i)
 		}
 	}
@@ -118,7 +118,7 @@ func TestTheNonceSetStaysBounded(t *testing.T) {
 		t.Fatalf("%d nonces remembered, %d queued (cap %d); want at most 100", len(n.seen), len(n.order)-n.head, cap(n.order))
 	}
 	// Expired nonces go without waiting for the set to fill.
-	n.add("late", t0.Add(2*time.Minute), t0.Add(90*time.Second))
+	n.accept("late", t0.Add(2*time.Minute), t0.Add(90*time.Second), 1, t0)
 	if len(n.seen) != 1 {
 		t.Fatalf("%d nonces remembered after the others expired, want 1", len(n.seen))
 	}

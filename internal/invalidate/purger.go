@@ -44,6 +44,12 @@ type Remote interface {
 	PurgeTags(ctx context.Context, tags []string) (int, error)
 	PurgeMatching(ctx context.Context, match func(key string, e *entry.Entry) bool) (int, error)
 	Publish(ctx context.Context, msg []byte) error
+	// NextSeq takes the next number of the tier's invalidation sequence,
+	// for a message about to be published.
+	NextSeq(ctx context.Context) (uint64, error)
+	// Seq reads the number of the last message published; existed is
+	// false when the counter was missing (and has been started anew).
+	Seq(ctx context.Context) (n uint64, existed bool, err error)
 	// Forget drops this sidecar's L2 writes of keys that are still queued
 	// (and deletes again those already on their way once they land), so
 	// that a fill stored just before an invalidation cannot put the key
@@ -64,6 +70,9 @@ type Purger struct {
 	cfg           *tierconfig.Holder
 	watches       *Watches
 	subscribed    atomic.Bool
+	// seqs follows the numbers of the messages received, to tell at a
+	// resubscription whether one was missed.
+	seqs seqs
 	// auth signs published messages and checks received ones.
 	auth *channelAuth
 	// OnPurge, when set, is called after every purge or invalidation (for
@@ -283,6 +292,8 @@ func (p *Purger) purgeRemote(ctx context.Context, r Request) (int, error) {
 // message is what sidecars of a tier tell each other.
 type message struct {
 	From string `json:"from"`
+	// Seq is the message's number in the tier's sequence (0: none).
+	Seq uint64 `json:"seq,omitempty"`
 	Request
 	// Invalidate lists absolute URLs changed by unsafe requests.
 	Invalidate []string `json:"invalidate,omitempty"`
@@ -290,6 +301,12 @@ type message struct {
 
 func (p *Purger) publish(ctx context.Context, m message) {
 	m.From = p.id
+	if n, err := p.remote.NextSeq(ctx); err != nil {
+		p.log.Warn("numbering an invalidation failed; it goes out unnumbered, and other sidecars clear their L1 at their next resubscriptions", "err", err)
+	} else {
+		m.Seq = n
+		p.seqs.saw(n)
+	}
 	b, err := json.Marshal(m)
 	if err == nil {
 		b, err = p.auth.seal(b)
@@ -321,6 +338,11 @@ func (p *Purger) HandleMessage(b []byte) {
 		}
 		return
 	}
+	if m.Seq != 0 {
+		p.seqs.saw(m.Seq)
+	} else {
+		p.seqs.sawUnsequenced(p.auth.Now())
+	}
 	if m.From == p.id {
 		return
 	}
@@ -345,17 +367,46 @@ func (p *Purger) HandleMessage(b []byte) {
 }
 
 // Subscribed is called after every (re)subscription to the tier's
-// channel. Messages sent while this sidecar was not subscribed are lost,
-// so after a resubscription it drops its whole L1: whatever was purged
+// channel, with the time just before it was asked for. Messages sent
+// while this sidecar was not subscribed are lost, so after a
+// resubscription it reads the tier's sequence counter: when messages may
+// have been published meanwhile (the counter moved, went missing, or
+// cannot be read; see seqs), it drops its whole L1: whatever was purged
 // meanwhile cannot be served from here, and the entries that were not
-// come back from L2. The first subscription (at start) drops nothing.
-func (p *Purger) Subscribed() {
-	if p.subscribed.Swap(true) {
-		p.watches.mark(nil, "", nil, true)
-		p.local.Reset()
-		p.log.Info("resubscribed to invalidations; L1 cleared in case messages were missed")
+// come back from L2. A resubscription with nothing published meanwhile
+// (Redis dropped the connection, say over an oversized message on the
+// channel) keeps L1. The first subscription (at start) drops nothing.
+// Signed messages from before since are refused as replays.
+func (p *Purger) Subscribed(ctx context.Context, since time.Time) {
+	p.auth.subscribed(since)
+	var counter uint64
+	var existed, read bool
+	if p.remote != nil {
+		ctx, cancel := context.WithTimeout(ctx, max(p.remoteTimeout, minSeqTimeout))
+		var err error
+		counter, existed, err = p.remote.Seq(ctx)
+		cancel()
+		if err != nil {
+			p.log.Warn("reading the invalidation sequence failed", "err", err)
+		}
+		read = err == nil
 	}
+	missed := p.seqs.subscribed(counter, existed, read, p.auth.Now())
+	if !p.subscribed.Swap(true) {
+		return
+	}
+	if !missed {
+		p.log.Info("resubscribed to invalidations; none was published meanwhile, L1 kept", "sequence", counter)
+		return
+	}
+	p.watches.mark(nil, "", nil, true)
+	p.local.Reset()
+	p.log.Info("resubscribed to invalidations; L1 cleared, messages may have been missed")
 }
+
+// minSeqTimeout bounds reading the sequence at a subscription from below:
+// it is not on a request's path, and a timeout costs the whole L1.
+const minSeqTimeout = time.Second
 
 func (p *Purger) purged() {
 	if p.OnPurge != nil {

@@ -2,6 +2,7 @@ package invalidate
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -235,11 +236,11 @@ func TestMessagesFromOtherSidecarsApplyToL1(t *testing.T) {
 func TestAResubscriptionClearsL1ButTheFirstSubscriptionDoesNot(t *testing.T) {
 	p, cache, _ := newPurger(t, "")
 	key := put(t, cache, "http", "a.example", "/x")
-	p.Subscribed()
+	p.Subscribed(context.Background(), time.Now())
 	if !present(cache, key) {
 		t.Fatal("the first subscription cleared L1 (warm-started entries would be lost)")
 	}
-	p.Subscribed()
+	p.Subscribed(context.Background(), time.Now())
 	if present(cache, key) {
 		t.Fatal("a resubscription kept L1, so purges missed while disconnected could be served")
 	}
@@ -276,8 +277,14 @@ func (r recordingL2) PurgeMatching(context.Context, func(string, *entry.Entry) b
 	return 0, nil
 }
 func (r recordingL2) Publish(context.Context, []byte) error { return nil }
-func (r recordingL2) Forget(...string)                      { r.s.got = append(r.s.got, "forget") }
-func (r recordingL2) ForgetAll()                            { r.s.got = append(r.s.got, "forget") }
+func (r recordingL2) NextSeq(context.Context) (uint64, error) {
+	return 0, errors.New("no sequence in the order test")
+}
+func (r recordingL2) Seq(context.Context) (uint64, bool, error) {
+	return 0, false, errors.New("no sequence in the order test")
+}
+func (r recordingL2) Forget(...string) { r.s.got = append(r.s.got, "forget") }
+func (r recordingL2) ForgetAll()       { r.s.got = append(r.s.got, "forget") }
 
 func TestPurgesClearL2BeforeL1(t *testing.T) {
 	// A request that misses L1 while a purge runs must not find the old

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"testing"
+	"time"
 )
 
 func TestAFillIsOvertakenOnlyByInvalidationsOfItsOwnResource(t *testing.T) {
@@ -54,8 +55,8 @@ func TestAFillIsOvertakenOnlyByInvalidationsOfItsOwnResource(t *testing.T) {
 			p.HandleMessage([]byte(`{"from":"other","urls":["/page?id=3"]}`))
 		}, nil, true},
 		{"a resubscription (messages may have been missed) stops every fill", func(p *Purger) {
-			p.Subscribed()
-			p.Subscribed()
+			p.Subscribed(context.Background(), time.Now())
+			p.Subscribed(context.Background(), time.Now())
 		}, nil, false},
 	}
 	for _, c := range cases {

@@ -19,7 +19,8 @@ import (
 // tierACLCommands are the commands a tier's sidecar sends in standalone
 // and Sentinel mode, as docs/l2.md lists them: connection set-up, entries,
 // tag sets (and what the tag script calls), leases (and what their
-// scripts call), the hot set, pub/sub and the prefix purge's SCAN. The
+// scripts call), the hot set, pub/sub and the invalidation sequence (the
+// INCR its script calls), and the prefix purge's SCAN. The
 // test below fails without any one of them except three it does not
 // reach: hello (checked against the unauthenticated connection's user),
 // ping (the subscription's probe after 3s of quiet) and zremrangebyrank
@@ -29,7 +30,7 @@ var tierACLCommands = []string{
 	"+get", "+set", "+del", "+scan",
 	"+sadd", "+smembers", "+srem", "+pttl", "+pexpire",
 	"+zincrby", "+zremrangebyrank", "+zrevrange",
-	"+publish", "+subscribe",
+	"+incr", "+publish", "+subscribe",
 	"+eval", "+evalsha",
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -136,6 +137,8 @@ func (r remote) PurgeTags(ctx context.Context, tags []string) (int, error) {
 func (r remote) PurgeMatching(ctx context.Context, match func(string, *entry.Entry) bool) (int, error) {
 	return r.c.PurgeMatching(ctx, match)
 }
+func (r remote) NextSeq(ctx context.Context) (uint64, error)   { return r.c.NextSeq(ctx) }
+func (r remote) Seq(ctx context.Context) (uint64, bool, error) { return r.c.Seq(ctx) }
 func (r remote) Publish(ctx context.Context, msg []byte) error {
 	err := r.c.Publish(ctx, msg)
 	if err != nil {
@@ -158,7 +161,7 @@ func instanceID(o Options) string {
 // ready is set when the preload has ended, successfully or not, bounded by
 // the warm-start timeout; subscribed is closed at the first subscription. Both goroutines are owned by wg and end with ctx.
 // Every subscription after the first follows a lost one (messages may
-// have been missed, and L1 is cleared): it is counted as
+// have been missed; L1 is cleared unless the sequence shows none was): it is counted as
 // l2_errors_total{op="subscribe"}.
 func listen(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *store.Layered,
 	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, subscribed chan struct{},
@@ -167,8 +170,8 @@ func listen(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *stor
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		err := client.Subscribe(ctx, purger.HandleMessage, func() {
-			purger.Subscribed()
+		err := client.Subscribe(ctx, purger.HandleMessage, func(since time.Time) {
+			purger.Subscribed(ctx, since)
 			first := false
 			once.Do(func() { first = true; close(subscribed) })
 			if !first {

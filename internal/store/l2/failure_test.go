@@ -90,7 +90,7 @@ func TestSubscribeSurvivesRestart(t *testing.T) {
 	got := make(chan string, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Subscribe(ctx, func(b []byte) { got <- string(b) }, func() { subscribed <- struct{}{} })
+		done <- c.Subscribe(ctx, func(b []byte) { got <- string(b) }, func(time.Time) { subscribed <- struct{}{} })
 	}()
 	waitSubscribed := func(what string) {
 		t.Helper()
@@ -197,7 +197,7 @@ func TestCloseEndsSubscribe(t *testing.T) {
 	subscribed := make(chan struct{}, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Subscribe(context.Background(), func([]byte) {}, func() { subscribed <- struct{}{} })
+		done <- c.Subscribe(context.Background(), func([]byte) {}, func(time.Time) { subscribed <- struct{}{} })
 	}()
 	<-subscribed
 	if err := c.Close(); err != nil {

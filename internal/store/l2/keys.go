@@ -16,6 +16,10 @@ import (
 //	P inval  invalidation channel (pub/sub)
 //	P hot    hotness: sorted set of H scored by sampled hits. An addition
 //	         to DESIGN.md, for warm start (Hottest).
+//	P iseq   invalidation sequence: a counter every published message
+//	         takes a number from (NextSeq), so that a resubscribed
+//	         sidecar can tell whether it missed one (Seq). An addition to
+//	         DESIGN.md.
 //
 // Hashing bounds key length whatever the URL, and spreads a tier's entries
 // over every cluster slot. Each command names a single key, so nothing
@@ -27,6 +31,7 @@ type keys struct {
 	lease   string // P l:
 	channel string // P inval
 	hot     string // P hot
+	seq     string // P iseq
 }
 
 func newKeys(prefix string) keys {
@@ -37,6 +42,7 @@ func newKeys(prefix string) keys {
 		lease:   prefix + "l:",
 		channel: prefix + "inval",
 		hot:     prefix + "hot",
+		seq:     prefix + "iseq",
 	}
 }
 

@@ -33,6 +33,7 @@ func TestL2(t *testing.T) {
 		{"purge tags deletes tagged entries across slots", testPurgeTags},
 		{"purge matching scans every master", testPurgeMatching},
 		{"published messages reach subscribers", testPubSub},
+		{"the invalidation sequence counts from a random start and starts anew when lost", testSeq},
 		{"one of many concurrent lease takers wins", testLease},
 		{"hottest returns live keys in hotness order within maxBytes", testHottest},
 		{"the hot set is trimmed", testHotTrim},
@@ -396,7 +397,7 @@ func testPubSub(t *testing.T, e *env) {
 	got := make(chan []byte, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Subscribe(subCtx, func(b []byte) { got <- b }, func() { subscribed <- struct{}{} })
+		done <- c.Subscribe(subCtx, func(b []byte) { got <- b }, func(time.Time) { subscribed <- struct{}{} })
 	}()
 	select {
 	case <-subscribed:
@@ -613,5 +614,44 @@ func testSetMany(t *testing.T, e *env) {
 	}
 	if d := e.raw.PTTL(ctx, c.k.tagKey("tag0")).Val(); d < 90*time.Second {
 		t.Fatalf("tag0 set PTTL %s, want its longest entry's ~99s", d)
+	}
+}
+
+func testSeq(t *testing.T, e *env) {
+	p := prefix(t, "a")
+	c := e.client(t, p)
+	ctx := ctxT(t)
+	n0, existed, err := c.Seq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if existed || n0 < 1<<32 {
+		t.Fatalf("a new tier's sequence: %d (existed %v), want a random start >= 2^32, not existing before", n0, existed)
+	}
+	if n, existed, err := c.Seq(ctx); err != nil || !existed || n != n0 {
+		t.Fatalf("read again: %d, %v, %v; want %d, existing", n, existed, err, n0)
+	}
+	for i := uint64(1); i <= 3; i++ {
+		if n, err := c.NextSeq(ctx); err != nil || n != n0+i {
+			t.Fatalf("next number: %d, %v; want %d", n, err, n0+i)
+		}
+	}
+	if n, _, err := c.Seq(ctx); err != nil || n != n0+3 {
+		t.Fatalf("after three numbers: %d, %v; want %d", n, err, n0+3)
+	}
+	if got, err := e.raw.Get(ctx, p+"iseq").Uint64(); err != nil || got != n0+3 {
+		t.Fatalf("the counter in Redis (%siseq): %d, %v; want %d", p, got, err, n0+3)
+	}
+	// Lost (a flush, a restart without persistence, an eviction): the
+	// next number comes from a new random start, not from 1.
+	if err := e.raw.Del(ctx, p+"iseq").Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.NextSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 1<<32 || n == n0+4 {
+		t.Fatalf("the first number after the counter was lost: %d, want a new random start", n)
 	}
 }
