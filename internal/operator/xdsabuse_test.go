@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -110,6 +112,29 @@ func TestReviewsOfUnseenTokensAreBounded(t *testing.T) {
 	}
 	if reviews := testutil.ToFloat64(a.counter.WithLabelValues(reviewRefused)); reviews != 5 || unavailable != 15 {
 		t.Errorf("20 forged JWTs: %v TokenReviews and %d refused as Unavailable, want 5 and 15", reviews, unavailable)
+	}
+
+	// One client address gets a share of the budget: another address
+	// still gets reviews once the first has spent its own.
+	a.limit = rate.NewLimiter(0.001, 1000)
+	from := func(ip string, i int) error {
+		claims := fmt.Sprintf(`{"aud":[%q],"exp":%d,"kubernetes.io":{"namespace":%q,"pod":{"name":"web-0","uid":"p-%s-%d"}}}`, xdsAudience, exp, ns, ip, i)
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}})
+		md := metadata.Pairs(controlplane.AuthorizationKey, "Bearer "+forgedJWT(claims, i))
+		_, err := a.Authenticate(metadata.NewIncomingContext(ctx, md), &corev3.Node{Id: ns + "/web-0", Cluster: ns + "/web"})
+		return err
+	}
+	unavailable = 0
+	for i := range peerReviewBurst + 10 {
+		if status.Code(from("10.0.0.1", i)) == codes.Unavailable {
+			unavailable++
+		}
+	}
+	if unavailable != 10 {
+		t.Errorf("%d forged JWTs from one address: %d refused as Unavailable, want 10 (its bucket holds %d)", peerReviewBurst+10, unavailable, peerReviewBurst)
+	}
+	if err := from("10.0.0.2", 0); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("another address after the first spent its bucket: %v, want a review (Unauthenticated)", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -53,9 +55,17 @@ const (
 // with Unavailable and the sidecar retries with backoff: a reconnect
 // storm of a whole fleet after an operator restart is spread out, not
 // refused for good.
+// Each client address has a bucket of its own too, so that one pod
+// sending made-up tokens uses a small share of the budget and the fleet's
+// new sidecars still get theirs.
 const (
-	reviewsPerSecond = 50
-	reviewBurst      = 100
+	reviewsPerSecond     = 50
+	reviewBurst          = 100
+	peerReviewsPerSecond = 10
+	peerReviewBurst      = 20
+	// maxPeerBuckets bounds the addresses remembered; past it they are
+	// forgotten all at once (each starts with a full bucket again).
+	maxPeerBuckets = 10000
 )
 
 // boundPod is what a TokenReview proved about a token: the pod it is bound
@@ -93,8 +103,10 @@ type tokenAuthenticator struct {
 	// tiers reads CacheTiers (the manager's cache): a pod is served only
 	// a tier that exists.
 	tiers client.Reader
-	// limit bounds the TokenReviews sent for tokens not in the cache.
+	// limit bounds the TokenReviews sent for tokens not in the cache,
+	// peers bounds them per client address.
 	limit *rate.Limiter
+	peers peerLimits
 
 	flight singleflight.Group
 	mu     sync.Mutex
@@ -223,7 +235,7 @@ func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, to
 		return boundPod{}, err
 	}
 	v, err, _ := a.flight.Do(string(h[:]), func() (any, error) {
-		if !a.limit.Allow() {
+		if !a.peers.allow(ctx) || !a.limit.Allow() {
 			return nil, status.Errorf(codes.Unavailable, "too many new tokens to review at once; retry later")
 		}
 		r, err := a.tokenReview(ctx, tok)
@@ -238,6 +250,36 @@ func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, to
 	}
 	r = v.(reviewResult)
 	return r.pod, r.err
+}
+
+// peerLimits are the review buckets of client addresses.
+type peerLimits struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+// allow spends one review from the bucket of ctx's client address (a
+// stream without one, such as an in-process test, is not limited here).
+func (l *peerLimits) allow(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return true
+	}
+	host, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		host = p.Addr.String()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil || len(l.m) >= maxPeerBuckets {
+		l.m = make(map[string]*rate.Limiter)
+	}
+	b := l.m[host]
+	if b == nil {
+		b = rate.NewLimiter(peerReviewsPerSecond, peerReviewBurst)
+		l.m[host] = b
+	}
+	return b.Allow()
 }
 
 // prescreen refuses, without asking the API server, a token that cannot
