@@ -133,7 +133,7 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 	case XDSAuthNone:
 		log.Warn("xds: NOT AUTHENTICATING SIDECARS (--xds-auth=none): any client that reaches the control plane gets the config of any tier it names; use only for development")
 	default:
-		a, err := newTokenAuthenticator(mgr.GetClient(), mgr.GetClient(), mgr.GetAPIReader(), o.XDSTokenAudience, reg)
+		a, err := newTokenAuthenticator(mgr.GetClient(), mgr.GetClient(), o.XDSTokenAudience, reg)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -84,57 +82,71 @@ func forgedJWT(claims string, i int) string {
 		base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("junk-signature-%d", i)))
 }
 
-// Forged JWTs whose claims look right need the API server to tell them
-// apart: their reviews are bounded by a token bucket, and a stream over
-// the bound is refused with Unavailable (retried by a real sidecar).
+// Forged JWTs need the API server to tell them apart only when they claim
+// an injected pod the operator knows, with its UID: others cost no
+// review. Reviews for one pod are bounded by a bucket of its own, and all
+// reviews by a shared one; over either a stream is refused with
+// Unavailable (a real sidecar retries).
 func TestReviewsOfUnseenTokensAreBounded(t *testing.T) {
 	c := needCluster(t)
 	ns := namespace(t, c)
-	reg := prometheus.NewRegistry()
-	a, err := newTokenAuthenticator(c, c, c, xdsAudience, reg)
+	if err := c.Create(context.Background(), newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
+		t.Fatal(err)
+	}
+	pod := createPod(t, ns, "web-0", "web")
+	a, err := newTokenAuthenticator(c, c, xdsAudience, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.limit = rate.NewLimiter(0.001, 5) // 5 at once, then one per 1000 s
 	exp := time.Now().Add(5 * time.Minute).Unix()
-	var unavailable int
-	for i := range 20 {
-		claims := fmt.Sprintf(`{"aud":[%q],"exp":%d,"kubernetes.io":{"namespace":%q,"pod":{"name":"web-0","uid":"u-%d"}}}`, xdsAudience, exp, ns, i)
+	attempt := func(podName, uid string, i int) error {
+		claims := fmt.Sprintf(`{"aud":[%q],"exp":%d,"kubernetes.io":{"namespace":%q,"pod":{"name":%q,"uid":%q}}}`, xdsAudience, exp, ns, podName, uid)
 		md := metadata.Pairs(controlplane.AuthorizationKey, "Bearer "+forgedJWT(claims, i))
-		_, err := a.Authenticate(metadata.NewIncomingContext(context.Background(), md), &corev3.Node{Id: ns + "/web-0", Cluster: ns + "/web"})
-		switch status.Code(err) {
-		case codes.Unauthenticated:
+		_, err := a.Authenticate(metadata.NewIncomingContext(context.Background(), md), &corev3.Node{Id: ns + "/" + podName, Cluster: ns + "/web"})
+		return err
+	}
+	reviews := func() float64 { return testutil.ToFloat64(a.counter.WithLabelValues(reviewRefused)) }
+
+	// Claims of pods the operator does not know, or of a known pod
+	// with another UID: refused at once, no review.
+	for i := range 20 {
+		if err := attempt(fmt.Sprintf("ghost-%d", i), "u", i); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("a token claiming an unknown pod: %v, want PermissionDenied", err)
+		}
+		if err := attempt("web-0", fmt.Sprintf("not-its-uid-%d", i), i); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("a token claiming a known pod with another UID: %v, want PermissionDenied", err)
+		}
+	}
+	if got := reviews(); got != 0 {
+		t.Fatalf("tokens claiming no known pod cost %v TokenReviews, want 0", got)
+	}
+
+	// Claims of the known pod: its own bucket.
+	var unavailable int
+	for i := range podReviewBurst + 10 {
+		switch err := attempt("web-0", string(pod.UID), i); status.Code(err) {
+		case codes.Unauthenticated: // reviewed: the API server refused the forgery
 		case codes.Unavailable:
 			unavailable++
 		default:
 			t.Fatalf("forged JWT %d: %v", i, err)
 		}
 	}
-	if reviews := testutil.ToFloat64(a.counter.WithLabelValues(reviewRefused)); reviews != 5 || unavailable != 15 {
-		t.Errorf("20 forged JWTs: %v TokenReviews and %d refused as Unavailable, want 5 and 15", reviews, unavailable)
+	if got := reviews(); got != podReviewBurst || unavailable != 10 {
+		t.Errorf("%d forged JWTs claiming one pod: %v TokenReviews and %d refused as Unavailable, want %d and 10", podReviewBurst+10, got, unavailable, podReviewBurst)
 	}
 
-	// One client address gets a share of the budget: another address
-	// still gets reviews once the first has spent its own.
-	a.limit = rate.NewLimiter(0.001, 1000)
-	from := func(ip string, i int) error {
-		claims := fmt.Sprintf(`{"aud":[%q],"exp":%d,"kubernetes.io":{"namespace":%q,"pod":{"name":"web-0","uid":"p-%s-%d"}}}`, xdsAudience, exp, ns, ip, i)
-		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}})
-		md := metadata.Pairs(controlplane.AuthorizationKey, "Bearer "+forgedJWT(claims, i))
-		_, err := a.Authenticate(metadata.NewIncomingContext(ctx, md), &corev3.Node{Id: ns + "/web-0", Cluster: ns + "/web"})
-		return err
-	}
+	// The shared bucket bounds every pod's reviews together.
+	a.perPod = podLimits{}
+	a.limit = rate.NewLimiter(0.001, 2)
 	unavailable = 0
-	for i := range peerReviewBurst + 10 {
-		if status.Code(from("10.0.0.1", i)) == codes.Unavailable {
+	for i := range 5 {
+		if status.Code(attempt("web-0", string(pod.UID), 100+i)) == codes.Unavailable {
 			unavailable++
 		}
 	}
-	if unavailable != 10 {
-		t.Errorf("%d forged JWTs from one address: %d refused as Unavailable, want 10 (its bucket holds %d)", peerReviewBurst+10, unavailable, peerReviewBurst)
-	}
-	if err := from("10.0.0.2", 0); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("another address after the first spent its bucket: %v, want a review (Unauthenticated)", err)
+	if unavailable != 3 {
+		t.Errorf("5 forged JWTs with a shared bucket of 2: %d refused as Unavailable, want 3", unavailable)
 	}
 }
 
@@ -321,8 +333,9 @@ func connectedSeries(t *testing.T, tier string) float64 {
 // A pod that its owner annotates by hand (no tiercache.io/tier label, so
 // not in the operator's pod cache, but annotated tiercache.io/injected and
 // tiercache.io/tier) is not served, and a reconnect loop with the pod's
-// own valid token reads it from the API server once, not once a stream.
-func TestAHandAnnotatedPodIsRefusedAndReadOnce(t *testing.T) {
+// own valid token costs neither a TokenReview nor a read of the API
+// server.
+func TestAHandAnnotatedPodIsRefusedWithoutAReview(t *testing.T) {
 	c := needCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -364,8 +377,7 @@ func TestAHandAnnotatedPodIsRefusedAndReadOnce(t *testing.T) {
 	if !podCache.WaitForCacheSync(ctx) {
 		t.Fatal("pod cache did not sync")
 	}
-	api := &countingReader{Reader: c}
-	a, err := newTokenAuthenticator(c, podCache, api, xdsAudience, nil)
+	a, err := newTokenAuthenticator(c, podCache, xdsAudience, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +389,7 @@ func TestAHandAnnotatedPodIsRefusedAndReadOnce(t *testing.T) {
 			t.Fatalf("stream %d of a hand-annotated pod: %v, want PermissionDenied", i, err)
 		}
 	}
-	if got := api.gets.Load(); got != 1 {
-		t.Errorf("%d streams of one hand-annotated pod read it from the API server %d times, want 1", n, got)
+	if got := testutil.ToFloat64(a.counter.WithLabelValues(reviewAuthenticated)); got != 0 {
+		t.Errorf("%d streams of one hand-annotated pod sent %v TokenReviews, want 0", n, got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -55,17 +53,22 @@ const (
 // with Unavailable and the sidecar retries with backoff: a reconnect
 // storm of a whole fleet after an operator restart is spread out, not
 // refused for good.
-// Each client address has a bucket of its own too, so that one pod
-// sending made-up tokens uses a small share of the budget and the fleet's
-// new sidecars still get theirs.
+//
+// Only a token that claims a pod the operator's cache knows (an injected
+// pod, with the claimed UID) is reviewed at all, and each such pod has a
+// small bucket of its own: anyone can write a JWT that claims some pod,
+// so without these a client sending made-up tokens would keep the shared
+// bucket empty and lock every new sidecar out. A tenant can spend only the
+// buckets of pods whose UIDs it knows (its own), and a sidecar needs one
+// review per token (a new token about every 8 minutes).
 const (
-	reviewsPerSecond     = 50
-	reviewBurst          = 100
-	peerReviewsPerSecond = 10
-	peerReviewBurst      = 20
-	// maxPeerBuckets bounds the addresses remembered; past it they are
+	reviewsPerSecond = 50
+	reviewBurst      = 100
+	podReviewEvery   = 10 * time.Second
+	podReviewBurst   = 5
+	// maxPodBuckets bounds the pods remembered; past it they are
 	// forgotten all at once (each starts with a full bucket again).
-	maxPeerBuckets = 10000
+	maxPodBuckets = 100000
 )
 
 // boundPod is what a TokenReview proved about a token: the pod it is bound
@@ -92,21 +95,21 @@ type reviewResult struct {
 // subscribe only to that pod's tier, as that pod.
 type tokenAuthenticator struct {
 	// reviews creates TokenReviews; pods reads the bound pod (the
-	// manager's cache, which holds the injected pods), apiPods is the
-	// fallback for a pod the cache has not seen yet.
-	reviews       client.Client
-	pods, apiPods client.Reader
-	audience      string
-	now           func() time.Time
-	counter       *prometheus.CounterVec
+	// manager's cache, which holds the injected pods only: the API
+	// server is never asked for a pod a client names).
+	reviews  client.Client
+	pods     client.Reader
+	audience string
+	now      func() time.Time
+	counter  *prometheus.CounterVec
 
 	// tiers reads CacheTiers (the manager's cache): a pod is served only
 	// a tier that exists.
 	tiers client.Reader
 	// limit bounds the TokenReviews sent for tokens not in the cache,
-	// peers bounds them per client address.
-	limit *rate.Limiter
-	peers peerLimits
+	// pods bounds them per claimed pod.
+	limit  *rate.Limiter
+	perPod podLimits
 
 	flight singleflight.Group
 	mu     sync.Mutex
@@ -120,9 +123,9 @@ const (
 	reviewError         = "error"
 )
 
-func newTokenAuthenticator(reviews client.Client, pods, apiPods client.Reader, audience string, reg prometheus.Registerer) (*tokenAuthenticator, error) {
+func newTokenAuthenticator(reviews client.Client, pods client.Reader, audience string, reg prometheus.Registerer) (*tokenAuthenticator, error) {
 	a := &tokenAuthenticator{
-		reviews: reviews, pods: pods, apiPods: apiPods, tiers: pods, audience: audience, now: time.Now,
+		reviews: reviews, pods: pods, tiers: pods, audience: audience, now: time.Now,
 		limit: rate.NewLimiter(reviewsPerSecond, reviewBurst),
 		counter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_xds_token_reviews_total",
@@ -145,18 +148,22 @@ func (a *tokenAuthenticator) Authenticate(ctx context.Context, node *corev3.Node
 		return controlplane.Identity{}, err
 	}
 	h := sha256.Sum256([]byte(tok))
-	bp, err := a.review(ctx, h, tok)
+	bp, pod, err := a.review(ctx, h, tok)
 	if err != nil {
 		return controlplane.Identity{}, err
 	}
 	if want := bp.namespace + "/" + bp.name; node.GetId() != want {
 		return controlplane.Identity{}, status.Errorf(codes.PermissionDenied, "node.id %q differs from the token's pod %q", node.GetId(), want)
 	}
-	key, err := a.podTier(ctx, bp)
+	if pod == nil { // a cached review: read the pod again, it may have changed
+		if pod, err = a.pod(ctx, bp); err != nil {
+			return controlplane.Identity{}, err
+		}
+	}
+	key, err := a.podTier(ctx, bp, pod)
 	if status.Code(err) == codes.PermissionDenied {
 		// The pod will not do for a while whatever the stream claims:
-		// the token's retries must not read it from the API server
-		// each time.
+		// the token's retries are answered from the cache.
 		a.remember(h, reviewResult{err: err, until: a.now().Add(reviewFailureTTL)})
 	}
 	if err != nil {
@@ -168,13 +175,9 @@ func (a *tokenAuthenticator) Authenticate(ctx context.Context, node *corev3.Node
 	return controlplane.Identity{Tier: key, Expires: bp.until}, nil
 }
 
-// podTier reads the token's pod, checks it is the pod the token was
-// issued for and an injected one, and returns its tier key.
-func (a *tokenAuthenticator) podTier(ctx context.Context, bp boundPod) (string, error) {
-	pod, err := a.pod(ctx, bp)
-	if err != nil {
-		return "", err
-	}
+// podTier checks that pod is the pod the token was issued for and an
+// injected one, and returns its tier key.
+func (a *tokenAuthenticator) podTier(ctx context.Context, bp boundPod, pod *corev1.Pod) (string, error) {
 	if pod.UID != bp.uid {
 		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s has uid %s, the token was issued for uid %s", bp.namespace, bp.name, pod.UID, bp.uid)
 	}
@@ -199,15 +202,11 @@ func (a *tokenAuthenticator) podTier(ctx context.Context, bp boundPod) (string, 
 	return bp.namespace + "/" + tier, nil
 }
 
-// pod reads the token's pod from the cache, or from the API server when
-// the cache does not have it (yet).
+// pod reads the token's pod from the operator's cache (of injected pods).
 func (a *tokenAuthenticator) pod(ctx context.Context, bp boundPod) (*corev1.Pod, error) {
 	key := types.NamespacedName{Namespace: bp.namespace, Name: bp.name}
 	var pod corev1.Pod
 	err := a.pods.Get(ctx, key, &pod)
-	if apierrors.IsNotFound(err) && a.apiPods != nil {
-		err = a.apiPods.Get(ctx, key, &pod)
-	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, status.Errorf(codes.PermissionDenied, "the token's pod %s does not exist", key)
@@ -220,23 +219,27 @@ func (a *tokenAuthenticator) pod(ctx context.Context, bp boundPod) (*corev1.Pod,
 // review returns what the API server says about tok (whose sha256 is h),
 // from the cache when it is there. Concurrent reviews of one token share
 // one TokenReview.
-func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, tok string) (boundPod, error) {
+func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, tok string) (boundPod, *corev1.Pod, error) {
 	now := a.now()
 	a.mu.Lock()
 	r, ok := a.cache[h]
 	a.mu.Unlock()
 	if ok && now.Before(r.until) {
-		return r.pod, r.err
+		return r.pod, nil, r.err
 	}
-	if err := a.prescreen(tok, now); err != nil {
-		// Cannot be a valid token of ours: no review, and its retries
-		// are answered from the cache.
-		a.remember(h, reviewResult{err: err, until: now.Add(reviewFailureTTL)})
-		return boundPod{}, err
+	// Refusals that cost no review are not cached: they are cheaper
+	// than a cache entry, and must never push out reviews that cost one.
+	c, err := a.prescreen(tok, now)
+	if err != nil {
+		return boundPod{}, nil, err
+	}
+	pod, err := a.claimedPod(ctx, c)
+	if err != nil {
+		return boundPod{}, nil, err
 	}
 	v, err, _ := a.flight.Do(string(h[:]), func() (any, error) {
-		if !a.peers.allow(ctx) || !a.limit.Allow() {
-			return nil, status.Errorf(codes.Unavailable, "too many new tokens to review at once; retry later")
+		if !a.perPod.allow(pod.UID) || !a.limit.Allow() {
+			return nil, status.Errorf(codes.Unavailable, "too many new tokens to review for this pod or at once; retry later")
 		}
 		r, err := a.tokenReview(ctx, tok)
 		if err != nil {
@@ -246,38 +249,29 @@ func (a *tokenAuthenticator) review(ctx context.Context, h [sha256.Size]byte, to
 		return r, nil
 	})
 	if err != nil {
-		return boundPod{}, err
+		return boundPod{}, nil, err
 	}
 	r = v.(reviewResult)
-	return r.pod, r.err
+	return r.pod, pod, r.err
 }
 
-// peerLimits are the review buckets of client addresses.
-type peerLimits struct {
+// podLimits are the review buckets of pods, by UID.
+type podLimits struct {
 	mu sync.Mutex
-	m  map[string]*rate.Limiter
+	m  map[types.UID]*rate.Limiter
 }
 
-// allow spends one review from the bucket of ctx's client address (a
-// stream without one, such as an in-process test, is not limited here).
-func (l *peerLimits) allow(ctx context.Context) bool {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return true
-	}
-	host, _, err := net.SplitHostPort(p.Addr.String())
-	if err != nil {
-		host = p.Addr.String()
-	}
+// allow spends one review from the bucket of the pod with uid.
+func (l *podLimits) allow(uid types.UID) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.m == nil || len(l.m) >= maxPeerBuckets {
-		l.m = make(map[string]*rate.Limiter)
+	if l.m == nil || len(l.m) >= maxPodBuckets {
+		l.m = make(map[types.UID]*rate.Limiter)
 	}
-	b := l.m[host]
+	b := l.m[uid]
 	if b == nil {
-		b = rate.NewLimiter(peerReviewsPerSecond, peerReviewBurst)
-		l.m[host] = b
+		b = rate.NewLimiter(rate.Every(podReviewEvery), podReviewBurst)
+		l.m[uid] = b
 	}
 	return b.Allow()
 }
@@ -287,19 +281,35 @@ func (l *peerLimits) allow(ctx context.Context) bool {
 // review verifies) name another audience, have expired, or bind no pod.
 // Only the API server can say a token is good; this only says which are
 // certainly bad.
-func (a *tokenAuthenticator) prescreen(tok string, now time.Time) error {
+func (a *tokenAuthenticator) prescreen(tok string, now time.Time) (claims, error) {
 	c, ok := jwtClaims(tok)
 	switch {
 	case !ok:
-		return status.Error(codes.Unauthenticated, "the bearer token is not a ServiceAccount token (not a JWT)")
+		return c, status.Error(codes.Unauthenticated, "the bearer token is not a ServiceAccount token (not a JWT)")
 	case !slices.Contains(c.Aud, a.audience):
-		return status.Errorf(codes.Unauthenticated, "token is not valid for audience %q", a.audience)
+		return c, status.Errorf(codes.Unauthenticated, "token is not valid for audience %q", a.audience)
 	case c.Exp == nil || !now.Before(time.Unix(*c.Exp, 0)):
-		return status.Error(codes.Unauthenticated, "token has expired")
-	case c.Kubernetes.Pod.Name == "" || c.Kubernetes.Pod.UID == "":
-		return status.Error(codes.Unauthenticated, "token is not bound to a pod: mount a projected serviceAccountToken")
+		return c, status.Error(codes.Unauthenticated, "token has expired")
+	case c.Kubernetes.Namespace == "" || c.Kubernetes.Pod.Name == "" || c.Kubernetes.Pod.UID == "":
+		return c, status.Error(codes.Unauthenticated, "token is not bound to a pod: mount a projected serviceAccountToken")
 	}
-	return nil
+	return c, nil
+}
+
+// claimedPod returns the UID of the pod the token claims (unverified)
+// when the operator's cache holds that injected pod with that UID; only
+// such tokens are worth a review. The API server is not asked: a client
+// must not make the operator read pods it names at will.
+func (a *tokenAuthenticator) claimedPod(ctx context.Context, c claims) (*corev1.Pod, error) {
+	key := types.NamespacedName{Namespace: c.Kubernetes.Namespace, Name: c.Kubernetes.Pod.Name}
+	var pod corev1.Pod
+	if err := a.pods.Get(ctx, key, &pod); err != nil || string(pod.UID) != c.Kubernetes.Pod.UID {
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, status.Errorf(codes.Unavailable, "reading the token's pod %s: %v", key, err)
+		}
+		return nil, status.Errorf(codes.PermissionDenied, "the token's pod %s is not an injected pod the operator knows (labelled %s; a pod created a moment ago is known within seconds: retry)", key, inject.LabelTier)
+	}
+	return &pod, nil
 }
 
 // tokenReview asks the API server about tok. err is set only when the API
@@ -381,7 +391,8 @@ type claims struct {
 	Aud        audiences `json:"aud"`
 	Exp        *int64    `json:"exp"`
 	Kubernetes struct {
-		Pod struct {
+		Namespace string `json:"namespace"`
+		Pod       struct {
 			Name string `json:"name"`
 			UID  string `json:"uid"`
 		} `json:"pod"`

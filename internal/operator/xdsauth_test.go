@@ -156,7 +156,7 @@ func TestXDSServesAPodOnlyItsOwnTier(t *testing.T) {
 		{"a stream without a token is unauthenticated", "", nsB + "/web-0", nsB + "/web", codes.Unauthenticated, "no authorization metadata"},
 		{"a token of another audience is unauthenticated", podToken(t, podB, "other-audience"), nsB + "/web-0", nsB + "/web", codes.Unauthenticated, "audience"},
 		{"a garbage token is unauthenticated", "not-a-token", nsB + "/web-0", nsB + "/web", codes.Unauthenticated, "not a JWT"},
-		{"a forged token with plausible claims is unauthenticated", forgedJWT(fmt.Sprintf(`{"aud":[%q],"exp":%d,"kubernetes.io":{"pod":{"name":"web-0","uid":%q}}}`, xdsAudience, time.Now().Add(time.Hour).Unix(), podB.UID), 0), nsB + "/web-0", nsB + "/web", codes.Unauthenticated, "refused by the API server"},
+		{"a forged token with plausible claims is unauthenticated", forgedJWT(fmt.Sprintf(`{"aud":[%q],"exp":%d,"kubernetes.io":{"namespace":%q,"pod":{"name":"web-0","uid":%q}}}`, xdsAudience, time.Now().Add(time.Hour).Unix(), nsB, podB.UID), 0), nsB + "/web-0", nsB + "/web", codes.Unauthenticated, "refused by the API server"},
 		{"a token bound to no pod is unauthenticated", unbound.Status.Token, nsB + "/web-0", nsB + "/web", codes.Unauthenticated, "not bound to a pod"},
 		{"a pod annotated for web asking for admin is denied", tokB, nsB + "/web-0", nsB + "/admin", codes.PermissionDenied, "differs from the pod's tier"},
 		{"a pod that was not injected is denied", podToken(t, plain, xdsAudience), nsB + "/plain", nsB + "/web", codes.PermissionDenied, "not an injected pod"},
@@ -238,7 +238,7 @@ func TestTokenReviewsAreCached(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	forged := forgedJWT(fmt.Sprintf(`{"aud":[%q],"exp":%d,"kubernetes.io":{"pod":{"name":"web-0","uid":%q}}}`, xdsAudience, time.Now().Add(time.Hour).Unix(), pod.UID), 1)
+	forged := forgedJWT(fmt.Sprintf(`{"aud":[%q],"exp":%d,"kubernetes.io":{"namespace":%q,"pod":{"name":"web-0","uid":%q}}}`, xdsAudience, time.Now().Add(time.Hour).Unix(), ns, pod.UID), 1)
 	for range n {
 		if _, err := xdsAttempt(t, conn, forged, ns+"/web-0", ns+"/web", ""); status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("a forged token got %v", err)
@@ -280,7 +280,7 @@ func TestARefusedPodIsNotReadAgainAndAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := &countingReader{Reader: c}
-	a, err := newTokenAuthenticator(c, pods, nil, xdsAudience, nil)
+	a, err := newTokenAuthenticator(c, pods, xdsAudience, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

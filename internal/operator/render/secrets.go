@@ -113,10 +113,10 @@ func ResolveSecret(ctx context.Context, tier *v1alpha1.CacheTier, s Secrets, f S
 	labels := m.GetLabels()
 	if f.Generated() && (labels[inject.LabelGeneratedFor] != tier.Name || !ownedBy(m, tier)) {
 		// Labels can be set by anyone who may create Secrets in the
-		// namespace; the owner reference to this tier's UID is set
-		// only by the operator (or someone who could read the tier's
-		// Secrets anyway), so a Secret planted before the tier existed
-		// is not adopted.
+		// namespace, and so can an owner reference to a UID they can
+		// see: requiring the tier's UID only stops a Secret planted
+		// before the tier existed (docs/operator.md, "Limits to
+		// know", says what remains).
 		return "", ErrNotGenerated
 	}
 	if !f.Generated() && labels[inject.LabelGeneratedFor] != "" {
