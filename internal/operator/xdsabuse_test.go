@@ -242,24 +242,10 @@ func TestAPodsEditedTierAnnotationCannotBreakOtherTiersCounts(t *testing.T) {
 		t.Errorf("streams from one tenant pod with edited tier annotations broke the connected counts of every tier: %s", last)
 	}
 
-	// And each key the pod named stays a metric series.
-	series := 0
-	mfs, err := cluster.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "tiercache_connected_sidecars" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if v := labelValue(m, "tier"); strings.HasPrefix(v, ns+"/xxxx") || v == ns+"/ghost" {
-				series++
-			}
-		}
-	}
-	if series != 0 {
-		t.Errorf("tiercache_connected_sidecars has %d series for tier keys naming no CacheTier", series)
+	// And no key the pod named is a metric series.
+	series := connectedSeriesWhere(t, func(tier string) bool { return strings.HasPrefix(tier, ns+"/xxxx") || tier == ns+"/ghost" })
+	if len(series) != 0 {
+		t.Errorf("tiercache_connected_sidecars has %d series for tier keys naming no CacheTier", len(series))
 	}
 }
 
@@ -313,21 +299,29 @@ func holdStream(t *testing.T, conn *grpc.ClientConn, tok, id, cluster string) bo
 // operator.
 func connectedSeries(t *testing.T, tier string) float64 {
 	t.Helper()
+	return connectedSeriesWhere(t, func(v string) bool { return v == tier })[tier]
+}
+
+// connectedSeriesWhere returns the tiercache_connected_sidecars series of
+// the suite's operator whose tier label match accepts, by tier.
+func connectedSeriesWhere(t *testing.T, match func(tier string) bool) map[string]float64 {
+	t.Helper()
 	mfs, err := cluster.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := map[string]float64{}
 	for _, mf := range mfs {
 		if mf.GetName() != "tiercache_connected_sidecars" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if labelValue(m, "tier") == tier {
-				return m.GetGauge().GetValue()
+			if v := labelValue(m, "tier"); match(v) {
+				out[v] = m.GetGauge().GetValue()
 			}
 		}
 	}
-	return 0
+	return out
 }
 
 // A pod that its owner annotates by hand (no tiercache.io/tier label, so

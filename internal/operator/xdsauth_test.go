@@ -217,18 +217,7 @@ func TestXDSServesAPodOnlyItsOwnTier(t *testing.T) {
 // TokenReview; reconnects with a refused token cost one too.
 func TestTokenReviewsAreCached(t *testing.T) {
 	c := needCluster(t)
-	ctx := context.Background()
-	ns := namespace(t, c)
-	if err := c.Create(ctx, newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
-		t.Fatal(err)
-	}
-	pod := createPod(t, ns, "web-0", "web")
-	tok := podToken(t, pod, xdsAudience)
-	conn := xdsConn(t)
-	eventually(t, 30*time.Second, func() error {
-		_, err := xdsAttempt(t, conn, tok, ns+"/web-0", ns+"/web", "")
-		return err
-	})
+	ns, pod, _, conn := servedPod(t, c)
 
 	const n = 10
 	okBefore, refusedBefore := tokenReviews(t, reviewAuthenticated), tokenReviews(t, reviewRefused)
@@ -295,4 +284,23 @@ func TestARefusedPodIsNotReadAgainAndAgain(t *testing.T) {
 	if n := pods.gets.Load(); n != 1 {
 		t.Errorf("10 refused streams read the pod %d times, want 1", n)
 	}
+}
+
+// servedPod creates a namespace with the tier web and its injected pod
+// web-0, and waits until the control plane serves the pod; it returns the
+// namespace, the pod, its token and the connection it was served on.
+func servedPod(t *testing.T, c client.Client) (ns string, pod *corev1.Pod, tok string, conn *grpc.ClientConn) {
+	t.Helper()
+	ns = namespace(t, c)
+	if err := c.Create(context.Background(), newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
+		t.Fatal(err)
+	}
+	pod = createPod(t, ns, "web-0", "web")
+	tok = podToken(t, pod, xdsAudience)
+	conn = xdsConn(t)
+	eventually(t, 30*time.Second, func() error {
+		_, err := xdsAttempt(t, conn, tok, ns+"/web-0", ns+"/web", "")
+		return err
+	})
+	return ns, pod, tok, conn
 }

@@ -97,19 +97,7 @@ func TestMadeUpTokensDoNotLockNewSidecarsOut(t *testing.T) {
 // than the cache holds, does not push a legitimate sidecar's cached review
 // out, so its reconnection needs no new TokenReview.
 func TestJunkTokensDoNotEvictCachedReviews(t *testing.T) {
-	c := needCluster(t)
-	ctx := context.Background()
-	ns := namespace(t, c)
-	if err := c.Create(ctx, newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
-		t.Fatal(err)
-	}
-	pod := createPod(t, ns, "web-0", "web")
-	tok := podToken(t, pod, xdsAudience)
-	legit := xdsConn(t)
-	eventually(t, 30*time.Second, func() error {
-		_, err := xdsAttempt(t, legit, tok, ns+"/web-0", ns+"/web", "")
-		return err
-	})
+	ns, _, tok, legit := servedPod(t, needCluster(t))
 	okBefore := tokenReviews(t, reviewAuthenticated)
 
 	attacker := xdsConn(t)
