@@ -28,12 +28,7 @@ func generation(t *testing.T, keys *Keyring, ch string, c *clock) (*Purger, *int
 // publish on the channel (and so also read it) cannot republish a
 // captured purge of everything to the new generation.
 func TestASignedPurgeIsNotReplayedToTheNextGeneration(t *testing.T) {
-	const ch = "tc:shop/web:inval"
-	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	c := &clock{now: t0}
-	keys := NewKeyring()
-	keys.Set([]byte("0123456789abcdef0123456789abcdef"), t0)
-	sender := newChannelAuth(Auth{Keys: keys, Channel: ch, Now: c.Now})
+	ch, t0, c, keys, sender := signedChannel()
 
 	first, applied1 := generation(t, keys, ch, c)
 	first.Subscribed(context.Background(), t0)
@@ -65,12 +60,7 @@ func TestASignedPurgeIsNotReplayedToTheNextGeneration(t *testing.T) {
 // until its successor has subscribed), each over its own L1 maybe: one
 // publication reaches both, and both apply it, once each.
 func TestOnePublicationReachesBothGenerationsOfAHandoverOnce(t *testing.T) {
-	const ch = "tc:shop/web:inval"
-	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	c := &clock{now: t0}
-	keys := NewKeyring()
-	keys.Set([]byte("0123456789abcdef0123456789abcdef"), t0)
-	sender := newChannelAuth(Auth{Keys: keys, Channel: ch, Now: c.Now})
+	ch, t0, c, keys, sender := signedChannel()
 
 	old, appliedOld := generation(t, keys, ch, c)
 	old.Subscribed(context.Background(), t0)
@@ -133,4 +123,15 @@ func TestAMessageSignedBeforeTheSubscriptionIsRefusedAfterARestart(t *testing.T)
 			}
 		})
 	}
+}
+
+// signedChannel is a tier's channel with a key set at t0, a test clock at
+// t0 and a sender signing with that key.
+func signedChannel() (ch string, t0 time.Time, c *clock, keys *Keyring, sender *channelAuth) {
+	ch = "tc:shop/web:inval"
+	t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	c = &clock{now: t0}
+	keys = NewKeyring()
+	keys.Set([]byte("0123456789abcdef0123456789abcdef"), t0)
+	return ch, t0, c, keys, newChannelAuth(Auth{Keys: keys, Channel: ch, Now: c.Now})
 }
