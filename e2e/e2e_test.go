@@ -359,25 +359,25 @@ spec:
 		}
 		// 5. The sidecar process from the injected container's own args
 		// and env; only addresses become loopback ones, and the
-		// kubelet-projected token lives under a test directory.
-		podRoot := t.TempDir()
-		tokens, err := testkube.ProjectServiceAccountTokens(ctx, c, &got, sc, podRoot)
-		if err != nil {
-			t.Fatalf("projecting the tokens of pod %s: %v", name, err)
-		}
-		tokenFile := filepath.Join(inject.XDSTokenDir, inject.XDSTokenFile)
-		if !contains(tokens, tokenFile) || !contains(sc.Args, "--control-plane-token-file="+tokenFile) {
-			t.Fatalf("pod %s: projected tokens %q, args %q: want the xDS token at %s", name, tokens, sc.Args, tokenFile)
-		}
-		listen, adminAddr := freeAddr(t), freeAddr(t)
-		// The tier's Secrets (here the generated purge token and
-		// invalidation key) projected as the kubelet would.
-		secretsDir := t.TempDir()
-		for _, v := range got.Spec.Volumes {
-			if v.Name == inject.SecretsVolumeName && v.Projected != nil {
-				testkube.ProjectVolume(t.Context(), c, appNS, v.Projected, secretsDir)
+		// projected volumes it mounts (the xDS token; the tier's Secrets,
+		// here the Redis password, the generated purge token and the
+		// invalidation key) are played by testkube as the kubelet would,
+		// each into a test directory.
+		mounts := map[string]string{} // mount path in the pod → directory here
+		for _, m := range sc.VolumeMounts {
+			for _, v := range got.Spec.Volumes {
+				if v.Name == m.Name && v.Projected != nil {
+					mounts[m.MountPath] = t.TempDir()
+					testkube.ProjectVolume(t.Context(), c, &got, v.Projected, mounts[m.MountPath])
+				}
 			}
 		}
+		tokenDir, secretsDir := mounts[inject.XDSTokenDir], mounts[inject.SecretsDir]
+		tokenFile := filepath.Join(inject.XDSTokenDir, inject.XDSTokenFile)
+		if b, err := os.ReadFile(filepath.Join(tokenDir, inject.XDSTokenFile)); tokenDir == "" || err != nil || len(b) == 0 || !contains(sc.Args, "--control-plane-token-file="+tokenFile) {
+			t.Fatalf("pod %s: the projected xDS token: %v, args %q: want the xDS token at %s", name, err, sc.Args, tokenFile)
+		}
+		listen, adminAddr := freeAddr(t), freeAddr(t)
 		for _, f := range []string{inject.FilePurgeToken, inject.FileInvalidationKey} {
 			if b, err := os.ReadFile(filepath.Join(secretsDir, f)); err != nil || len(b) != 64 {
 				t.Fatalf("pod %s: the projected %s from the generated Secret: %q, %v", name, f, b, err)
@@ -390,7 +390,7 @@ spec:
 			"--listen":                   listen,
 			"--admin-listen":             adminAddr,
 			"--control-plane":            "localhost:" + portOf(xdsAddr),
-			"--control-plane-token-file": filepath.Join(podRoot, tokenFile),
+			"--control-plane-token-file": filepath.Join(tokenDir, inject.XDSTokenFile),
 			"--state-dir":                t.TempDir(),
 			"--secrets-dir":              secretsDir,
 		})

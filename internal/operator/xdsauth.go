@@ -94,20 +94,17 @@ type reviewResult struct {
 // the xDS audience), the pod it is bound to is read, and the stream may
 // subscribe only to that pod's tier, as that pod.
 type tokenAuthenticator struct {
-	// reviews creates TokenReviews; pods reads the bound pod (the
-	// manager's cache, which holds the injected pods only: the API
-	// server is never asked for a pod a client names).
+	// reviews creates TokenReviews; objects reads the bound pod and its
+	// CacheTier (the manager's cache, which holds the injected pods only:
+	// the API server is never asked for a pod a client names).
 	reviews  client.Client
-	pods     client.Reader
+	objects  client.Reader
 	audience string
 	now      func() time.Time
 	counter  *prometheus.CounterVec
 
-	// tiers reads CacheTiers (the manager's cache): a pod is served only
-	// a tier that exists.
-	tiers client.Reader
 	// limit bounds the TokenReviews sent for tokens not in the cache,
-	// pods bounds them per claimed pod.
+	// perPod bounds them per claimed pod.
 	limit  *rate.Limiter
 	perPod podLimits
 
@@ -123,9 +120,9 @@ const (
 	reviewError         = "error"
 )
 
-func newTokenAuthenticator(reviews client.Client, pods client.Reader, audience string, reg prometheus.Registerer) (*tokenAuthenticator, error) {
+func newTokenAuthenticator(reviews client.Client, objects client.Reader, audience string, reg prometheus.Registerer) (*tokenAuthenticator, error) {
 	a := &tokenAuthenticator{
-		reviews: reviews, pods: pods, tiers: pods, audience: audience, now: time.Now,
+		reviews: reviews, objects: objects, audience: audience, now: time.Now,
 		limit: rate.NewLimiter(reviewsPerSecond, reviewBurst),
 		counter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_xds_token_reviews_total",
@@ -193,7 +190,7 @@ func (a *tokenAuthenticator) podTier(ctx context.Context, bp boundPod, pod *core
 			bp.namespace, bp.name, inject.LabelTier, pod.Labels[inject.LabelTier], inject.AnnotationTier, tier)
 	}
 	var ct v1alpha1.CacheTier
-	switch err := a.tiers.Get(ctx, types.NamespacedName{Namespace: bp.namespace, Name: tier}, &ct); {
+	switch err := a.objects.Get(ctx, types.NamespacedName{Namespace: bp.namespace, Name: tier}, &ct); {
 	case apierrors.IsNotFound(err):
 		return "", status.Errorf(codes.PermissionDenied, "pod %s/%s names CacheTier %q, which does not exist in its namespace", bp.namespace, bp.name, tier)
 	case err != nil:
@@ -206,7 +203,7 @@ func (a *tokenAuthenticator) podTier(ctx context.Context, bp boundPod, pod *core
 func (a *tokenAuthenticator) pod(ctx context.Context, bp boundPod) (*corev1.Pod, error) {
 	key := types.NamespacedName{Namespace: bp.namespace, Name: bp.name}
 	var pod corev1.Pod
-	err := a.pods.Get(ctx, key, &pod)
+	err := a.objects.Get(ctx, key, &pod)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, status.Errorf(codes.PermissionDenied, "the token's pod %s does not exist", key)
@@ -303,7 +300,7 @@ func (a *tokenAuthenticator) prescreen(tok string, now time.Time) (claims, error
 func (a *tokenAuthenticator) claimedPod(ctx context.Context, c claims) (*corev1.Pod, error) {
 	key := types.NamespacedName{Namespace: c.Kubernetes.Namespace, Name: c.Kubernetes.Pod.Name}
 	var pod corev1.Pod
-	if err := a.pods.Get(ctx, key, &pod); err != nil || string(pod.UID) != c.Kubernetes.Pod.UID {
+	if err := a.objects.Get(ctx, key, &pod); err != nil || string(pod.UID) != c.Kubernetes.Pod.UID {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, status.Errorf(codes.Unavailable, "reading the token's pod %s: %v", key, err)
 		}

@@ -116,59 +116,42 @@ func WriteToken(t testing.TB, path, tok string) {
 	}
 }
 
-// ProjectServiceAccountTokens plays the kubelet for the projected
-// serviceAccountToken volumes ctr mounts: each token (of the pod's
-// ServiceAccount, bound to the pod, with the volume's audience and
-// expiry) is written to root joined with its path in the container, so
-// that a flag naming the in-container path names the file once prefixed
-// with root. It returns the in-container paths written.
-func ProjectServiceAccountTokens(ctx context.Context, c client.Client, pod *corev1.Pod, ctr *corev1.Container, root string) ([]string, error) {
-	var written []string
-	for _, m := range ctr.VolumeMounts {
-		for _, v := range pod.Spec.Volumes {
-			if v.Name != m.Name || v.Projected == nil {
-				continue
-			}
-			for _, src := range v.Projected.Sources {
-				sat := src.ServiceAccountToken
-				if sat == nil {
-					continue
-				}
-				ttl := time.Hour
-				if sat.ExpirationSeconds != nil {
-					ttl = time.Duration(*sat.ExpirationSeconds) * time.Second
-				}
-				tok, err := PodToken(ctx, c, pod, sat.Audience, ttl)
-				if err != nil {
-					return nil, err
-				}
-				inPod := filepath.Join(m.MountPath, sat.Path)
-				path := filepath.Join(root, inPod)
-				if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-					return nil, err
-				}
-				if err := os.WriteFile(path, []byte(tok), 0o600); err != nil {
-					return nil, err
-				}
-				written = append(written, inPod)
-			}
-		}
+// ProjectVolume plays the kubelet for a projected volume of pod: it
+// writes the items of src's Secret sources and its ServiceAccount tokens
+// (from PodToken, requested again at 80% of their lifetime, as the
+// kubelet does) into dir the way the kubelet's atomic writer does (the
+// files in a fresh hidden directory, then the symlink ..data swapped to
+// it in one rename, each file a symlink through ..data), and again
+// whenever a projected value changes, until ctx ends. A missing optional
+// Secret or key is left out; a missing required one waits, as a kubelet
+// would. The first projection is done before it returns (or ctx ends).
+func ProjectVolume(ctx context.Context, c client.Client, pod *corev1.Pod, src *corev1.ProjectedVolumeSource, dir string) {
+	namespace := pod.Namespace
+	type token struct {
+		value   []byte
+		refresh time.Time
 	}
-	return written, nil
-}
-
-// ProjectVolume plays the kubelet for a projected volume of Secrets: it
-// writes every item of src's Secret sources into dir the way the
-// kubelet's atomic writer does (the files in a fresh hidden directory,
-// then the symlink ..data swapped to it in one rename, each file a
-// symlink through ..data), and again whenever a projected value changes,
-// until ctx ends. A missing optional Secret or key is left out; a missing
-// required one waits, as a kubelet would. The first projection is done
-// before it returns (or ctx ends).
-func ProjectVolume(ctx context.Context, c client.Reader, namespace string, src *corev1.ProjectedVolumeSource, dir string) {
+	tokens := map[int]token{} // by source index
 	project := func() (map[string][]byte, bool) {
 		files := map[string][]byte{}
-		for _, s := range src.Sources {
+		for i, s := range src.Sources {
+			if sat := s.ServiceAccountToken; sat != nil {
+				tok, ok := tokens[i]
+				if !ok || time.Now().After(tok.refresh) {
+					ttl := time.Hour
+					if sat.ExpirationSeconds != nil {
+						ttl = time.Duration(*sat.ExpirationSeconds) * time.Second
+					}
+					v, err := PodToken(ctx, c, pod, sat.Audience, ttl)
+					if err != nil {
+						return nil, false
+					}
+					tok = token{value: []byte(v), refresh: time.Now().Add(ttl * 8 / 10)}
+					tokens[i] = tok
+				}
+				files[sat.Path] = tok.value
+				continue
+			}
 			if s.Secret == nil {
 				continue
 			}
