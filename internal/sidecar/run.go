@@ -283,6 +283,13 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		log.Info("body directory ready", "dir", o.BodyDir, "bytes", o.BodyDirSize,
 			"size", tierconfig.Size(o.BodyDirSize).String(), "automatic", given == 0)
+		// Not an error: the filesystem may be shared and free space come
+		// back; the store then meets ENOSPC first, which never fails a
+		// request.
+		if avail, err := freeBytes(o.BodyDir); err == nil && given > avail {
+			log.Warn("--body-dir-size is more than the free space of the body directory's filesystem",
+				"dir", o.BodyDir, "size", tierconfig.Size(given).String(), "free", tierconfig.Size(avail).String())
+		}
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
