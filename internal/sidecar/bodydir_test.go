@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -243,5 +244,38 @@ func TestRunStartsWithABodyDir(t *testing.T) {
 	}
 	if resp, body := s.get(t, "http://"+s.addrs.Serve+"/a"); resp.StatusCode != 200 || !strings.HasPrefix(body, "/a v1") {
 		t.Fatalf("GET /a through the sidecar: %d %q", resp.StatusCode, body)
+	}
+}
+
+// lockedBuffer is an io.Writer the sidecar's goroutines may log into while
+// the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestABodyDirSizeAboveTheFreeSpaceIsLogged(t *testing.T) {
+	origin := newOrigin(t, 0)
+	var logs lockedBuffer
+	dir := t.TempDir()
+	s := startLogging(t, &logs, origin.URL, "--log-level", "info", "--body-dir", dir, "--body-dir-size", "4096Ti")
+	s.stop(t)
+	out := logs.String()
+	for _, want := range []string{`"msg":"body directory ready"`, `"size":"4096Ti"`, "--body-dir-size is more than the free space"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %s:\n%s", want, out)
+		}
 	}
 }
