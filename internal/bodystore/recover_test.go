@@ -55,11 +55,9 @@ func TestRestartReusesVerifiedBodies(t *testing.T) {
 	for k, b := range bodies {
 		refs[k] = put(t, s, k, b, int64(len(b)))
 	}
-	w, err := s.Create("GET h/unfinished", -1) // a fill the crash interrupts
-	must(t, err)
-	_, err = w.Write(body(3, 1000))
-	must(t, err)
 	committedBefore, _, _ := s.Usage()
+	// A fill a crash interrupted (Close would abort a live one).
+	must(t, os.WriteFile(filepath.Join(s.dir, strings.Repeat("0f", 16)+tmpSuffix), body(3, 1000), 0o600))
 
 	s2, rec, m := reopen(t, s, 64<<20)
 	if got, want := recoveredKeys(rec), []string{"GET h/a", "GET h/b?q=1 accept=gzip", "GET h/empty"}; !slices.Equal(got, want) {
@@ -104,6 +102,12 @@ func TestRestartRemovesWhatDoesNotVerify(t *testing.T) {
 		},
 		"a damaged entry in the trailer": func(t *testing.T, _, p string) {
 			patch(t, p, headerSize+5000+4+int64(len(key))+20, []byte{0xff})
+		},
+		"a damaged header magic": func(t *testing.T, _, p string) {
+			patch(t, p, 0, []byte("X"))
+		},
+		"a header with another body offset": func(t *testing.T, _, p string) {
+			patch(t, p, offHdrBody, []byte{65})
 		},
 		"a header whose key hash does not match the trailer's key": func(t *testing.T, _, p string) {
 			patch(t, p, offHdrKey, []byte{0})

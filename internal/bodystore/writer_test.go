@@ -236,6 +236,10 @@ func TestFollowersOfAnAbortedFillGetAnError(t *testing.T) {
 			}
 			f := w.Follow()
 			defer f.Close()
+			// Consume what is there, so the next Read has to wait.
+			if _, err := io.ReadFull(f, make([]byte, 100)); err != nil {
+				t.Fatal(err)
+			}
 			ch := readAllAsync(f)
 			end(w)
 			r := waitResult(t, ch)
