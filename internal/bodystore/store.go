@@ -106,14 +106,16 @@ func (s *Store) path(id [16]byte, suffix string) string {
 // budget cannot be met.
 func (s *Store) Create(key string, sizeHint int64) (*Writer, error) {
 	var id [16]byte
-	for {
+	for range 3 {
 		_, _ = rand.Read(id[:]) // never fails (crypto/rand)
 		w, err := s.create(id, key, sizeHint)
-		if errors.Is(err, ErrExists) {
-			continue // 2^-128; a retry costs nothing
+		if !errors.Is(err, ErrExists) {
+			return w, err
 		}
-		return w, err
+		// A collision of random ids is a 2^-128 event; a retry costs
+		// nothing.
 	}
+	return nil, fmt.Errorf("%w: three random ids in a row", ErrExists)
 }
 
 // CreateWithID is Create for a body whose id is already known (a replica
@@ -176,18 +178,19 @@ func (s *Store) create(id [16]byte, key string, hint int64) (*Writer, error) {
 }
 
 // reserveLocked adds n to the reservations, evicting least recently used
-// committed files until it fits. It returns the paths to unlink (after
-// s.mu is released) even on error: what was evicted stays evicted.
+// committed files until it fits, and returns the paths to unlink once
+// s.mu is released. When evicting every committed file would not be
+// enough (the rest is reserved by fills in progress), it evicts nothing.
 func (s *Store) reserveLocked(n int64) ([]string, error) {
-	if n > s.maxBytes {
-		return nil, fmt.Errorf("%w: %d bytes wanted, budget %d", ErrFull, n, s.maxBytes)
+	if n > s.maxBytes-s.reserved {
+		return nil, fmt.Errorf("%w: %d bytes wanted, %d of %d reserved by fills in progress",
+			ErrFull, n, s.reserved, s.maxBytes)
 	}
 	var victims []string
 	for s.committed+s.reserved+n > s.maxBytes {
 		el := s.lru.Back()
-		if el == nil {
-			return victims, fmt.Errorf("%w: %d bytes wanted, %d of %d reserved by fills in progress",
-				ErrFull, n, s.reserved, s.maxBytes)
+		if el == nil { // committed is 0 when the LRU is empty
+			break
 		}
 		it := s.forgetLocked(el)
 		victims = append(victims, s.path(it.id, bodySuffix))
