@@ -3,12 +3,14 @@ package bodystore
 import (
 	"container/list"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/tiercache/tiercache/internal/metrics"
@@ -95,8 +97,18 @@ type item struct {
 	size int64 // the whole file
 }
 
+// path is dir/<hex id><suffix>, built with one allocation (it is on the
+// hit path).
 func (s *Store) path(id [16]byte, suffix string) string {
-	return filepath.Join(s.dir, fileName(id, suffix))
+	var h [32]byte
+	hex.Encode(h[:], id[:])
+	var sb strings.Builder
+	sb.Grow(len(s.dir) + 1 + len(h) + len(suffix))
+	sb.WriteString(s.dir)
+	sb.WriteByte(filepath.Separator)
+	sb.Write(h[:])
+	sb.WriteString(suffix)
+	return sb.String()
 }
 
 // Create starts a body for key. sizeHint is the body's length when known
