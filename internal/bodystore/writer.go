@@ -289,42 +289,81 @@ type Follower struct {
 	closed bool // guarded by w.mu
 }
 
-// Read reads the next bytes of the body, waiting for the writer when it
-// has read everything written so far.
-func (f *Follower) Read(p []byte) (int, error) {
+// wait blocks until there are bytes after f.pos, and returns how many;
+// io.EOF when the body is committed and all read; the writer's error when
+// it broke or was aborted; ErrClosed when f is closed.
+func (f *Follower) wait() (int64, error) {
 	if f.err != nil {
 		return 0, f.err
 	}
-	if len(p) == 0 {
-		return 0, nil
-	}
 	w := f.w
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for f.pos >= w.written && w.state == writing && w.err == nil && !f.closed {
 		w.cond.Wait()
 	}
-	written, st, werr, closed := w.written, w.state, w.err, f.closed
-	if werr != nil {
-		werr = w.abortErr()
-	}
-	w.mu.Unlock()
 	switch {
-	case closed:
+	case f.closed:
 		return 0, ErrClosed
-	case werr != nil:
-		return 0, werr
-	case f.pos >= written && st == committed:
+	case w.err != nil:
+		return 0, w.abortErr()
+	case f.pos >= w.written && w.state == committed:
 		return 0, io.EOF
 	}
-	n := int(min(int64(len(p)), written-f.pos))
-	n, err := f.f.ReadAt(p[:n], headerSize+f.pos)
+	return w.written - f.pos, nil
+}
+
+// errCut is what a follower gets when the file holds fewer bytes than the
+// writer reported written: someone cut it under us.
+var errCut = fmt.Errorf("bodystore: following a fill: %w", io.ErrUnexpectedEOF)
+
+// Read reads the next bytes of the body, waiting for the writer when it
+// has read everything written so far.
+func (f *Follower) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, f.err
+	}
+	avail, err := f.wait()
+	if err != nil {
+		return 0, err
+	}
+	n := int(min(int64(len(p)), avail))
+	n, err = f.f.ReadAt(p[:n], headerSize+f.pos)
 	f.pos += int64(n)
 	if err == io.EOF {
-		// The bytes were written before written moved: a shorter file
-		// means someone cut it under us.
-		err = fmt.Errorf("bodystore: following a fill: %w", io.ErrUnexpectedEOF)
+		err = errCut
 	}
 	return n, err
+}
+
+// WriteTo writes the body to dst as it grows, until it is committed (nil)
+// or the writer fails (its error). Each piece goes as an *io.LimitedReader
+// over the follower's *os.File, so io.Copy(responseWriter, follower)
+// reaches the TCP connection's ReadFrom and the waiters of a collapsed
+// fill are served with sendfile too.
+func (f *Follower) WriteTo(dst io.Writer) (int64, error) {
+	var total int64
+	for {
+		avail, err := f.wait()
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		if _, err := f.f.Seek(headerSize+f.pos, io.SeekStart); err != nil {
+			return total, err
+		}
+		n, err := io.Copy(dst, &io.LimitedReader{R: f.f, N: avail})
+		total += n
+		f.pos += n
+		if err != nil {
+			return total, err
+		}
+		if n < avail {
+			return total, errCut
+		}
+	}
 }
 
 // Close releases the follower's descriptor and wakes a Read blocked in
