@@ -132,7 +132,8 @@ func (s *Store) Create(key string, sizeHint int64) (*Writer, error) {
 
 // CreateWithID is Create for a body whose id is already known (a replica
 // copying a body from L2 chunks keeps its id); ErrExists when that id is
-// committed or being written here.
+// committed or being written here. Commit checks the bytes written
+// against the entry meta returns, so corrupt chunks are never committed.
 func (s *Store) CreateWithID(id [16]byte, key string, size int64) (*Writer, error) {
 	return s.create(id, key, size)
 }
