@@ -40,6 +40,10 @@ func TestCommitDecisions(t *testing.T) {
 		ref.Size++
 		return meta(key)(ref)
 	}
+	otherCRC := func(ref entry.BodyFile) []byte {
+		ref.CRC++
+		return meta(key)(ref)
+	}
 	tests := map[string]struct {
 		hint      int64
 		writes    []int // sizes of the writes
@@ -47,15 +51,16 @@ func TestCommitDecisions(t *testing.T) {
 		wantWrite error // the error of the last write
 		want      error // Commit's error
 	}{
-		"a body of exactly the announced length commits":         {hint: 1000, writes: []int{600, 400}},
-		"a body of unknown length commits":                       {hint: -1, writes: []int{600, 400, 3 << 20}},
-		"an empty body commits":                                  {hint: 0},
-		"a truncated body is not committed":                      {hint: 1000, writes: []int{600}, want: ErrLength},
-		"a body longer than its Content-Length breaks the write": {hint: 1000, writes: []int{600, 401}, wantWrite: ErrLength, want: ErrLength},
-		"a body of unknown length past the maximum breaks":       {hint: -1, writes: []int{4 << 20, 1}, wantWrite: ErrTooLarge, want: ErrTooLarge},
-		"an entry with an inline body is refused":                {hint: 10, writes: []int{10}, meta: inline, want: ErrMismatch},
-		"an entry naming another body is refused":                {hint: 10, writes: []int{10}, meta: otherID, want: ErrMismatch},
-		"an entry with another size is refused":                  {hint: 10, writes: []int{10}, meta: otherSize, want: ErrMismatch},
+		"a body of exactly the announced length commits":                         {hint: 1000, writes: []int{600, 400}},
+		"a body of unknown length commits":                                       {hint: -1, writes: []int{600, 400, 3 << 20}},
+		"an empty body commits":                                                  {hint: 0},
+		"a truncated body is not committed":                                      {hint: 1000, writes: []int{600}, want: ErrLength},
+		"a body longer than its Content-Length breaks the write":                 {hint: 1000, writes: []int{600, 401}, wantWrite: ErrLength, want: ErrLength},
+		"a body of unknown length past the maximum breaks":                       {hint: -1, writes: []int{4 << 20, 1}, wantWrite: ErrTooLarge, want: ErrTooLarge},
+		"an entry with an inline body is refused":                                {hint: 10, writes: []int{10}, meta: inline, want: ErrMismatch},
+		"an entry naming another body is refused":                                {hint: 10, writes: []int{10}, meta: otherID, want: ErrMismatch},
+		"an entry with another size is refused":                                  {hint: 10, writes: []int{10}, meta: otherSize, want: ErrMismatch},
+		"bytes that differ from the entry's CRC (corrupt L2 chunks) are refused": {hint: 10, writes: []int{10}, meta: otherCRC, want: ErrMismatch},
 		"garbage for an entry is refused": {hint: 10, writes: []int{10}, want: ErrMismatch,
 			meta: func(entry.BodyFile) []byte { return []byte("not an entry") }},
 	}
