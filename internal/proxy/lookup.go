@@ -70,6 +70,11 @@ func (kb *keyBuf) variant(m *entry.Entry, req http.Header) string {
 	return unsafeString(b)
 }
 
+// key returns the key the last lookup used last: the variant key when
+// there was a marker, else the primary key (without copying; valid until
+// kb changes).
+func (kb *keyBuf) key() string { return unsafeString(kb.b) }
+
 // target returns a copy of path?query as keyed.
 func (kb *keyBuf) target() string { return string(kb.b[kb.targetStart:kb.targetEnd]) }
 
