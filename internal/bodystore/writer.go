@@ -92,7 +92,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		if end > w.s.maxObject {
 			return 0, w.fail(fmt.Errorf("%w: more than %d bytes", ErrTooLarge, w.s.maxObject))
 		}
-		if err := w.grow(headerSize + end); err != nil {
+		if err := w.grow(headerSize+end, growStep); err != nil {
 			return 0, w.fail(err)
 		}
 	}
@@ -123,15 +123,16 @@ func (w *Writer) fail(err error) error {
 	return err
 }
 
-// grow makes the reservation at least n bytes, in growStep steps.
-func (w *Writer) grow(n int64) error {
+// grow makes the reservation at least n bytes, reserving at least step
+// bytes at a time (but not beyond the largest file MaxObject allows).
+func (w *Writer) grow(n, step int64) error {
 	s := w.s
 	s.mu.Lock()
 	if n <= w.reserved {
 		s.mu.Unlock()
 		return nil
 	}
-	step := max(n-w.reserved, min(growStep, headerSize+s.maxObject-w.reserved))
+	step = max(n-w.reserved, min(step, headerSize+s.maxObject-w.reserved))
 	victims, err := s.reserveLocked(step)
 	if err == nil {
 		w.reserved += step
@@ -181,7 +182,7 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	}
 	trailer := appendTrailer(make([]byte, 0, 4+len(w.key)+len(enc)+tailSize), w.key, enc, w.written, w.crc)
 	size := headerSize + w.written + int64(len(trailer))
-	if err := w.grow(size); err != nil {
+	if err := w.grow(size, 0); err != nil {
 		return err
 	}
 	if _, err := w.f.Write(trailer); err != nil {
