@@ -1,0 +1,377 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/connguard"
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/metrics"
+)
+
+// fileFixture is a fixture whose proxy keeps large bodies in a real body
+// store, served the way the sidecar serves (connguard's listener and
+// middleware), over a listener that records what reaches each
+// connection's ReadFrom.
+type fileFixture struct {
+	*fixture
+	bodies *bodystore.Store
+	dir    string
+	m      *metrics.Metrics
+	reg    *prometheus.Registry
+	rec    *readFromLog
+}
+
+func newFileFixture(t *testing.T, cfgYAML string, o *origin, bo bodystore.Options) *fileFixture {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bo.Dir == "" {
+		bo.Dir = t.TempDir()
+	}
+	if bo.MaxBytes == 0 {
+		bo.MaxBytes = 8 << 30
+	}
+	bo.Metrics, bo.Logger = m, slog.New(slog.DiscardHandler)
+	bodies, rec, err := bodystore.Open(t.Context(), bo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec) != 0 {
+		t.Fatalf("a fresh body dir recovered %d bodies", len(rec))
+	}
+	t.Cleanup(func() { _ = bodies.Close() }) // after the proxy's own cleanup
+	log := &readFromLog{}
+	f := newFixtureWith(t, cfgYAML, o, func(po *Options) {
+		po.Bodies, po.Metrics = bodies, m
+	}, func(h http.Handler) *httptest.Server {
+		srv := httptest.NewUnstartedServer(connguard.Middleware(h))
+		srv.Config.ConnContext = connguard.ConnContext
+		srv.Listener = connguard.Listener(&recordingListener{Listener: srv.Listener, log: log})
+		srv.Start()
+		return srv
+	})
+	return &fileFixture{fixture: f, bodies: bodies, dir: bo.Dir, m: m, reg: reg, rec: log}
+}
+
+// readFromLog collects the dynamic types of the sources handed to the
+// ReadFrom of the connections a recordingListener accepted.
+type readFromLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (l *readFromLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.seen
+	l.seen = nil
+	return s
+}
+
+type recordingListener struct {
+	net.Listener
+	log *readFromLog
+}
+
+func (l *recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &recordingConn{Conn: c, log: l.log}, nil
+}
+
+// recordingConn records the source of every ReadFrom, then delegates to
+// the accepted *net.TCPConn's (sendfile, splice).
+type recordingConn struct {
+	net.Conn
+	log *readFromLog
+}
+
+func (c *recordingConn) ReadFrom(r io.Reader) (int64, error) {
+	name := fmt.Sprintf("%T", r)
+	if lr, ok := r.(*io.LimitedReader); ok {
+		name = fmt.Sprintf("%T(%T)", lr, lr.R)
+	}
+	c.log.mu.Lock()
+	c.log.seen = append(c.log.seen, name)
+	c.log.mu.Unlock()
+	return c.Conn.(io.ReaderFrom).ReadFrom(r)
+}
+
+// files lists the committed body files, and the temp files.
+func (f *fileFixture) files() (bodies, temps []string) {
+	f.t.Helper()
+	bodies, _ = filepath.Glob(filepath.Join(f.dir, "*.body"))
+	temps, _ = filepath.Glob(filepath.Join(f.dir, "*.tmp"))
+	return bodies, temps
+}
+
+// stored returns the entry stored for GET path (no Vary), or nil.
+func (f *fileFixture) stored(path string) *entry.Entry {
+	req := httptest.NewRequest(http.MethodGet, f.srv.URL+path, nil)
+	kb := f.px.keys.Get().(*keyBuf)
+	defer f.px.keys.Put(kb)
+	kb.build(req, f.px.cfg.Load().Match(req.URL.Path))
+	got := f.px.lookup(context.Background(), kb, req)
+	if !got.ok {
+		return nil
+	}
+	return detach(got.e)
+}
+
+// waitStored waits until path's response is stored and returns it.
+func (f *fileFixture) waitStored(t *testing.T, path string) *entry.Entry {
+	t.Helper()
+	var e *entry.Entry
+	waitFor(t, func() bool { e = f.stored(path); return e != nil }, "the fill of "+path+" to be stored")
+	return e
+}
+
+// bodyErrors returns tiercache_body_store_errors_total{op}.
+func (f *fileFixture) bodyErrors(op string) float64 {
+	f.t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tiercache_body_store_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == op {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// payload returns n bytes that differ with seed.
+func payload(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, uint64(n)))
+	b := make([]byte, n)
+	for i := 0; i < n; i += 8 {
+		v := r.Uint64()
+		for j := 0; j < 8 && i+j < n; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return b
+}
+
+// bodies answers each path with its own payload of n bytes, cacheable,
+// with an ETag and a Content-Length.
+func bodies(n int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		seed := uint64(len(r.URL.Path)) + uint64(r.URL.Path[len(r.URL.Path)-1])
+		b := payload(seed, n)
+		h := w.Header()
+		h.Set("Cache-Control", "max-age=300")
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("ETag", `"`+r.URL.Path+`"`)
+		h.Set("Content-Length", strconv.Itoa(n))
+		_, _ = w.Write(b)
+	}
+}
+
+func bodyFor(path string, n int) []byte {
+	return payload(uint64(len(path))+uint64(path[len(path)-1]), n)
+}
+
+// expectBody is expect for bodies too large to print.
+func expectBody(t *testing.T, r response, status int, xcache string, want []byte) {
+	t.Helper()
+	if r.status != status || r.xcache() != xcache || !bytes.Equal([]byte(r.body), want) {
+		t.Fatalf("got %d %q with %d bytes, want %d %q with %d (equal prefix %d)",
+			r.status, r.xcache(), len(r.body), status, xcache, len(want), commonPrefix([]byte(r.body), want))
+	}
+}
+
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+const fileSize = 256 << 10 // above the default 64Ki threshold
+
+func TestAFileBackedHitIsSentWithSendfile(t *testing.T) {
+	f := newFileFixture(t, "", newOrigin(t, bodies(fileSize)), bodystore.Options{})
+	want := bodyFor("/big", fileSize)
+	expectBody(t, f.get("/big"), 200, "MISS", want)
+	e := f.waitStored(t, "/big")
+	if e.File == nil || e.File.Size != fileSize || len(e.Body) != 0 {
+		t.Fatalf("stored entry: file %+v, %d inline bytes; want a %d-byte body file", e.File, len(e.Body), fileSize)
+	}
+	if b, _ := f.files(); len(b) != 1 {
+		t.Fatalf("%d body files, want 1", len(b))
+	}
+	f.rec.take()
+
+	expectBody(t, f.get("/big"), 200, "HIT; layer=l1", want)
+	if got := f.rec.take(); !slices.Equal(got, []string{"*io.LimitedReader(*os.File)"}) {
+		t.Fatalf("the connection's ReadFrom saw %q, want the body file once", got)
+	}
+	r := f.get("/big", "Range", "bytes=1000-100999")
+	expectBody(t, r, 206, "HIT; layer=l1", want[1000:101000])
+	if cr := r.header.Get("Content-Range"); cr != "bytes 1000-100999/"+strconv.Itoa(fileSize) {
+		t.Fatalf("Content-Range %q", cr)
+	}
+	if got := f.rec.take(); !slices.Equal(got, []string{"*io.LimitedReader(*os.File)"}) {
+		t.Fatalf("a range: the connection's ReadFrom saw %q, want the body file once", got)
+	}
+	expect(t, f.get("/big", "Range", "bytes=9999999-"), 416, "HIT; layer=l1")
+	if n := f.origin.count(); n != 1 {
+		t.Fatalf("the origin saw %d requests, want 1", n)
+	}
+}
+
+func TestHeadAnd304OnAFileBackedEntryOpenNothing(t *testing.T) {
+	f := newFileFixture(t, "", newOrigin(t, bodies(fileSize)), bodystore.Options{})
+	want := bodyFor("/big", fileSize)
+	expectBody(t, f.get("/big"), 200, "MISS", want)
+	f.waitStored(t, "/big")
+	// With the file gone, only a request that opens it can notice.
+	files, _ := f.files()
+	for _, p := range files {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := f.do(http.MethodHead, "/big")
+	expect(t, head, 200, "HIT; layer=l1")
+	if cl := head.header.Get("Content-Length"); cl != strconv.Itoa(fileSize) {
+		t.Fatalf("HEAD Content-Length %q, want %d", cl, fileSize)
+	}
+	expect(t, f.get("/big", "If-None-Match", `"/big"`), 304, "HIT; layer=l1")
+	if n := f.origin.count(); n != 1 {
+		t.Fatalf("HEAD and 304 reached the origin: %d requests", n)
+	}
+	// A GET needs the body: the entry is a miss and is fetched again.
+	expectBody(t, f.get("/big"), 200, "MISS", want)
+	if n := f.origin.count(); n != 2 {
+		t.Fatalf("the origin saw %d requests, want 2", n)
+	}
+	if f.bodyErrors(metrics.BodyOpOpen) < 1 {
+		t.Fatal("the missing file was not counted")
+	}
+	f.waitStored(t, "/big")
+	expectBody(t, f.get("/big"), 200, "HIT; layer=l1", want)
+}
+
+func TestABodyFileSwappedForAnotherKeysIsNeverServed(t *testing.T) {
+	f := newFileFixture(t, "", newOrigin(t, bodies(fileSize)), bodystore.Options{})
+	wantA, wantB := bodyFor("/a", fileSize), bodyFor("/b", fileSize)
+	expectBody(t, f.get("/a"), 200, "MISS", wantA)
+	a := f.waitStored(t, "/a")
+	expectBody(t, f.get("/b"), 200, "MISS", wantB)
+	b := f.waitStored(t, "/b")
+	pathOf := func(e *entry.Entry) string { return filepath.Join(f.dir, fmt.Sprintf("%x.body", e.File.ID)) }
+	// /b's file now lies under /a's name.
+	if err := os.Rename(pathOf(b), pathOf(a)); err != nil {
+		t.Fatal(err)
+	}
+	expectBody(t, f.get("/a"), 200, "MISS", wantA)
+	expectBody(t, f.get("/b"), 200, "MISS", wantB)
+	if n := f.origin.count(); n != 4 {
+		t.Fatalf("the origin saw %d requests, want 4", n)
+	}
+}
+
+// rawOrigin answers every request on its own terms: it writes head, then
+// body, then closes the connection.
+func rawOrigin(t *testing.T, head string, body []byte) *origin {
+	t.Helper()
+	return newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString(head)
+		_, _ = buf.Write(body)
+		_ = buf.Flush()
+	})
+}
+
+func TestABrokenOffOriginBodyStoresNothingAndBreaksTheResponse(t *testing.T) {
+	part := payload(7, 192<<10)
+	chunked := func() []byte {
+		var b bytes.Buffer
+		for i := 0; i < len(part); i += 32 << 10 {
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", 32<<10, part[i:i+32<<10])
+		}
+		return b.Bytes() // no last chunk
+	}()
+	for _, tc := range []struct {
+		name, head string
+		body       []byte
+	}{
+		{"a Content-Length above what the origin sends", "HTTP/1.1 200 OK\r\nCache-Control: max-age=300\r\nContent-Length: 300000\r\n\r\n", part},
+		{"a chunked body cut before its last chunk", "HTTP/1.1 200 OK\r\nCache-Control: max-age=300\r\nTransfer-Encoding: chunked\r\n\r\n", chunked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFileFixture(t, "", rawOrigin(t, tc.head, tc.body), bodystore.Options{})
+			resp, err := f.srv.Client().Get(f.srv.URL + "/cut")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				t.Fatalf("the client read %d bytes and a complete response", len(got))
+			}
+			if !bytes.Equal(got, part[:len(got)]) {
+				t.Fatal("the client got other bytes than the origin sent")
+			}
+			// The fill ends after the client's response: wait for the
+			// temp file to go.
+			waitFor(t, func() bool { b, tmp := f.files(); return len(b) == 0 && len(tmp) == 0 }, "the temp file to be removed")
+			if e := f.stored("/cut"); e != nil {
+				t.Fatalf("a cut body was stored: %+v", e)
+			}
+		})
+	}
+}
+
+func TestAContentLengthBelowWhatTheOriginSendsStoresWhatTheClientGot(t *testing.T) {
+	// By its framing the message ends after Content-Length bytes: that is
+	// the response the client gets and the cache keeps, and the excess
+	// never reaches anyone.
+	sent := payload(9, 300<<10)
+	const cl = 100 << 10
+	f := newFileFixture(t, "", rawOrigin(t, "HTTP/1.1 200 OK\r\nCache-Control: max-age=300\r\nContent-Length: "+strconv.Itoa(cl)+"\r\n\r\n", sent), bodystore.Options{})
+	expectBody(t, f.get("/low"), 200, "MISS", sent[:cl])
+	e := f.waitStored(t, "/low")
+	if e.File == nil || e.File.Size != cl {
+		t.Fatalf("stored %+v, want a %d-byte file", e.File, cl)
+	}
+	expectBody(t, f.get("/low"), 200, "HIT; layer=l1", sent[:cl])
+}
