@@ -15,7 +15,9 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -374,4 +376,237 @@ func TestAContentLengthBelowWhatTheOriginSendsStoresWhatTheClientGot(t *testing.
 		t.Fatalf("stored %+v, want a %d-byte file", e.File, cl)
 	}
 	expectBody(t, f.get("/low"), 200, "HIT; layer=l1", sent[:cl])
+}
+
+// heldOrigin sends the first half of a cacheable body of n bytes (with a
+// Content-Length unless chunked), then waits for release (or for its
+// request to end) before the rest; cut breaks the response off instead.
+type heldOrigin struct {
+	*origin
+	body      []byte
+	firstHalf chan struct{}
+	release   chan struct{}
+	cut       bool
+}
+
+func newHeldOrigin(t *testing.T, n int, cut bool) *heldOrigin {
+	h := &heldOrigin{body: payload(11, n), firstHalf: make(chan struct{}, 4), release: make(chan struct{}), cut: cut}
+	h.origin = newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			return
+		}
+		w.Header().Set("Cache-Control", "max-age=300")
+		w.Header().Set("Content-Length", strconv.Itoa(len(h.body)))
+		half := len(h.body) / 2
+		_, _ = w.Write(h.body[:half])
+		http.NewResponseController(w).Flush()
+		h.firstHalf <- struct{}{}
+		select {
+		case <-h.release:
+		case <-r.Context().Done():
+			return
+		}
+		if h.cut {
+			panic(http.ErrAbortHandler)
+		}
+		_, _ = w.Write(h.body[half:])
+	})
+	return h
+}
+
+// started sends GET path and returns its response once the headers are
+// in; the body is the caller's to read.
+func (f *fileFixture) started(t *testing.T, ctx context.Context, path string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// readN reads exactly n bytes of r within 5 seconds.
+func readN(t *testing.T, r io.Reader, n int) []byte {
+	t.Helper()
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, n)
+		k, _ := io.ReadFull(r, b)
+		got <- b[:k]
+	}()
+	select {
+	case b := <-got:
+		if len(b) != n {
+			t.Fatalf("read %d bytes, want %d", len(b), n)
+		}
+		return b
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%d bytes did not come within 5s", n)
+		return nil
+	}
+}
+
+func TestWaitersStreamFromTheGrowingFile(t *testing.T) {
+	o := newHeldOrigin(t, 512<<10, false)
+	f := newFileFixture(t, "", o.origin, bodystore.Options{})
+	half := len(o.body) / 2
+	leader := f.started(t, t.Context(), "/grow")
+	if !bytes.Equal(readN(t, leader.Body, half), o.body[:half]) {
+		t.Fatal("the leader's first half differs")
+	}
+	waiter := f.started(t, t.Context(), "/grow")
+	if x := waiter.Header.Get("X-Cache"); x != "MISS; coalesced" || waiter.ContentLength != int64(len(o.body)) {
+		t.Fatalf("waiter: X-Cache %q, Content-Length %d", x, waiter.ContentLength)
+	}
+	// The origin still holds the second half: what the waiter reads
+	// comes from the file as it is.
+	if !bytes.Equal(readN(t, waiter.Body, half), o.body[:half]) {
+		t.Fatal("the waiter's first half differs")
+	}
+	close(o.release)
+	for name, resp := range map[string]*http.Response{"leader": leader, "waiter": waiter} {
+		rest, err := io.ReadAll(resp.Body)
+		if err != nil || !bytes.Equal(rest, o.body[half:]) {
+			t.Fatalf("%s: second half of %d bytes (err %v), want %d", name, len(rest), err, len(o.body)-half)
+		}
+	}
+	f.waitStored(t, "/grow")
+	expectBody(t, f.get("/grow"), 200, "HIT; layer=l1", o.body)
+	if n := f.origin.count(); n != 1 {
+		t.Fatalf("the origin saw %d requests, want 1", n)
+	}
+}
+
+func TestFollowersOfABrokenOffFillGetABrokenResponse(t *testing.T) {
+	o := newHeldOrigin(t, 512<<10, true)
+	f := newFileFixture(t, "", o.origin, bodystore.Options{})
+	half := len(o.body) / 2
+	leader := f.started(t, t.Context(), "/cut")
+	readN(t, leader.Body, half)
+	waiter := f.started(t, t.Context(), "/cut")
+	if x := waiter.Header.Get("X-Cache"); x != "MISS; coalesced" {
+		t.Fatalf("waiter: X-Cache %q", x)
+	}
+	readN(t, waiter.Body, half)
+	close(o.release)
+	for name, resp := range map[string]*http.Response{"leader": leader, "waiter": waiter} {
+		if rest, err := io.ReadAll(resp.Body); err == nil {
+			t.Fatalf("%s: the response ended cleanly after %d more bytes", name, len(rest))
+		}
+	}
+	waitFor(t, func() bool { b, tmp := f.files(); return len(b) == 0 && len(tmp) == 0 }, "the temp file to be removed")
+	if e := f.stored("/cut"); e != nil {
+		t.Fatal("a broken-off body was stored")
+	}
+}
+
+func TestAClientThatLeavesDoesNotStopAFileFill(t *testing.T) {
+	o := newHeldOrigin(t, 8<<20, false)
+	f := newFileFixture(t, "", o.origin, bodystore.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	leader := f.started(t, ctx, "/leave")
+	readN(t, leader.Body, 64<<10)
+	cancel()
+	leader.Body.Close()
+	close(o.release)
+	e := f.waitStored(t, "/leave")
+	if e.File == nil || e.File.Size != int64(len(o.body)) {
+		t.Fatalf("stored %+v", e.File)
+	}
+	expectBody(t, f.get("/leave"), 200, "HIT; layer=l1", o.body)
+}
+
+func TestABodyOfUnknownLengthSpillsIntoAFilePastTheThreshold(t *testing.T) {
+	big, small := payload(3, 300<<10), payload(4, 10<<10)
+	f := newFileFixture(t, "", newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=300")
+		b := small
+		if r.URL.Path == "/big" {
+			b = big
+		}
+		for i := 0; i < len(b); i += 16 << 10 { // no Content-Length: chunked
+			_, _ = w.Write(b[i:min(i+16<<10, len(b))])
+			http.NewResponseController(w).Flush()
+		}
+	}), bodystore.Options{})
+	expectBody(t, f.get("/big"), 200, "MISS", big)
+	if e := f.waitStored(t, "/big"); e.File == nil || e.File.Size != int64(len(big)) {
+		t.Fatalf("/big stored with file %+v, want a %d-byte file", e.File, len(big))
+	}
+	expectBody(t, f.get("/big"), 200, "HIT; layer=l1", big)
+	expectBody(t, f.get("/small"), 200, "MISS", small)
+	if e := f.waitStored(t, "/small"); e.File != nil || !bytes.Equal(e.Body, small) {
+		t.Fatalf("/small stored with file %+v and %d inline bytes, want inline", e.File, len(e.Body))
+	}
+	if b, _ := f.files(); len(b) != 1 {
+		t.Fatalf("%d body files, want 1", len(b))
+	}
+}
+
+func TestAFileWriteErrorMidFillStillServesTheWholeBody(t *testing.T) {
+	// Files this process writes may not grow past 1 MiB: the body file's
+	// writes fail with EFBIG midway, as they would on a full disk.
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Skip("no RLIMIT_FSIZE:", err)
+	}
+	body := payload(5, 3<<20)
+	f := newFileFixture(t, "", newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=300")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+	}), bodystore.Options{})
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 1 << 20, Max: old.Max}); err != nil {
+		t.Skip("cannot lower RLIMIT_FSIZE:", err)
+	}
+	r := f.get("/disk")
+	_ = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	expectBody(t, r, 200, "MISS", body)
+	waitFor(t, func() bool { b, tmp := f.files(); return len(b) == 0 && len(tmp) == 0 }, "the temp file to be removed")
+	if e := f.stored("/disk"); e != nil {
+		t.Fatal("a body whose file failed was stored")
+	}
+	if f.bodyErrors(metrics.BodyOpWrite) < 1 {
+		t.Fatal("the write error was not counted")
+	}
+	// With the disk back, the next request fills as usual.
+	expectBody(t, f.get("/disk"), 200, "MISS", body)
+	f.waitStored(t, "/disk")
+}
+
+func TestReplacingAFileBackedEntryRemovesItsFile(t *testing.T) {
+	f := newFileFixture(t, "", newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		_, _ = w.Write(payload(6, fileSize))
+	}), bodystore.Options{})
+	f.get("/v")
+	old := f.waitStored(t, "/v")
+	f.clock.Advance(2 * time.Minute)
+	expectBody(t, f.get("/v"), 200, "MISS", payload(6, fileSize))
+	waitFor(t, func() bool { e := f.stored("/v"); return e != nil && e.File.ID != old.File.ID }, "the new entry")
+	b, _ := f.files()
+	if len(b) != 1 || filepath.Base(b[0]) != fmt.Sprintf("%x.body", f.stored("/v").File.ID) {
+		t.Fatalf("body files %q, want only the new entry's", b)
+	}
+}
+
+func TestAFileFillOvertakenByAnInvalidationLeavesNoFile(t *testing.T) {
+	o := newHeldOrigin(t, 512<<10, false)
+	f := newFileFixture(t, "", o.origin, bodystore.Options{})
+	leader := f.started(t, t.Context(), "/inval")
+	readN(t, leader.Body, len(o.body)/2)
+	expect(t, f.do(http.MethodPost, "/inval"), 200, "BYPASS")
+	close(o.release)
+	if rest, err := io.ReadAll(leader.Body); err != nil || len(rest) != len(o.body)-len(o.body)/2 {
+		t.Fatalf("the leader got %d more bytes (err %v)", len(rest), err)
+	}
+	waitFor(t, func() bool { b, tmp := f.files(); return len(b) == 0 && len(tmp) == 0 }, "the overtaken fill's file to go")
+	if e := f.stored("/inval"); e != nil {
+		t.Fatal("an overtaken fill was stored")
+	}
 }
