@@ -25,6 +25,7 @@ import (
 	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/testredis"
 )
 
 // fileFixture is a fixture whose proxy keeps large bodies in a real body
@@ -608,5 +609,56 @@ func TestAFileFillOvertakenByAnInvalidationLeavesNoFile(t *testing.T) {
 	waitFor(t, func() bool { b, tmp := f.files(); return len(b) == 0 && len(tmp) == 0 }, "the overtaken fill's file to go")
 	if e := f.stored("/inval"); e != nil {
 		t.Fatal("an overtaken fill was stored")
+	}
+}
+
+// bodyStore opens a body store in a fresh directory for a proxy.
+func bodyStore(t *testing.T) *bodystore.Store {
+	t.Helper()
+	m, err := metrics.New(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := bodystore.Open(t.Context(), bodystore.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestAFileFillGivesTheTierWideLeaseBackAtOnce(t *testing.T) {
+	// A body file stays with the replica that fetched it, so the other
+	// replicas must not wait for it: they fetch for themselves at once.
+	redis := testredis.Start(t)
+	o := newHeldOrigin(t, 512<<10, false)
+	a := replicaWith(t, redis.Addr(), o.origin, func(po *Options) { po.Bodies = bodyStore(t) })
+	b := replicaWith(t, redis.Addr(), o.origin, func(po *Options) { po.Bodies = bodyStore(t) })
+	get := func(f *fixture) <-chan response {
+		c := make(chan response, 1)
+		go func() {
+			req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/lease", nil)
+			req.Host = "shop"
+			resp, err := f.srv.Client().Do(req)
+			if err != nil {
+				c <- response{status: -1, body: err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			c <- response{resp.StatusCode, resp.Header, string(body)}
+		}()
+		return c
+	}
+	fromA := get(a)
+	<-o.firstHalf // A's fill is writing its file and holds the origin
+	fromB := get(b)
+	waitFor(t, func() bool { return o.count() == 2 }, "B to fetch while A's fill runs")
+	close(o.release)
+	for name, c := range map[string]<-chan response{"A": fromA, "B": fromB} {
+		r := await(t, c)
+		if r.status != 200 || r.xcache() != "MISS" || r.body != string(o.body) {
+			t.Fatalf("%s: %d %q with %d bytes", name, r.status, r.xcache(), len(r.body))
+		}
 	}
 }
