@@ -388,6 +388,10 @@ type heldOrigin struct {
 	firstHalf chan struct{}
 	release   chan struct{}
 	cut       bool
+	// cc is the Cache-Control sent (default max-age=300); from holdFrom
+	// on (counting requests from 1; default 1) requests are held.
+	cc       string
+	holdFrom int
 }
 
 func newHeldOrigin(t *testing.T, n int, cut bool) *heldOrigin {
@@ -396,8 +400,16 @@ func newHeldOrigin(t *testing.T, n int, cut bool) *heldOrigin {
 		if r.Method != http.MethodGet {
 			return
 		}
-		w.Header().Set("Cache-Control", "max-age=300")
+		cc := "max-age=300"
+		if h.cc != "" {
+			cc = h.cc
+		}
+		w.Header().Set("Cache-Control", cc)
 		w.Header().Set("Content-Length", strconv.Itoa(len(h.body)))
+		if h.origin.count() < h.holdFrom {
+			_, _ = w.Write(h.body)
+			return
+		}
 		half := len(h.body) / 2
 		_, _ = w.Write(h.body[:half])
 		http.NewResponseController(w).Flush()
@@ -660,5 +672,36 @@ func TestAFileFillGivesTheTierWideLeaseBackAtOnce(t *testing.T) {
 		if r.status != 200 || r.xcache() != "MISS" || r.body != string(o.body) {
 			t.Fatalf("%s: %d %q with %d bytes", name, r.status, r.xcache(), len(r.body))
 		}
+	}
+}
+
+func TestWaitersOfABackgroundRefreshStreamFromItsFile(t *testing.T) {
+	o := newHeldOrigin(t, 512<<10, false)
+	o.cc, o.holdFrom = "max-age=10, stale-while-revalidate=10", 2
+	f := newFileFixture(t, "", o.origin, bodystore.Options{})
+	expectBody(t, f.get("/swr"), 200, "MISS", o.body)
+	f.waitStored(t, "/swr")
+	f.clock.Advance(15 * time.Second)
+	// Stale within stale-while-revalidate: served at once, and refreshed
+	// in the background (the origin holds the refresh).
+	expectBody(t, f.get("/swr"), 200, "STALE; layer=l1", o.body)
+	<-o.firstHalf
+	// Past stale-while-revalidate the entry is of no use: this request
+	// waits on the refresh's flight and streams from its file.
+	f.clock.Advance(10 * time.Second)
+	waiter := f.started(t, t.Context(), "/swr")
+	if x := waiter.Header.Get("X-Cache"); x != "MISS; coalesced" {
+		t.Fatalf("waiter: X-Cache %q", x)
+	}
+	half := len(o.body) / 2
+	if !bytes.Equal(readN(t, waiter.Body, half), o.body[:half]) {
+		t.Fatal("the waiter's first half differs")
+	}
+	close(o.release)
+	if rest, err := io.ReadAll(waiter.Body); err != nil || !bytes.Equal(rest, o.body[half:]) {
+		t.Fatalf("waiter: second half of %d bytes (err %v)", len(rest), err)
+	}
+	if n := f.origin.count(); n != 2 {
+		t.Fatalf("the origin saw %d requests, want 2", n)
 	}
 }
