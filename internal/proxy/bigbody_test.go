@@ -113,3 +113,63 @@ func TestA1GiBBodyIsFilledAndServedInBoundedMemory(t *testing.T) {
 		t.Fatalf("the heap grew by %d MiB moving a %d MiB body", grew>>20, n>>20)
 	}
 }
+
+// BenchmarkLargeHit serves a warm 1 MiB hit over loopback HTTP, from an
+// inline L1 entry and from a body file (sendfile).
+func BenchmarkLargeHit(b *testing.B) {
+	const n = 1 << 20
+	body := payload(1, n)
+	h := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		_, _ = w.Write(body)
+	}
+	cfg := "l1: {maxSize: 64Mi, maxEntrySize: 2Mi, shards: 16}"
+	for _, tc := range []struct {
+		name  string
+		files bool
+	}{{"inline", false}, {"file", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			opts := func(*Options) {}
+			if tc.files {
+				bodies := bodyStore(b)
+				opts = func(po *Options) { po.Bodies = bodies }
+			}
+			f := newFixtureWith(b, cfg, newOrigin(b, h), opts, nil)
+			client := f.srv.Client()
+			get := func() {
+				resp, err := client.Get(f.srv.URL + "/large")
+				if err != nil {
+					b.Fatal(err)
+				}
+				m, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if m != n {
+					b.Fatalf("%d bytes", m)
+				}
+			}
+			get()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				resp, err := client.Get(f.srv.URL + "/large")
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.Header.Get("X-Cache") == "HIT; layer=l1" {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatal("never a hit")
+				}
+			}
+			b.SetBytes(n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				get()
+			}
+		})
+	}
+}

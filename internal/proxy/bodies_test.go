@@ -625,7 +625,7 @@ func TestAFileFillOvertakenByAnInvalidationLeavesNoFile(t *testing.T) {
 }
 
 // bodyStore opens a body store in a fresh directory for a proxy.
-func bodyStore(t *testing.T) *bodystore.Store {
+func bodyStore(t testing.TB) *bodystore.Store {
 	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry(), nil)
 	if err != nil {

@@ -280,8 +280,6 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 	if !sameVariant(l.vary, l.varyKey, r) {
 		return p.fill(w, r, c, nil)
 	}
-	body := l.follow()
-	defer body.Close()
 	h := w.Header()
 	writeEntryHeader(h, l.e, httpcache.AgeHeader(httpcache.CurrentAge(stored(l.e), p.now())), xMissCoalesced)
 	out := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
@@ -296,6 +294,8 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 	if !bodyAllowed(l.e.Status) {
 		return out
 	}
+	body := l.follow()
+	defer body.Close()
 	if err := p.stream(w, body); err != nil {
 		out.abort = true
 	}
