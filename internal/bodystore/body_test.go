@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/tiercache/tiercache/internal/entry"
@@ -113,6 +114,12 @@ func TestOpenDecisions(t *testing.T) {
 			damage: func(t *testing.T, p string) { patch(t, p, 0, []byte("XXXX")) }},
 		"a file with another id in its header is removed": {want: ErrMismatch, removed: true,
 			damage: func(t *testing.T, p string) { patch(t, p, offHdrID, []byte{0xee}) }},
+		"a file with a byte inserted into the body is removed": {want: ErrMismatch, removed: true,
+			damage: func(t *testing.T, p string) {
+				b, err := os.ReadFile(p)
+				must(t, err)
+				must(t, os.WriteFile(p, slices.Insert(b, headerSize+100, 'x'), 0o600))
+			}},
 		"a file grown after commit is removed": {want: ErrMismatch, removed: true,
 			damage: func(t *testing.T, p string) { must(t, os.Truncate(p, fileLen(t, p)+1)) }},
 	}

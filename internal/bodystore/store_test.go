@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,12 +231,13 @@ func TestCreateDecisions(t *testing.T) {
 		want      error
 		evicted   bool
 	}{
-		"a body that fits is reserved":                               {hint: 500 << 10},
-		"a body above the per-object maximum is too large":           {hint: 700 << 10, want: ErrTooLarge},
-		"a body above the whole budget is refused without evicting":  {maxObject: 2 * budget, stored: 1000, hint: budget, want: ErrFull},
-		"a committed body is evicted to make room":                   {stored: 600 << 10, hint: 500 << 10, evicted: true},
-		"a fill in progress is never evicted, so the budget is full": {busy: 600 << 10, hint: 500 << 10, want: ErrFull},
-		"an unknown size reserves as it goes":                        {busy: 600 << 10, hint: -1},
+		"a body that fits is reserved":                                 {hint: 500 << 10},
+		"a body above the per-object maximum is too large":             {hint: 700 << 10, want: ErrTooLarge},
+		"a body above the whole budget is refused without evicting":    {maxObject: 2 * budget, stored: 1000, hint: budget, want: ErrFull},
+		"a committed body is evicted to make room":                     {stored: 600 << 10, hint: 500 << 10, evicted: true},
+		"a fill in progress is never evicted, so the budget is full":   {busy: 600 << 10, hint: 500 << 10, want: ErrFull},
+		"a body that cannot fit even in an empty store evicts nothing": {busy: 600 << 10, stored: 300 << 10, hint: 500 << 10, want: ErrFull},
+		"an unknown size reserves as it goes":                          {busy: 600 << 10, hint: -1},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -395,5 +399,89 @@ func TestFilesDeletedUnderTheStore(t *testing.T) {
 	}
 	if committed, files, _ := s.Usage(); files != 1 || committed != fileSize("GET h/big", 3*n) {
 		t.Fatalf("usage %d bytes in %d files, want only the new body", committed, files)
+	}
+}
+
+// TestConcurrentUseKeepsTheBudget runs fills, followers, hits and removes
+// at once under a budget that forces evictions, then checks the books:
+// what the index counts is what is on disk, and nothing stays reserved.
+func TestConcurrentUseKeepsTheBudget(t *testing.T) {
+	const n = 200 << 10
+	s, _ := testStore(t, Options{MaxBytes: 5 * fileSize("GET h/0-0", n)})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 25 {
+				key := fmt.Sprintf("GET h/%d-%d", g, i)
+				want := body(uint64(g*100+i), n)
+				w, err := s.Create(key, -1)
+				if errors.Is(err, ErrFull) {
+					continue // all the room is held by other fills
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				f := w.Follow()
+				got := readAllAsync(f)
+				for p := want; len(p) > 0; p = p[min(len(p), 50<<10):] {
+					if _, err := w.Write(p[:min(len(p), 50<<10)]); err != nil {
+						break // ErrFull: the fill is abandoned
+					}
+				}
+				ref, err := w.Commit(meta(key))
+				r := <-got
+				_ = f.Close()
+				if err != nil {
+					if !errors.Is(r.err, ErrAborted) {
+						errs <- fmt.Errorf("%s: a follower of a failed fill got %v", key, r.err)
+						return
+					}
+					continue
+				}
+				if r.err != nil || !bytes.Equal(r.b, want) {
+					errs <- fmt.Errorf("%s: follower read %d bytes, %v", key, len(r.b), r.err)
+					return
+				}
+				if b, err := s.Open(key, ref); err == nil {
+					got, err := io.ReadAll(b.Section(0, ref.Size))
+					_ = b.Close()
+					if err != nil || !bytes.Equal(got, want) {
+						errs <- fmt.Errorf("%s: hit read %d bytes, %v", key, len(got), err)
+						return
+					}
+				} else if !errors.Is(err, fs.ErrNotExist) {
+					errs <- fmt.Errorf("%s: Open: %v", key, err)
+					return
+				}
+				if i%3 == 0 {
+					s.Remove(ref.ID)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	committed, nfiles, reserved := s.Usage()
+	if reserved != 0 {
+		t.Errorf("%d bytes reserved after every fill ended", reserved)
+	}
+	var onDisk int64
+	names := files(t, s.dir)
+	for _, name := range names {
+		if !strings.HasSuffix(name, bodySuffix) {
+			t.Errorf("left behind: %s", name)
+		}
+		onDisk += fileLen(t, filepath.Join(s.dir, name))
+	}
+	if onDisk != committed || len(names) != nfiles {
+		t.Errorf("index counts %d bytes in %d files, disk has %d in %d", committed, nfiles, onDisk, len(names))
+	}
+	if committed > s.maxBytes {
+		t.Errorf("committed %d bytes, budget %d", committed, s.maxBytes)
 	}
 }
