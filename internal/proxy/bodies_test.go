@@ -488,6 +488,10 @@ func TestWaitersStreamFromTheGrowingFile(t *testing.T) {
 			t.Fatalf("%s: second half of %d bytes (err %v), want %d", name, len(rest), err, len(o.body)-half)
 		}
 	}
+	// The waiter was sent the file's pieces with sendfile.
+	if got := f.rec.take(); len(got) == 0 || !slices.Contains(got, "*io.LimitedReader(*os.File)") {
+		t.Fatalf("the connections' ReadFrom saw %q, want pieces of the body file", got)
+	}
 	f.waitStored(t, "/grow")
 	expectBody(t, f.get("/grow"), 200, "HIT; layer=l1", o.body)
 	if n := f.origin.count(); n != 1 {

@@ -296,7 +296,18 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 	}
 	body := l.follow()
 	defer body.Close()
-	if err := p.stream(w, body); err != nil {
+	var err error
+	if l.size >= 0 {
+		// The follower hands each grown piece of the file to w's ReadFrom:
+		// sendfile. An error is the fill's or the client's; either way the
+		// response is broken off.
+		_, err = io.Copy(w, body)
+	} else {
+		// Chunked: read and flush piece by piece, so that nothing waits
+		// in net/http's buffers while the fill does.
+		err = p.stream(w, body)
+	}
+	if err != nil {
 		out.abort = true
 	}
 	return out
