@@ -61,6 +61,10 @@ func TestKubectlExplainDocumentsCacheTier(t *testing.T) {
 		"ct.spec.rules.cacheKey.queryExclude": "utm_*",
 		"cachetier.spec.sidecar.port":         "15180",
 		"cachetier.status.configHash":         "sha256",
+		"ct.spec.bodyStore.size":              "tiercache-bodies",
+		"ct.spec.bodyStore.medium":            "tmpfs",
+		"ct.spec.bodyStore.threshold":         "64Ki",
+		"ct.spec.l2.maxBodySize":              "1 MiB chunks",
 	} {
 		out, err := exec.Command(kubectl, "--kubeconfig", path, "explain", field).CombinedOutput()
 		if err != nil {

@@ -133,6 +133,31 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 			spec: v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "11m"}},
 			want: []string{"admission webhook", "spec.origin.timeout", "10m"},
 		},
+		"a body store below 64Mi is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("32Mi")}},
+			want: []string{"admission webhook", "spec.bodyStore.size", "must be >= 64Mi (got 32Mi)"},
+		},
+		"an unknown body store medium is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("1Gi"), Medium: "SSD"}},
+			want: []string{"spec.bodyStore.medium", "Unsupported value"},
+		},
+		"a body threshold above the entry limit is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Threshold: qty("4Mi")}},
+			want: []string{"admission webhook", "spec.bodyStore.threshold", "l1.maxEntrySize"},
+		},
+		"a memory body store that fills the sidecar's memory limit is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{
+				BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("1Gi"), Medium: v1alpha1.BodyStoreMemory},
+				Sidecar: v1alpha1.SidecarSpec{Resources: &corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+				}},
+			},
+			want: []string{"admission webhook", "spec.bodyStore.size", "spec.sidecar.resources.limits.memory"},
+		},
+		"an L2 body size limit over 512Mi is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"r:6379"}, MaxBodySize: qty("1Gi")}},
+			want: []string{"admission webhook", "spec.l2.maxBodySize", "512Mi"},
+		},
 		"a hop-by-hop header in the cache key is refused by the webhook": {
 			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{Path: "/a"},
 				CacheKey: v1alpha1.CacheKey{Headers: []string{"Connection"}}}}},

@@ -178,8 +178,15 @@ func (w *podInjector) params(ctx context.Context, t *v1alpha1.CacheTier) (inject
 	if err != nil {
 		return inject.Params{}, fmt.Errorf("tiercache: encoding the config of CacheTier %q: %w", t.Name, err)
 	}
+	// Redacted has checked it.
+	vol, err := render.BodyVolume(t.Spec)
+	if err != nil {
+		return inject.Params{}, fmt.Errorf("tiercache: CacheTier %q is not valid, not injecting: %w", t.Name, render.FieldErrors(err).ToAggregate())
+	}
 	sc := t.Spec.Sidecar
 	p := inject.Params{
+		BodyStoreSize:   vol.Size,
+		BodyStoreMedium: vol.Medium(),
 		Tier:            t.Name,
 		InitialConfig:   js,
 		ConfigHash:      cfg.Hash(),

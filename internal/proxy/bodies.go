@@ -19,16 +19,10 @@ import (
 // writes the origin's body to the client and to the file as it arrives,
 // and the waiters of a collapsed fill stream from the growing file.
 
-// Defaults of the tier's bodyStore section (docs/configuration.md).
-const (
-	defaultBodyThreshold = 64 << 10
-	defaultBodyMaxObject = 1 << 30
-)
-
 // bodyLimits returns the tier's bodyStore.threshold and
 // bodyStore.maxObjectSize.
-func bodyLimits(*tierconfig.Compiled) (threshold, maxObject int64) {
-	return defaultBodyThreshold, defaultBodyMaxObject
+func bodyLimits(cfg *tierconfig.Compiled) (threshold, maxObject int64) {
+	return int64(cfg.Config.BodyThreshold()), int64(cfg.Config.BodyMaxObjectSize())
 }
 
 // openBody opens the body file of e, stored under key, when r needs its

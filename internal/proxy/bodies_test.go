@@ -709,3 +709,12 @@ func TestWaitersOfABackgroundRefreshStreamFromItsFile(t *testing.T) {
 		t.Fatalf("the origin saw %d requests, want 2", n)
 	}
 }
+
+func TestTheTiersThresholdDecidesWhatGoesToAFile(t *testing.T) {
+	f := newFileFixture(t, "bodyStore: {threshold: 512Ki}", newOrigin(t, bodies(fileSize)), bodystore.Options{})
+	expectBody(t, f.get("/mid"), 200, "MISS", bodyFor("/mid", fileSize))
+	if e := f.waitStored(t, "/mid"); e.File != nil || len(e.Body) != fileSize {
+		t.Fatalf("a %d-byte body under a 512Ki threshold: file %+v, %d inline bytes", fileSize, e.File, len(e.Body))
+	}
+	expectBody(t, f.get("/mid"), 200, "HIT; layer=l1", bodyFor("/mid", fileSize))
+}

@@ -70,6 +70,14 @@ type Options struct {
 	// Rate limit of admin purges.
 	PurgeRate  float64
 	PurgeBurst int
+	// BodyDir is the directory of the body store ("": none, bodies above
+	// l1.maxEntrySize stream through uncached). BodyDirSize is its budget
+	// in bytes: as given by --body-dir-size after ParseArgs (0 =
+	// automatic), resolved by RunWith before the data plane is built (90%
+	// of the free space when automatic), so the data plane always sees a
+	// positive size with a BodyDir.
+	BodyDir     string
+	BodyDirSize int64
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -106,6 +114,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.DurationVar(&o.UpgradeIdleTimeout, "upgrade-idle-timeout", proxy.DefaultUpgradeIdle, "close an upgraded (WebSocket) connection after this long without a byte either way")
 	fs.Float64Var(&o.PurgeRate, "purge-rate", 10, "admin purges accepted per second (token bucket; 0 = no limit); a purge of everything takes the whole burst")
 	fs.IntVar(&o.PurgeBurst, "purge-burst", 50, "admin purges accepted in a burst above --purge-rate")
+	fs.StringVar(&o.BodyDir, "body-dir", "", "directory for bodies above the tier's bodyStore.threshold, kept as files and served with sendfile (made 0700 when missing; in a pod the operator's emptyDir); none = bodies above l1.maxEntrySize stream through uncached")
+	bodyDirSize := fs.String("body-dir-size", "", "budget of --body-dir, a size such as 2Gi; 0 or empty = 90% of the directory's free space at start")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize×1.25 + 128Mi unless GOMEMLIMIT is set)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -132,6 +142,14 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	if o.Upstream == "" {
 		return o, errors.New("--upstream is required (or TIERCACHE_UPSTREAM)")
+	}
+	size, err := parseBodyDirSize(*bodyDirSize)
+	if err != nil {
+		return o, err
+	}
+	o.BodyDirSize = size
+	if *bodyDirSize != "" && o.BodyDir == "" {
+		return o, errors.New("--body-dir-size (or TIERCACHE_BODY_DIR_SIZE) needs --body-dir (or TIERCACHE_BODY_DIR)")
 	}
 	if o.ShutdownTimeout <= 0 {
 		return o, errors.New("--shutdown-timeout: must be > 0")
@@ -256,6 +274,22 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	} else if limit > 0 {
 		debug.SetMemoryLimit(limit)
 		log.Debug("memory limit set", "bytes", limit)
+	}
+
+	if o.BodyDir != "" {
+		given := o.BodyDirSize
+		if o.BodyDirSize, err = prepareBodyDir(o.BodyDir, o.BodyDirSize, freeBytes); err != nil {
+			return err
+		}
+		log.Info("body directory ready", "dir", o.BodyDir, "bytes", o.BodyDirSize,
+			"size", tierconfig.Size(o.BodyDirSize).String(), "automatic", given == 0)
+		// Not an error: the filesystem may be shared and free space come
+		// back; the store then meets ENOSPC first, which never fails a
+		// request.
+		if avail, err := freeBytes(o.BodyDir); err == nil && given > avail {
+			log.Warn("--body-dir-size is more than the free space of the body directory's filesystem",
+				"dir", o.BodyDir, "size", tierconfig.Size(given).String(), "free", tierconfig.Size(avail).String())
+		}
 	}
 
 	ctx, cancel := context.WithCancel(ctx)

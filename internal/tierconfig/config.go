@@ -15,6 +15,9 @@ type Config struct {
 	L1 L1 `json:"l1"`
 	// L2 is the shared Redis tier; empty Addresses means L1 only.
 	L2 L2 `json:"l2,omitempty"`
+	// BodyStore chooses which bodies go to files when the sidecar has a
+	// body directory (--body-dir); without one it has no effect.
+	BodyStore BodyStore `json:"bodyStore,omitzero"`
 	// Origin is how the sidecar talks to the application it fronts.
 	Origin Origin `json:"origin"`
 	// Defaults apply when the origin's headers say nothing more specific.
@@ -109,6 +112,38 @@ type L2 struct {
 	// sidecar reports ready, so a rolling restart does not meet the origin
 	// with a cold L1.
 	WarmStart WarmStart `json:"warmStart,omitzero"`
+	// MaxBodySize is the largest file body (see BodyStore) that is also
+	// written to Redis, in 1 MiB chunks, so that other replicas serve it
+	// without an origin fetch and cross-replica coalescing holds for it.
+	// A larger body stays local to the replica that fetched it: its entry
+	// is not written to L2 and the other replicas fetch it for
+	// themselves. 0 means the default, 16Mi (Config.L2MaxBodySize); at
+	// most 512Mi. Bodies stored inline in the entry (at most
+	// bodyStore.threshold) are not affected.
+	MaxBodySize Size `json:"maxBodySize,omitempty"`
+}
+
+// BodyStore chooses which response bodies the sidecar keeps as files in
+// its body directory (--body-dir) instead of inline in the L1/L2 entry.
+// The directory and its size are the sidecar's (pod-level) settings; these
+// are the tier's and apply to new fills when they change. A sidecar
+// without a body directory ignores them: bodies above l1.maxEntrySize
+// stream through uncached, as without a body store.
+//
+// Zero fields mean their defaults, resolved by Config.BodyThreshold and
+// Config.BodyMaxObjectSize rather than filled in by WithDefaults, so that
+// a tier that does not set them pushes the same JSON as before the body
+// store existed (an older sidecar refuses a field it does not know).
+type BodyStore struct {
+	// Threshold: bodies larger than it go to a file; smaller ones stay
+	// inline in the entry. Default DefaultBodyThreshold, or
+	// l1.maxEntrySize when that is smaller; at least 1Ki, at most
+	// l1.maxEntrySize (above it, bodies between the two would be cached
+	// nowhere) and below maxObjectSize.
+	Threshold Size `json:"threshold,omitempty"`
+	// MaxObjectSize is the largest body stored as a file; larger ones
+	// stream through uncached. Default 1Gi, at most 1Ti.
+	MaxObjectSize Size `json:"maxObjectSize,omitempty"`
 }
 
 // WarmStart bounds the preload of L1 from L2 at start-up.

@@ -20,7 +20,16 @@ const (
 	defaultCoalesceTimeout   = Duration(10 * time.Second)
 	defaultL2Timeout         = Duration(50 * time.Millisecond)
 	defaultL2Mode            = L2Standalone
+	defaultBodyMaxObject     = 1 * Gi
+	defaultL2MaxBodySize     = 16 * Mi
 )
+
+// DefaultBodyThreshold is the body size above which a sidecar with a body
+// directory stores a body as a file rather than inline in the entry, when
+// the tier sets no bodyStore.threshold. Chosen by measurement (the 100 KiB
+// and 1 MiB hits of make bench, docs/benchmarks.md); it is the one place
+// to retune.
+const DefaultBodyThreshold = 64 * Ki
 
 // L2 modes.
 const (
@@ -122,6 +131,39 @@ func (c Coalescing) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
 func (c Config) CoalesceClusterWide() bool {
 	return c.Coalescing.IsEnabled() && len(c.L2.Addresses) > 0 &&
 		(c.Coalescing.ClusterWide == nil || *c.Coalescing.ClusterWide)
+}
+
+// BodyThreshold is the body size above which a body goes to a file (with a
+// body directory): bodyStore.threshold, or when unset DefaultBodyThreshold
+// capped at l1.maxEntrySize, so that no body is too large for an entry yet
+// too small for a file.
+func (c Config) BodyThreshold() Size {
+	if c.BodyStore.Threshold > 0 {
+		return c.BodyStore.Threshold
+	}
+	if m := c.L1.MaxEntrySize; m > 0 && m < DefaultBodyThreshold {
+		return m
+	}
+	return DefaultBodyThreshold
+}
+
+// BodyMaxObjectSize is the largest body stored as a file:
+// bodyStore.maxObjectSize, or 1Gi when unset.
+func (c Config) BodyMaxObjectSize() Size {
+	if c.BodyStore.MaxObjectSize > 0 {
+		return c.BodyStore.MaxObjectSize
+	}
+	return defaultBodyMaxObject
+}
+
+// L2MaxBodySize is the largest file body also written to L2 in chunks:
+// l2.maxBodySize, or 16Mi when unset. Larger file bodies stay local to the
+// replica and their entries are not written to L2.
+func (c Config) L2MaxBodySize() Size {
+	if c.L2.MaxBodySize > 0 {
+		return c.L2.MaxBodySize
+	}
+	return defaultL2MaxBodySize
 }
 
 // clone returns a deep copy of c, so that a Compiled config cannot be

@@ -30,6 +30,9 @@ const (
 	maxSecretFiles   = 16
 	maxSecretVersion = 512
 	defaultRuleName  = "default"
+	minBodyThreshold = 1 * Ki
+	maxBodyObject    = 1 * Ti
+	maxL2BodySize    = 512 * Mi
 )
 
 // FieldError is one validation or decoding problem: the JSON path of the
@@ -84,6 +87,7 @@ func (c Config) Validate() error {
 	if len(c.L2.Addresses) > 0 {
 		c.L2.validate(&p)
 	}
+	c.validateBodyStore(&p)
 	c.Origin.validate(&p)
 	c.Defaults.validate(&p)
 	validateRules(&p, c.Rules)
@@ -157,6 +161,45 @@ func (l L2) validate(p *problems) {
 	}
 	if w.Timeout < 0 || w.Timeout > Duration(time.Minute) {
 		p.add("l2.warmStart.timeout", "must be between 0 and 1m (got %s)", w.Timeout)
+	}
+	switch {
+	case l.MaxBodySize < 0:
+		p.add("l2.maxBodySize", "must not be negative (got %s)", l.MaxBodySize)
+	case l.MaxBodySize > maxL2BodySize:
+		p.add("l2.maxBodySize", "must be <= %s: larger bodies stay local to a replica (got %s)", maxL2BodySize, l.MaxBodySize)
+	}
+}
+
+// validateBodyStore checks the set fields and how the effective threshold
+// and maximum relate; zero fields are their defaults.
+func (c Config) validateBodyStore(p *problems) {
+	b := c.BodyStore
+	thresholdOK, maxOK := true, true
+	switch {
+	case b.Threshold < 0:
+		p.add("bodyStore.threshold", "must not be negative (got %s)", b.Threshold)
+		thresholdOK = false
+	case b.Threshold > 0 && b.Threshold < minBodyThreshold:
+		p.add("bodyStore.threshold", "must be >= %s (got %s)", minBodyThreshold, b.Threshold)
+		thresholdOK = false
+	case b.Threshold > 0 && c.L1.MaxEntrySize > 0 && b.Threshold > c.L1.MaxEntrySize:
+		p.add("bodyStore.threshold", "must be <= l1.maxEntrySize = %s: bodies between the two would be cached neither inline nor as files (got %s)", c.L1.MaxEntrySize, b.Threshold)
+		thresholdOK = false
+	}
+	switch {
+	case b.MaxObjectSize < 0:
+		p.add("bodyStore.maxObjectSize", "must not be negative (got %s)", b.MaxObjectSize)
+		maxOK = false
+	case b.MaxObjectSize > maxBodyObject:
+		p.add("bodyStore.maxObjectSize", "must be <= %s (got %s)", maxBodyObject, b.MaxObjectSize)
+		maxOK = false
+	}
+	if thresholdOK && maxOK && c.BodyThreshold() >= c.BodyMaxObjectSize() {
+		if b.Threshold > 0 {
+			p.add("bodyStore.threshold", "must be < bodyStore.maxObjectSize = %s (got %s)", c.BodyMaxObjectSize(), b.Threshold)
+		} else {
+			p.add("bodyStore.maxObjectSize", "must be > bodyStore.threshold = %s (got %s)", c.BodyThreshold(), b.MaxObjectSize)
+		}
 	}
 }
 

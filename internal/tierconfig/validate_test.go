@@ -63,6 +63,26 @@ func TestValidConfigsPass(t *testing.T) {
 		},
 		"standard request headers are valid":       func(c *Config) { c.RequestHeaders.Mode = RequestHeadersStandard },
 		"a ttl may apply to credentialed requests": func(c *Config) { c.Rules[1].TTLWithCredentials = true },
+		"a 1Ki body threshold is allowed":          func(c *Config) { c.BodyStore.Threshold = Ki },
+		"a body threshold may equal l1.maxEntrySize": func(c *Config) {
+			c.BodyStore.Threshold = c.L1.MaxEntrySize
+		},
+		"a 1Ti maximum body object is allowed": func(c *Config) { c.BodyStore.MaxObjectSize = Ti },
+		"a maximum body object just above the threshold is allowed": func(c *Config) {
+			c.BodyStore = BodyStore{Threshold: 64 * Ki, MaxObjectSize: 64*Ki + 1}
+		},
+		"a tiny L1 caps the default threshold, so the defaults stay valid": func(c *Config) {
+			c.L1 = L1{MaxSize: Mi, Shards: 256, MaxEntrySize: 4 * Ki}
+			c.BodyStore.MaxObjectSize = 8 * Ki
+		},
+		"an L2 max body size of 512Mi is allowed": func(c *Config) {
+			withL2(L2Standalone, "redis:6379")(c)
+			c.L2.MaxBodySize = 512 * Mi
+		},
+		"an L2 max body size below the threshold keeps every file body local": func(c *Config) {
+			withL2(L2Standalone, "redis:6379")(c)
+			c.L2.MaxBodySize = 1
+		},
 	}
 	for name, edit := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -123,6 +143,48 @@ func TestValidateRefuses(t *testing.T) {
 		"a maxEntrySize above maxSize/shards is refused, naming the limit": {
 			func(c *Config) { c.L1.MaxEntrySize = 2 * Mi },
 			`l1.maxEntrySize: must be <= l1.maxSize/l1.shards = 1Mi (got 2Mi)`,
+		},
+		"a body threshold below 1Ki is refused": {
+			func(c *Config) { c.BodyStore.Threshold = 512 },
+			`bodyStore.threshold: must be >= 1Ki (got 512)`,
+		},
+		"a negative body threshold is refused": {
+			func(c *Config) { c.BodyStore.Threshold = -1 },
+			`bodyStore.threshold: must not be negative (got -1)`,
+		},
+		"a body threshold above l1.maxEntrySize is refused, naming both": {
+			func(c *Config) { c.BodyStore.Threshold = 2 * Mi },
+			`bodyStore.threshold: must be <= l1.maxEntrySize = 1Mi: bodies between the two would be cached neither inline nor as files (got 2Mi)`,
+		},
+		"a body threshold equal to the maximum object is refused": {
+			func(c *Config) { c.BodyStore = BodyStore{Threshold: 64 * Ki, MaxObjectSize: 64 * Ki} },
+			`bodyStore.threshold: must be < bodyStore.maxObjectSize = 64Ki (got 64Ki)`,
+		},
+		"a maximum object below the default threshold is refused": {
+			func(c *Config) { c.BodyStore.MaxObjectSize = 32 * Ki },
+			`bodyStore.maxObjectSize: must be > bodyStore.threshold = 64Ki (got 32Ki)`,
+		},
+		"a maximum body object above 1Ti is refused": {
+			func(c *Config) { c.BodyStore.MaxObjectSize = 2 * Ti },
+			`bodyStore.maxObjectSize: must be <= 1Ti (got 2Ti)`,
+		},
+		"a negative maximum body object is refused": {
+			func(c *Config) { c.BodyStore.MaxObjectSize = -5 },
+			`bodyStore.maxObjectSize: must not be negative (got -5)`,
+		},
+		"an L2 max body size above 512Mi is refused": {
+			func(c *Config) {
+				withL2(L2Standalone, "redis:6379")(c)
+				c.L2.MaxBodySize = 513 * Mi
+			},
+			`l2.maxBodySize: must be <= 512Mi: larger bodies stay local to a replica (got 513Mi)`,
+		},
+		"a negative L2 max body size is refused": {
+			func(c *Config) {
+				withL2(L2Standalone, "redis:6379")(c)
+				c.L2.MaxBodySize = -1
+			},
+			`l2.maxBodySize: must not be negative (got -1)`,
 		},
 		"an origin timeout of zero is refused": {
 			func(c *Config) { c.Origin.Timeout = 0 },

@@ -57,6 +57,14 @@ type CacheTierSpec struct {
 	// only.
 	// +optional
 	L2 *L2Spec `json:"l2,omitempty"`
+	// BodyStore keeps response bodies above a threshold as files on a
+	// volume of each pod, served with sendfile, instead of in L1's memory;
+	// bodies larger than l1.maxEntrySize are then cached too. Setting size
+	// turns it on: the operator adds an emptyDir volume of that size to
+	// the tier's pods. Unset: bodies above l1.maxEntrySize stream through
+	// uncached.
+	// +optional
+	BodyStore *BodyStoreSpec `json:"bodyStore,omitempty"`
 	// Origin is how the sidecar talks to the application it fronts.
 	// +optional
 	Origin OriginSpec `json:"origin,omitempty"`
@@ -157,6 +165,61 @@ type L2Spec struct {
 	// sidecar reports ready.
 	// +optional
 	WarmStart *WarmStart `json:"warmStart,omitempty"`
+	// MaxBodySize is the largest body kept as a file (spec.bodyStore) that
+	// is also written to Redis, in 1 MiB chunks, so that the other
+	// sidecars serve it without an origin fetch and fetch it only once
+	// between them. A larger body stays on the sidecar that fetched it:
+	// every other sidecar fetches it from its own origin once (default
+	// 16Mi, at most 512Mi).
+	// +optional
+	MaxBodySize *resource.Quantity `json:"maxBodySize,omitempty"`
+}
+
+// BodyStoreMedium is where the body volume lives.
+// +kubebuilder:validation:Enum=Disk;Memory
+type BodyStoreMedium string
+
+// Body store media.
+const (
+	// BodyStoreDisk: the node's disk (an emptyDir without a medium).
+	BodyStoreDisk BodyStoreMedium = "Disk"
+	// BodyStoreMemory: tmpfs (an emptyDir with medium Memory).
+	BodyStoreMemory BodyStoreMedium = "Memory"
+)
+
+// BodyStoreSpec sizes the body store of each sidecar and chooses which
+// bodies go there. A body is cached as a file when it is larger than
+// threshold and at most maxObjectSize; the least recently used files are
+// evicted to keep the total within size. Files survive a restart of the
+// sidecar container (they are checked before reuse), not a new pod.
+type BodyStoreSpec struct {
+	// Size is the budget of each sidecar's body files, and turns the body
+	// store on: the operator adds an emptyDir volume
+	// "tiercache-bodies" with a sizeLimit of size + 1/8 (room for files
+	// being written) mounted at /var/cache/tiercache/bodies. At least
+	// 64Mi, at most 1Ti. A change applies to pods created after it.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+	// Medium is Disk (default: the node's ephemeral storage, with the
+	// page cache in front of it) or Memory (tmpfs: its pages count
+	// against the sidecar container's memory, so a derived memory
+	// request and limit grow by size, and a memory limit set in
+	// spec.sidecar.resources must leave size + 64Mi room). A change
+	// applies to pods created after it.
+	// +optional
+	// +kubebuilder:default=Disk
+	Medium BodyStoreMedium `json:"medium,omitempty"`
+	// Threshold: bodies larger than it are kept as files, smaller ones in
+	// memory with their entry (default 64Ki, or l1.maxEntrySize when
+	// smaller; at least 1Ki, at most l1.maxEntrySize). Applies live to new
+	// fills.
+	// +optional
+	Threshold *resource.Quantity `json:"threshold,omitempty"`
+	// MaxObjectSize is the largest body kept as a file; larger ones stream
+	// through uncached (default 1Gi, at most 1Ti and at most size).
+	// Applies live to new fills.
+	// +optional
+	MaxObjectSize *resource.Quantity `json:"maxObjectSize,omitempty"`
 }
 
 // L2TLS configures TLS to Redis.

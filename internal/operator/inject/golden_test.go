@@ -43,6 +43,8 @@ type caseParams struct {
 	ControlPlaneCA  string                       `json:"controlPlaneCA"`
 	TokenAudience   string                       `json:"tokenAudience"`
 	Secrets         []SecretFile                 `json:"secrets"`
+	BodyStoreSize   *resource.Quantity           `json:"bodyStoreSize"`
+	BodyStoreMedium corev1.StorageMedium         `json:"bodyStoreMedium"`
 }
 
 // defaultCaseParams are the Params of every golden case unless its
@@ -62,7 +64,13 @@ func (c caseParams) params(pod *corev1.Pod) Params {
 	if tier == "" {
 		tier = pod.Annotations[AnnotationTier]
 	}
+	var bodies int64
+	if c.BodyStoreSize != nil {
+		bodies = c.BodyStoreSize.Value()
+	}
 	return Params{
+		BodyStoreSize:   bodies,
+		BodyStoreMedium: c.BodyStoreMedium,
 		Tier:            tier,
 		InitialConfig:   []byte(c.InitialConfig),
 		ConfigHash:      c.ConfigHash,

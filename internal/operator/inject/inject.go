@@ -12,6 +12,8 @@
 package inject
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -58,6 +60,16 @@ type Params struct {
 	// Secrets are projected into SecretsDir as one read-only volume
 	// (SecretsVolumeName); none means no volume and no --secrets-dir.
 	Secrets []SecretFile
+
+	// BodyStoreSize is the body store's budget in bytes
+	// (spec.bodyStore.size): an emptyDir BodiesVolumeName with a sizeLimit
+	// of 9/8 of it mounted at BodyDir, and --body-dir, --body-dir-size.
+	// 0 means no body store.
+	BodyStoreSize int64
+	// BodyStoreMedium is the emptyDir medium: "" (the node's disk) or
+	// Memory (tmpfs, charged to the sidecar's memory: see
+	// sidecarContainer).
+	BodyStoreMedium corev1.StorageMedium
 }
 
 // SecretFile is one key of a Secret, projected as a file of SecretsDir.
@@ -104,6 +116,14 @@ func (p Params) validate() error {
 	}
 	if p.L1MaxSize < 0 {
 		return fmt.Errorf("params: L1MaxSize %d is negative", p.L1MaxSize)
+	}
+	switch {
+	case p.BodyStoreSize < 0 || p.BodyStoreSize > maxBodyStore:
+		return fmt.Errorf("spec.bodyStore.size: %d bytes is out of range", p.BodyStoreSize)
+	case p.BodyStoreMedium != corev1.StorageMediumDefault && p.BodyStoreMedium != corev1.StorageMediumMemory:
+		return fmt.Errorf("params: body store medium %q is neither the default nor Memory", p.BodyStoreMedium)
+	case p.BodyStoreMedium != corev1.StorageMediumDefault && p.BodyStoreSize == 0:
+		return errors.New("params: a body store medium without a size")
 	}
 	port, admin := p.ports()
 	if port < 1 || port > 65535 {
@@ -156,7 +176,7 @@ func mutate(pod *corev1.Pod, p Params) error {
 		}
 	}
 	for i := range spec.Volumes {
-		if n := spec.Volumes[i].Name; n == VolumeName || n == XDSTokenVolume || n == SecretsVolumeName {
+		if n := spec.Volumes[i].Name; n == VolumeName || n == XDSTokenVolume || n == SecretsVolumeName || n == BodiesVolumeName {
 			return fmt.Errorf("volume name %q is reserved for the sidecar; rename the volume", n)
 		}
 	}
@@ -197,6 +217,9 @@ func mutate(pod *corev1.Pod, p Params) error {
 	if len(p.Secrets) > 0 {
 		spec.Volumes = append(spec.Volumes, secretsVolume(p.Secrets))
 	}
+	if p.BodyStoreSize > 0 {
+		spec.Volumes = append(spec.Volumes, bodiesVolume(p.BodyStoreSize, p.BodyStoreMedium))
+	}
 
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
@@ -205,10 +228,24 @@ func mutate(pod *corev1.Pod, p Params) error {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationConfigHash] = p.ConfigHash
+	pod.Annotations[AnnotationConfigHash] = p.podHash()
 	pod.Annotations[AnnotationUpstreamPort] = strconv.Itoa(int(appPort.ContainerPort))
 	pod.Annotations[AnnotationInjected] = "true"
 	return nil
+}
+
+// podHash is the AnnotationConfigHash of the pod: ConfigHash, or with a
+// body store, the sha256 of ConfigHash and the body store's size and
+// medium. Those are pod-level (they shape the volume, the flags and the
+// memory, not the config), so a change of them must show in the pods
+// admitted after it, although the tier's config hash stays the same.
+// Pods without a body store keep the plain config hash.
+func (p Params) podHash() string {
+	if p.BodyStoreSize == 0 {
+		return p.ConfigHash
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00bodyStore.size=%d\x00bodyStore.medium=%s", p.ConfigHash, p.BodyStoreSize, p.BodyStoreMedium))
+	return hex.EncodeToString(sum[:])
 }
 
 // allContainers returns pointers to the init and regular containers of spec.

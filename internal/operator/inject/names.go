@@ -36,6 +36,13 @@ const (
 	// of its --state-dir flag.
 	StateDir = "/var/run/tiercache"
 
+	// BodiesVolumeName is the emptyDir of the body store, added when the
+	// tier sets spec.bodyStore.size and mounted at BodyDir.
+	BodiesVolumeName = "tiercache-bodies"
+	// BodyDir is where BodiesVolumeName is mounted in the sidecar and the
+	// value of its --body-dir flag.
+	BodyDir = "/var/cache/tiercache/bodies"
+
 	// XDSTokenVolume is the projected ServiceAccount token the sidecar
 	// authenticates to the control plane with, mounted read-only at
 	// XDSTokenDir; the file is XDSTokenFile (--control-plane-token-file).

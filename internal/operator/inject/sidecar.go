@@ -8,9 +8,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-const mi = 1 << 20
+const (
+	mi = 1 << 20
+	// maxBodyStore bounds BodyStoreSize (admission allows at most 1Ti).
+	maxBodyStore = 1 << 40
+)
 
 // DerivedMemory is the sidecar's memory request and limit when the
 // CacheTier sets no resources: 1.25 × the L1 size (bigcache's shards and
@@ -57,15 +63,35 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 		args = append(args, "--control-plane-token-file="+XDSTokenDir+"/"+XDSTokenFile)
 		mounts = append(mounts, corev1.VolumeMount{Name: XDSTokenVolume, MountPath: XDSTokenDir, ReadOnly: true})
 	}
+	// tmpfs pages are charged to the memory cgroup of the container that
+	// writes them (the sidecar), and they cannot be reclaimed while the
+	// files exist: a Memory body store of size S needs S more memory
+	// than the process itself.
+	var tmpfs int64
+	if p.BodyStoreSize > 0 {
+		args = append(args, "--body-dir="+BodyDir, "--body-dir-size="+tierconfig.Size(p.BodyStoreSize).String())
+		mounts = append(mounts, corev1.VolumeMount{Name: BodiesVolumeName, MountPath: BodyDir})
+		if p.BodyStoreMedium == corev1.StorageMediumMemory {
+			tmpfs = p.BodyStoreSize
+		}
+	}
 
 	var res corev1.ResourceRequirements
 	if p.Resources != nil {
 		res = *p.Resources.DeepCopy()
 		if limit, ok := res.Limits[corev1.ResourceMemory]; ok {
+			// The Go heap gets 90% of what the tmpfs leaves (admission
+			// keeps at least 64Mi for it).
+			limit.Sub(*resource.NewQuantity(tmpfs, resource.BinarySI))
 			args = append(args, "--memory-limit="+goMemoryLimit(limit))
 		}
 	} else {
+		// The sidecar's own --memory-limit=auto derives the Go limit from
+		// l1.maxSize alone, which stays right: the tmpfs is not heap.
 		mem := DerivedMemory(p.L1MaxSize)
+		if tmpfs > 0 {
+			mem.Add(*resource.NewQuantity(roundUpMi(tmpfs), resource.BinarySI))
+		}
 		res = corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
 				corev1.ResourceMemory: mem,
@@ -145,6 +171,21 @@ func xdsTokenVolume(audience string) corev1.Volume {
 				Path:              XDSTokenFile,
 			}}},
 		},
+	}}
+}
+
+// roundUpMi rounds n up to a whole Mi, so that derived quantities stay in
+// Mi.
+func roundUpMi(n int64) int64 { return (n + mi - 1) / mi * mi }
+
+// bodiesVolume is the body store's emptyDir: size for the files plus an
+// eighth of headroom (the files' headers and trailers, the filesystem's
+// own overhead), so that the store's budget is reached before the
+// kubelet's sizeLimit, past which it evicts the pod.
+func bodiesVolume(size int64, medium corev1.StorageMedium) corev1.Volume {
+	limit := resource.NewQuantity(size+size/8, resource.BinarySI)
+	return corev1.Volume{Name: BodiesVolumeName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium, SizeLimit: limit},
 	}}
 }
 

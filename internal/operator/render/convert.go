@@ -52,6 +52,20 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 				errs = append(errs, err)
 			}
 		}
+		if c.L2.MaxBodySize, err = quantity("l2.maxBodySize", l2.MaxBodySize); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	// Only the tier-level half of spec.bodyStore: size and medium shape
+	// the pod (BodyVolume), not the config.
+	if bs := spec.BodyStore; bs != nil {
+		if c.BodyStore.Threshold, err = quantity("bodyStore.threshold", bs.Threshold); err != nil {
+			errs = append(errs, err)
+		}
+		if c.BodyStore.MaxObjectSize, err = quantity("bodyStore.maxObjectSize", bs.MaxObjectSize); err != nil {
+			errs = append(errs, err)
+		}
 	}
 
 	c.Origin = tierconfig.Origin{

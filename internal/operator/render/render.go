@@ -14,6 +14,7 @@ package render
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -45,7 +46,8 @@ func Redacted(tier *v1alpha1.CacheTier) (tierconfig.Config, error) {
 		c.L2.KeyPrefix = KeyPrefix(tier.Namespace, tier.Name)
 	}
 	c = c.WithDefaults()
-	if err := c.Validate(); err != nil {
+	_, volErr := BodyVolume(tier.Spec)
+	if err := errors.Join(c.Validate(), volErr); err != nil {
 		return tierconfig.Config{}, err
 	}
 	return c, nil

@@ -66,8 +66,10 @@ func TestRenderFillsTheModel(t *testing.T) {
 			PasswordSecretRef: ref("redis", "password"),
 			TLS:               &v1alpha1.L2TLS{Enabled: true, CASecretRef: ref("redis", "ca.crt")},
 			Timeout:           "80ms",
+			MaxBodySize:       qty("32Mi"),
 		},
-		Defaults: v1alpha1.DefaultsSpec{FallbackTTL: "1m", HeuristicPercent: 20, StaleIfError: "1h"},
+		BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("2Gi"), Medium: v1alpha1.BodyStoreMemory, Threshold: qty("256Ki"), MaxObjectSize: qty("512Mi")},
+		Defaults:  v1alpha1.DefaultsSpec{FallbackTTL: "1m", HeuristicPercent: 20, StaleIfError: "1h"},
 		Rules: []v1alpha1.Rule{{
 			Name: "static", Match: v1alpha1.Match{PathPrefix: "/static/"}, TTL: "24h", TTLWithCredentials: true,
 			StaleWhileRevalidate: ptr(v1alpha1.Duration("30s")),
@@ -114,6 +116,9 @@ func TestRenderFillsTheModel(t *testing.T) {
 		{"a strict tier gets the default allowlist", strings.Join(c.RequestHeaders.Allow, ","), "Accept,Accept-Encoding,Accept-Language,User-Agent"},
 		{"the response header timeout gets its default", c.Origin.ResponseHeaderTimeout, tierconfig.Duration(time.Minute)},
 		{"the idle timeout is parsed", c.Origin.IdleTimeout, tierconfig.Duration(5 * time.Minute)},
+		{"the L2 body size limit is carried", c.L2.MaxBodySize, tierconfig.Size(32 << 20)},
+		{"the body threshold is carried", c.BodyStore.Threshold, tierconfig.Size(256 << 10)},
+		{"the largest body object is carried", c.BodyStore.MaxObjectSize, tierconfig.Size(512 << 20)},
 	}
 	for _, tc := range checks {
 		if tc.got != tc.want {
@@ -197,6 +202,55 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 				Mode: v1alpha1.RequestHeadersStrict, Allow: []string{"Accept", "TE"},
 			}},
 			field: "spec.requestHeaders.allow[1]", substring: "hop-by-hop",
+		},
+		"a body threshold below 1Ki is refused on spec.bodyStore.threshold": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Threshold: qty("512")}},
+			field: "spec.bodyStore.threshold", substring: ">= 1Ki",
+		},
+		"a body threshold above the entry limit is refused": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Threshold: qty("2Mi")}},
+			field: "spec.bodyStore.threshold", substring: "l1.maxEntrySize",
+		},
+		"a fractional body threshold is refused": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Threshold: qty("1.5")}},
+			field: "spec.bodyStore.threshold", substring: "whole number of bytes",
+		},
+		"a largest body object over 1Ti is refused": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{MaxObjectSize: qty("2Ti")}},
+			field: "spec.bodyStore.maxObjectSize", substring: "1Ti",
+		},
+		"a body store below 64Mi is refused on spec.bodyStore.size": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("32Mi")}},
+			field: "spec.bodyStore.size", substring: "must be >= 64Mi (got 32Mi)",
+		},
+		"a body store above 1Ti is refused": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("2Ti")}},
+			field: "spec.bodyStore.size", substring: "must be <= 1Ti (got 2Ti)",
+		},
+		"a fractional body store size is refused": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("100000000.5")}},
+			field: "spec.bodyStore.size", substring: "whole number of bytes",
+		},
+		"an unknown medium is refused": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("1Gi"), Medium: "SSD"}},
+			field: "spec.bodyStore.medium", substring: `must be Disk or Memory (got "SSD")`,
+		},
+		"a largest body object above the store's size is refused": {
+			spec:  v1alpha1.CacheTierSpec{BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("256Mi"), MaxObjectSize: qty("512Mi")}},
+			field: "spec.bodyStore.maxObjectSize", substring: "must be <= bodyStore.size = 256Mi",
+		},
+		"a memory body store that leaves the sidecar no memory is refused": {
+			spec: v1alpha1.CacheTierSpec{
+				BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("1Gi"), Medium: v1alpha1.BodyStoreMemory},
+				Sidecar: v1alpha1.SidecarSpec{Resources: &corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+				}},
+			},
+			field: "spec.bodyStore.size", substring: "must be <= spec.sidecar.resources.limits.memory - 64Mi = 960Mi (got 1Gi)",
+		},
+		"an L2 body size limit over 512Mi is refused": {
+			spec:  v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"r:6379"}, Mode: v1alpha1.L2Standalone, MaxBodySize: qty("1Gi")}},
+			field: "spec.l2.maxBodySize", substring: "512Mi",
 		},
 		"a hop-by-hop key header is refused": {
 			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{
