@@ -59,7 +59,8 @@ func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry
 		switch res {
 		case httpcache.RangeSatisfiable:
 			status, off, n = http.StatusPartialContent, br.Start, br.End+1-br.Start
-			h["Content-Range"] = contentRange(br, size)
+			h["Content-Range"] = []string{"bytes " + strconv.FormatInt(br.Start, 10) + "-" +
+				strconv.FormatInt(br.End, 10) + "/" + strconv.FormatInt(size, 10)}
 		case httpcache.RangeUnsatisfiable:
 			status, n = http.StatusRequestedRangeNotSatisfiable, 0
 			h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(size, 10)}

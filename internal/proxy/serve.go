@@ -230,9 +230,9 @@ func (w withoutCacheControl) Values(name string) []string {
 
 // serveEntry writes a stored response, answering the client's conditional
 // and single-range requests from it. e is not modified. A file-backed
-// entry's body is read from body, opened by openBody (nil when the request
+// entry's body is read from file, opened by openBody (nil when the request
 // needs no body).
-func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string, body *bodystore.Body) {
+func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string, file *bodystore.Body) {
 	h := w.Header()
 	for i := range e.Header {
 		f := &e.Header[i]
@@ -249,34 +249,30 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		return
 	}
 	if e.File != nil {
-		p.serveFile(w, r, e, body)
+		p.serveFile(w, r, e, file)
 		return
 	}
-	status, data := e.Status, e.Body
+	status, body := e.Status, e.Body
 	if e.Status == http.StatusOK && r.Method == http.MethodGet && len(r.Header["Range"]) > 0 {
-		size := int64(len(data))
+		size := int64(len(body))
 		br, res := httpcache.EvalRange(r.Header, e, size)
 		switch res {
 		case httpcache.RangeSatisfiable:
-			status, data = http.StatusPartialContent, data[br.Start:br.End+1]
-			h["Content-Range"] = contentRange(br, size)
+			status, body = http.StatusPartialContent, body[br.Start:br.End+1]
+			h["Content-Range"] = []string{"bytes " + strconv.FormatInt(br.Start, 10) + "-" +
+				strconv.FormatInt(br.End, 10) + "/" + strconv.FormatInt(size, 10)}
 		case httpcache.RangeUnsatisfiable:
-			status, data = http.StatusRequestedRangeNotSatisfiable, nil
+			status, body = http.StatusRequestedRangeNotSatisfiable, nil
 			h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(size, 10)}
 		}
 	}
 	if bodyAllowed(status) {
-		h["Content-Length"] = []string{strconv.Itoa(len(data))}
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	}
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead && bodyAllowed(status) {
-		_, _ = w.Write(data)
+		_, _ = w.Write(body)
 	}
-}
-
-func contentRange(br httpcache.ByteRange, size int64) []string {
-	return []string{"bytes " + strconv.FormatInt(br.Start, 10) + "-" +
-		strconv.FormatInt(br.End, 10) + "/" + strconv.FormatInt(size, 10)}
 }
 
 func bodyAllowed(status int) bool {
