@@ -392,6 +392,7 @@ type heldOrigin struct {
 	// on (counting requests from 1; default 1) requests are held.
 	cc       string
 	holdFrom int
+	vary     string // Vary sent, if any
 }
 
 func newHeldOrigin(t *testing.T, n int, cut bool) *heldOrigin {
@@ -406,6 +407,9 @@ func newHeldOrigin(t *testing.T, n int, cut bool) *heldOrigin {
 		}
 		w.Header().Set("Cache-Control", cc)
 		w.Header().Set("Content-Length", strconv.Itoa(len(h.body)))
+		if h.vary != "" {
+			w.Header().Set("Vary", h.vary)
+		}
 		if h.origin.count() < h.holdFrom {
 			_, _ = w.Write(h.body)
 			return
@@ -717,4 +721,39 @@ func TestTheTiersThresholdDecidesWhatGoesToAFile(t *testing.T) {
 		t.Fatalf("a %d-byte body under a 512Ki threshold: file %+v, %d inline bytes", fileSize, e.File, len(e.Body))
 	}
 	expectBody(t, f.get("/mid"), 200, "HIT; layer=l1", bodyFor("/mid", fileSize))
+}
+
+func TestAWaiterForAnotherVariantFetchesForItself(t *testing.T) {
+	o := newHeldOrigin(t, 512<<10, false)
+	o.vary = "Accept-Language"
+	f := newFileFixture(t, "", o.origin, bodystore.Options{})
+	get := func(lang string) *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.srv.URL+"/lang", nil)
+		req.Header.Set("Accept-Language", lang)
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	en := get("en")
+	<-o.firstHalf
+	fr := make(chan *http.Response, 1)
+	go func() { fr <- get("fr") }()
+	// The fr request waits on the en fill, sees its variant differs and
+	// fetches for itself (the origin holds both).
+	<-o.firstHalf
+	close(o.release)
+	for name, resp := range map[string]*http.Response{"en": en, "fr": <-fr} {
+		if x := resp.Header.Get("X-Cache"); x != "MISS" {
+			t.Fatalf("%s: X-Cache %q, want its own fetch", name, x)
+		}
+		if b, err := io.ReadAll(resp.Body); err != nil || !bytes.Equal(b, o.body) {
+			t.Fatalf("%s: %d bytes (err %v)", name, len(b), err)
+		}
+	}
+	if n := o.count(); n != 2 {
+		t.Fatalf("the origin saw %d requests, want 2", n)
+	}
 }
