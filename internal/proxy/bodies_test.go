@@ -743,7 +743,12 @@ func TestAWaiterForAnotherVariantFetchesForItself(t *testing.T) {
 	go func() { fr <- get("fr") }()
 	// The fr request waits on the en fill, sees its variant differs and
 	// fetches for itself (the origin holds both).
-	<-o.firstHalf
+	select {
+	case <-o.firstHalf:
+	case <-time.After(5 * time.Second):
+		close(o.release)
+		t.Fatal("the fr request did not fetch for itself")
+	}
 	close(o.release)
 	for name, resp := range map[string]*http.Response{"en": en, "fr": <-fr} {
 		if x := resp.Header.Get("X-Cache"); x != "MISS" {
