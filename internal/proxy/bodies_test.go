@@ -431,6 +431,17 @@ func newHeldOrigin(t *testing.T, n int, cut bool) *heldOrigin {
 	return h
 }
 
+// holding waits (up to 5s) until the origin has sent a first half and
+// holds the rest.
+func (h *heldOrigin) holding(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.firstHalf:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the origin was not asked within 5s")
+	}
+}
+
 // started sends GET path and returns its response once the headers are
 // in; the body is the caller's to read.
 func (f *fileFixture) started(t *testing.T, ctx context.Context, path string) *http.Response {
@@ -671,7 +682,7 @@ func TestAFileFillGivesTheTierWideLeaseBackAtOnce(t *testing.T) {
 		return c
 	}
 	fromA := get(a)
-	<-o.firstHalf // A's fill is writing its file and holds the origin
+	o.holding(t) // A's fill is writing its file and holds the origin
 	fromB := get(b)
 	waitFor(t, func() bool { return o.count() == 2 }, "B to fetch while A's fill runs")
 	close(o.release)
@@ -693,7 +704,7 @@ func TestWaitersOfABackgroundRefreshStreamFromItsFile(t *testing.T) {
 	// Stale within stale-while-revalidate: served at once, and refreshed
 	// in the background (the origin holds the refresh).
 	expectBody(t, f.get("/swr"), 200, "STALE; layer=l1", o.body)
-	<-o.firstHalf
+	o.holding(t)
 	// Past stale-while-revalidate the entry is of no use: this request
 	// waits on the refresh's flight and streams from its file.
 	f.clock.Advance(10 * time.Second)
@@ -738,7 +749,7 @@ func TestAWaiterForAnotherVariantFetchesForItself(t *testing.T) {
 		return resp
 	}
 	en := get("en")
-	<-o.firstHalf
+	o.holding(t)
 	fr := make(chan *http.Response, 1)
 	go func() { fr <- get("fr") }()
 	// The fr request waits on the en fill, sees its variant differs and
@@ -750,7 +761,13 @@ func TestAWaiterForAnotherVariantFetchesForItself(t *testing.T) {
 		t.Fatal("the fr request did not fetch for itself")
 	}
 	close(o.release)
-	for name, resp := range map[string]*http.Response{"en": en, "fr": <-fr} {
+	var frResp *http.Response
+	select {
+	case frResp = <-fr:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer to fr within 5s")
+	}
+	for name, resp := range map[string]*http.Response{"en": en, "fr": frResp} {
 		if x := resp.Header.Get("X-Cache"); x != "MISS" {
 			t.Fatalf("%s: X-Cache %q, want its own fetch", name, x)
 		}
