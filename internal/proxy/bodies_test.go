@@ -779,3 +779,28 @@ func TestAWaiterForAnotherVariantFetchesForItself(t *testing.T) {
 		t.Fatalf("the origin saw %d requests, want 2", n)
 	}
 }
+
+func TestARevalidatedFileBackedEntryKeepsAndServesItsFile(t *testing.T) {
+	body := payload(8, fileSize)
+	f := newFileFixture(t, "", newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("ETag", `"v1"`)
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		_, _ = w.Write(body)
+	}), bodystore.Options{})
+	f.get("/reval")
+	before := f.waitStored(t, "/reval")
+	f.clock.Advance(2 * time.Minute)
+	expectBody(t, f.get("/reval"), 200, "REVALIDATED", body)
+	waitFor(t, func() bool { e := f.stored("/reval"); return e != nil && e.ResponseTime.After(before.ResponseTime) }, "the revalidated entry")
+	if e := f.stored("/reval"); e.File == nil || e.File.ID != before.File.ID {
+		t.Fatalf("the revalidated entry's file %+v, want the same %x", e.File, before.File.ID)
+	}
+	expectBody(t, f.get("/reval"), 200, "HIT; layer=l1", body)
+	if b, _ := f.files(); len(b) != 1 || f.origin.count() != 2 {
+		t.Fatalf("%d body files and %d origin requests, want 1 and 2", len(b), f.origin.count())
+	}
+}

@@ -364,7 +364,7 @@ func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
 	}
 	if err != nil {
 		p.log.Debug("not stored", "key", key, "err", err)
-		if e.File != nil {
+		if e.File != nil && p.bodies != nil {
 			p.bodies.Remove(e.File.ID)
 		}
 	}
