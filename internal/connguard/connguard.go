@@ -84,8 +84,11 @@ func (c *conn) CloseWrite() error {
 }
 
 // ReadFrom keeps the sendfile/splice path of the underlying connection
-// available to response writers; it only writes, so the tracker is not
-// involved.
+// available to response writers (net/http's (*response).ReadFrom uses it
+// only when the connection it holds is an io.ReaderFrom): a file body
+// copied into a ResponseWriter goes out with sendfile
+// (TestFileBodyReachesTheConnectionsReadFrom). It only writes, so the
+// tracker is not involved.
 func (c *conn) ReadFrom(r io.Reader) (int64, error) {
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)

@@ -27,6 +27,12 @@ import (
 // that shares the origin's clock, so tests age entries by moving it.
 func replica(t *testing.T, redisAddr string, o *origin) *fixture {
 	t.Helper()
+	return replicaWith(t, redisAddr, o, nil)
+}
+
+// replicaWith is replica with a hook that completes the proxy's options.
+func replicaWith(t *testing.T, redisAddr string, o *origin, opts func(*Options)) *fixture {
+	t.Helper()
 	compiled, err := tierconfig.Compile(tierconfig.Config{L2: tierconfig.L2{Addresses: []string{redisAddr}, Timeout: tierconfig.Duration(time.Second)}})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +57,11 @@ func replica(t *testing.T, redisAddr string, o *origin) *fixture {
 	}
 	up, _ := url.Parse(o.URL)
 	purger := invalidate.NewPurger(cache, holder)
-	px, err := New(Options{Upstream: up, Config: holder, Store: st, Invalidator: purger, Cluster: st, Metrics: m, Now: o.clock.Now})
+	po := Options{Upstream: up, Config: holder, Store: st, Invalidator: purger, Cluster: st, Metrics: m, Now: o.clock.Now}
+	if opts != nil {
+		opts(&po)
+	}
+	px, err := New(po)
 	if err != nil {
 		t.Fatal(err)
 	}

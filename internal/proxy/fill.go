@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -107,7 +108,19 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			// meanwhile, perhaps after its own write, fetches afresh.
 			finish(shared{overtaken: true})
 		}
-		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated)
+		body, ok := c.body, true
+		if body == nil {
+			if body, ok = p.openBody(r, c.key, e); !ok {
+				// The stored body file went meanwhile: fetch it whole.
+				resp.Body.Close()
+				c.stale, c.mark = nil, nil
+				return p.fill(w, r, c, nil)
+			}
+			if body != nil {
+				defer body.Close()
+			}
+		}
+		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, body)
 		return outcome{metrics.ResultRevalidated, c.layer, false}
 	}
 
@@ -117,7 +130,14 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		RequestTime: reqTime, ResponseTime: respTime,
 	}, c.rule.Policy)
 	limit := int64(c.cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
-	if d.Store && (resp.ContentLength > limit || isEventStream(resp.Header)) {
+	storeMax, fileAbove := limit, limit
+	if p.bodies != nil {
+		// Bodies above the threshold (or above what an L1 entry holds, if
+		// that is less) go to a body file, up to bodyStore.maxObjectSize.
+		threshold, maxObject := bodyLimits(c.cfg)
+		storeMax, fileAbove = max(limit, maxObject), min(limit, threshold)
+	}
+	if d.Store && (resp.ContentLength > storeMax || isEventStream(resp.Header)) {
 		d.Store = false
 	}
 
@@ -157,6 +177,24 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	// storing and its waiters fetch for themselves (no hit-for-miss
 	// marker: the response was cacheable, only slow).
 	wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { finish(shared{}) })
+	e := &entry.Entry{
+		Kind:                 entry.KindResponse,
+		Host:                 c.host,
+		Target:               c.tgt,
+		Tags:                 httpcache.Tags(resp.Header),
+		Status:               resp.StatusCode,
+		Header:               entry.FieldsFrom(storedHeader(resp.Header, d.Strip)),
+		RequestTime:          reqTime,
+		ResponseTime:         respTime,
+		InitialAge:           d.InitialAge,
+		Lifetime:             d.Lifetime,
+		StaleWhileRevalidate: d.StaleWhileRevalidate,
+		StaleIfError:         d.StaleIfError,
+		Flags:                flags(d),
+	}
+	if p.bodies != nil && (resp.ContentLength < 0 || resp.ContentLength > fileAbove) {
+		return p.fillFile(ctx, bodyW, r, c, f, e, resp, body, wd, watch, fileAbove, storeMax)
+	}
 	data, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.
@@ -173,31 +211,29 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 	}
 	wd.stop()
-	e := &entry.Entry{
-		Kind:                 entry.KindResponse,
-		Host:                 c.host,
-		Target:               c.tgt,
-		Tags:                 httpcache.Tags(resp.Header),
-		Status:               resp.StatusCode,
-		Header:               entry.FieldsFrom(storedHeader(resp.Header, d.Strip)),
-		Body:                 data,
-		RequestTime:          reqTime,
-		ResponseTime:         respTime,
-		InitialAge:           d.InitialAge,
-		Lifetime:             d.Lifetime,
-		StaleWhileRevalidate: d.StaleWhileRevalidate,
-		StaleIfError:         d.StaleIfError,
-		Flags:                flags(d),
-	}
-	vary, vk, stored := p.put(ctx, c, e, resp.Header, r, watch)
-	if !stored {
-		// Overtaken by an invalidation of the resource: the request that
-		// joined meanwhile may be reading its own write back.
-		finish(shared{overtaken: true})
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
-	}
-	finish(shared{e: e, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, vary: vary, varyKey: vk})
+	e.Body = data
+	p.keep(ctx, c, f, e, p.place(ctx, c, resp.Header, r), watch)
 	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+}
+
+// keep stores the complete response e of c's fill where pl says and
+// hands it to the flight's waiters. A fill overtaken by an invalidation of
+// its resource is not stored (its body file goes), and its waiters join a
+// new flight: they may be reading their own write back.
+func (p *Proxy) keep(ctx context.Context, c *call, f *flight, e *entry.Entry, pl placement, watch *invalidate.Watch) {
+	var res shared
+	if p.put(ctx, c, e, pl, watch) {
+		p.superseded(c, e)
+		res = shared{e: e, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, vary: pl.names, varyKey: pl.vk}
+	} else {
+		if e.File != nil {
+			p.bodies.Remove(e.File.ID)
+		}
+		res = shared{overtaken: true}
+	}
+	if f != nil {
+		p.flights.finish(c.key, f, res)
+	}
 }
 
 func flags(d httpcache.Decision) entry.Flag {
@@ -252,31 +288,34 @@ func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqT
 	return &e, stored
 }
 
-// put stores e for the request, behind a marker when the response varies
-// or the rule keys on request headers or cookies. A purge of the resource
-// or of one of its tags since the fetch began means the response is
-// served but not stored. It returns the response's Vary names, the
-// request's values for them and whether e was stored.
-func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, respH http.Header, r *http.Request, watch *invalidate.Watch) ([]string, []byte, bool) {
+// placement is where a fill's response goes: under key, behind marker
+// (written first, when not nil: a new or replaced Vary marker) when the
+// response varies or the rule keys on request headers or cookies.
+type placement struct {
+	key    string
+	marker *entry.Entry
+	// The response's Vary names and the request's values for them.
+	names []string
+	vk    []byte
+}
+
+// place decides where the response with header respH to c's request r is
+// stored. A body file is bound to that key, so a fill that writes one
+// places its response before the body (the marker is only written when
+// the response is stored).
+func (p *Proxy) place(ctx context.Context, c *call, respH http.Header, r *http.Request) placement {
 	names, _ := httpcache.VaryNames(respH)
-	var vk []byte
+	var pl placement
+	pl.names = names
 	if len(names) > 0 {
 		// The variant is keyed by what the origin received: a Vary field
 		// this fill withheld counts as absent (the next fill, knowing the
 		// marker, forwards it).
-		vk = httpcache.AppendVaryKey(nil, names, sentHeader{r.Header, c.fwd})
+		pl.vk = httpcache.AppendVaryKey(nil, names, sentHeader{r.Header, c.fwd})
 	}
-	stored := watch.Commit(e.Tags, func() { p.putVariant(ctx, c, e, names, vk) })
-	return names, vk, stored
-}
-
-// putVariant stores e under the primary key, or under its variant key
-// behind the primary key's marker (created or replaced when missing or
-// naming other fields).
-func (p *Proxy) putVariant(ctx context.Context, c *call, e *entry.Entry, names []string, vk []byte) {
 	if len(names) == 0 && c.extras == "" {
-		p.set(ctx, c, c.prim, e)
-		return
+		pl.key = c.prim
+		return pl
 	}
 	m := c.mark
 	if m == nil {
@@ -285,7 +324,7 @@ func (p *Proxy) putVariant(ctx context.Context, c *call, e *entry.Entry, names [
 		// rather than retire the variant that fill just stored.
 		var cur entry.Entry
 		if _, err := p.store.Get(ctx, c.prim, &cur); err == nil && cur.Kind == entry.KindVary {
-			m = &cur
+			m = detach(&cur)
 		}
 	}
 	if m == nil || !slices.Equal(m.Vary, names) {
@@ -295,12 +334,25 @@ func (p *Proxy) putVariant(ctx context.Context, c *call, e *entry.Entry, names [
 			Vary: names, Nonce: rand.Uint64(),
 			ResponseTime: p.now(), Lifetime: markerLifetime,
 		}
-		p.set(ctx, c, c.prim, m)
+		pl.marker = m
 	}
 	key := cachekey.AppendVariant([]byte(c.prim), m.Nonce)
 	key = append(key, c.extras...)
-	key = append(key, vk...)
-	p.set(ctx, c, string(key), e)
+	key = append(key, pl.vk...)
+	pl.key = string(key)
+	return pl
+}
+
+// put stores e where pl says. A purge of the resource or of one of its
+// tags since the fetch began means the response is served but not
+// stored. It reports whether e was stored.
+func (p *Proxy) put(ctx context.Context, c *call, e *entry.Entry, pl placement, watch *invalidate.Watch) bool {
+	return watch.Commit(e.Tags, func() {
+		if pl.marker != nil {
+			p.set(ctx, c, c.prim, pl.marker)
+		}
+		p.set(ctx, c, pl.key, e)
+	})
 }
 
 func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
@@ -312,6 +364,9 @@ func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
 	}
 	if err != nil {
 		p.log.Debug("not stored", "key", key, "err", err)
+		if e.File != nil && p.bodies != nil {
+			p.bodies.Remove(e.File.ID)
+		}
 	}
 }
 
@@ -336,6 +391,7 @@ func (p *Proxy) uncacheable(ctx context.Context, c *call, r *http.Request, statu
 	if c.mark != nil {
 		if c.stale != nil {
 			_ = p.store.Delete(ctx, c.key)
+			p.superseded(c, nil)
 		}
 		return
 	}
@@ -343,6 +399,22 @@ func (p *Proxy) uncacheable(ctx context.Context, c *call, r *http.Request, statu
 		Kind: entry.KindUncacheable, Host: c.host, Target: c.tgt,
 		ResponseTime: p.now(), Lifetime: c.cfg.Config.Defaults.HitForMissTTL.Std(),
 	})
+	p.superseded(c, nil)
+}
+
+// superseded removes the body file of c's stored response once e (nil:
+// nothing) has taken its place, unless e still uses it (a revalidated
+// response keeps its body). Files of entries that leave L1 otherwise
+// (evicted, or replaced behind this fill's back) stay until the body
+// store's own eviction reclaims them.
+func (p *Proxy) superseded(c *call, e *entry.Entry) {
+	if c.stale == nil || c.stale.File == nil || p.bodies == nil {
+		return
+	}
+	if e != nil && e.File != nil && e.File.ID == c.stale.File.ID {
+		return
+	}
+	p.bodies.Remove(c.stale.File.ID)
 }
 
 // staleOnError reports whether c's stored response may stand in for a
@@ -352,9 +424,23 @@ func (p *Proxy) staleOnError(c *call) bool {
 }
 
 func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call) outcome {
-	p.serveEntry(w, r, c.stale, httpcache.CurrentAge(stored(c.stale), p.now()), pick(c.layer, xStaleL1, xStaleL2))
+	body, ok := c.body, true
+	if body == nil {
+		if body, ok = p.openBody(r, c.key, c.stale); !ok {
+			p.originError(w, r, errStaleBodyGone)
+			return outcome{metrics.ResultError, metrics.LayerOrigin, false}
+		}
+		if body != nil {
+			defer body.Close()
+		}
+	}
+	p.serveEntry(w, r, c.stale, httpcache.CurrentAge(stored(c.stale), p.now()), pick(c.layer, xStaleL1, xStaleL2), body)
 	return outcome{metrics.ResultStale, c.layer, false}
 }
+
+// errStaleBodyGone: the origin failed and the stored response that could
+// have stood in for it lost its body file.
+var errStaleBodyGone = errors.New("origin failed and the stored response's body file is gone")
 
 // tee streams body to w (nil: to nobody) while collecting it, up to limit
 // bytes, for the cache. Past the limit it calls overflow once and stops
@@ -472,7 +558,8 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 				p.awaitRefresh(c, f, min(wait, 2*leaseTTL))
 				return
 			}
-			defer release()
+			c.release = release
+			defer c.releaseLease()
 			c.shared = true
 		}
 		p.fill(&discard{}, br, c, f)

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,6 +24,29 @@ type flight struct {
 	done chan struct{}
 	once sync.Once
 	res  shared // set before done is closed
+
+	// started is closed, with live set, when the fill begins writing its
+	// response to a body file: waiters then stream it from the growing
+	// file (as Varnish streams) instead of waiting for its end. A fill
+	// kept in memory never starts; done still ends every flight.
+	started   chan struct{}
+	startOnce sync.Once
+	live      *live
+}
+
+// live is a response being written to a body file while waiters stream
+// it.
+type live struct {
+	e    *entry.Entry // status, header and times; no body
+	size int64        // Content-Length, or -1 when unknown
+	// follow opens a reader of the body from its first byte: Read blocks
+	// until more is written, returns io.EOF once the body is complete and
+	// an error when the fill gave it up.
+	follow func() io.ReadCloser
+	// The leader's request values of the response's Vary fields, as in
+	// shared.
+	vary    []string
+	varyKey []byte
 }
 
 // shared is what a flight leaves for its waiters. A nil e means waiters
@@ -48,9 +73,18 @@ func (g *flightGroup) join(key string) (*flight, bool) {
 	if f, ok := g.m[key]; ok {
 		return f, false
 	}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), started: make(chan struct{})}
 	g.m[key] = f
 	return f, true
+}
+
+// start publishes the response the flight is writing to a body file;
+// only the first call counts.
+func (f *flight) start(l *live) {
+	f.startOnce.Do(func() {
+		f.live = l
+		close(f.started)
+	})
 }
 
 // finish publishes the flight's outcome (only the first call counts) and
@@ -95,7 +129,8 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 			}
 		}
 		if lead {
-			defer release()
+			c.release = release
+			defer c.releaseLease()
 			// The previous holder may have stored its fill and released
 			// the lease between our last look and our taking it.
 			if out, ok := p.serveFresh(w, r, c, f, kb); ok {
@@ -128,10 +163,17 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 	if use != httpcache.UseFresh {
 		return outcome{}, false
 	}
+	body, ok := p.openBody(r, kb.key(), got.e)
+	if !ok {
+		return outcome{}, false
+	}
+	if body != nil {
+		defer body.Close()
+	}
 	x := pick(got.layer, xHitL1, xHitL2)
 	out := outcome{metrics.ResultHit, got.layer, false}
 	p.flights.finish(c.key, f, shared{e: detach(got.e), xcache: x, out: out})
-	p.serveEntry(w, r, got.e, age, x)
+	p.serveEntry(w, r, got.e, age, x, body)
 	return out, true
 }
 
@@ -200,6 +242,12 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	defer timer.Stop()
 	select {
 	case <-f.done:
+	case <-f.started:
+		select {
+		case <-f.done: // ended meanwhile: its outcome is what counts
+		default:
+			return p.follow(w, r, c, f.live)
+		}
 	case <-timer.C:
 		return p.fill(w, r, c, nil)
 	case <-r.Context().Done():
@@ -210,19 +258,68 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		c.rejoined = true
 		return p.coalesce(w, r, c)
 	}
-	if res.e == nil || !sameVariant(&res, r) {
+	if res.e == nil || !sameVariant(res.vary, res.varyKey, r) {
 		return p.fill(w, r, c, nil)
 	}
-	p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), res.xcache)
+	body, ok := p.openBody(r, c.key, res.e)
+	if !ok {
+		// Its body file went between the fill and now.
+		return p.fill(w, r, c, nil)
+	}
+	if body != nil {
+		defer body.Close()
+	}
+	p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), res.xcache, body)
 	return res.out
 }
 
+// follow serves a waiter from the response its leader is writing to a
+// body file, as it grows. Should the fill give up midway, the waiter's
+// response is broken off (abort): it never looks complete when it is not.
+func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live) outcome {
+	if !sameVariant(l.vary, l.varyKey, r) {
+		return p.fill(w, r, c, nil)
+	}
+	h := w.Header()
+	writeEntryHeader(h, l.e, httpcache.AgeHeader(httpcache.CurrentAge(stored(l.e), p.now())), xMissCoalesced)
+	out := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	if httpcache.NotModified(r.Header, l.e.Status, l.e) {
+		notModified(w)
+		return out
+	}
+	if l.size >= 0 && bodyAllowed(l.e.Status) {
+		h["Content-Length"] = []string{strconv.FormatInt(l.size, 10)}
+	}
+	w.WriteHeader(l.e.Status)
+	if !bodyAllowed(l.e.Status) {
+		return out
+	}
+	body := l.follow()
+	defer body.Close()
+	var err error
+	if l.size >= 0 {
+		// The follower hands each grown piece of the file to w's ReadFrom:
+		// sendfile. An error is the fill's or the client's; either way the
+		// response is broken off.
+		_, err = io.Copy(w, body)
+	} else {
+		// Chunked: read and flush piece by piece, so that nothing waits
+		// in net/http's buffers while the fill does.
+		err = p.stream(w, body)
+	}
+	if err != nil {
+		out.abort = true
+	}
+	return out
+}
+
 // sameVariant reports whether r selects the same variant as the leader's
-// request did.
-func sameVariant(res *shared, r *http.Request) bool {
-	if len(res.vary) == 0 {
+// request did (vary: the response's Vary names, varyKey: the leader's
+// values for them).
+func sameVariant(vary []string, varyKey []byte, r *http.Request) bool {
+	if len(vary) == 0 {
 		return true
 	}
 	var buf [256]byte
-	return bytes.Equal(httpcache.AppendVaryKey(buf[:0], res.vary, r.Header), res.varyKey)
+	return bytes.Equal(httpcache.AppendVaryKey(buf[:0], vary, r.Header), varyKey)
 }

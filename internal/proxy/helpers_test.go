@@ -88,6 +88,13 @@ func newFixture(t testing.TB, cfgYAML string, h http.HandlerFunc) *fixture {
 
 func newFixtureFor(t testing.TB, cfgYAML string, o *origin) *fixture {
 	t.Helper()
+	return newFixtureWith(t, cfgYAML, o, nil, nil)
+}
+
+// newFixtureWith is newFixtureFor with a hook that completes the proxy's
+// options and one that serves the proxy (default: an httptest server).
+func newFixtureWith(t testing.TB, cfgYAML string, o *origin, opts func(*Options), serve func(http.Handler) *httptest.Server) *fixture {
+	t.Helper()
 	cfg, err := tierconfig.Parse([]byte(cfgYAML))
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -110,13 +117,20 @@ func newFixtureFor(t testing.TB, cfgYAML string, o *origin) *fixture {
 	up, _ := url.Parse(o.URL)
 	c := o.clock
 	purger := invalidate.NewPurger(cache, holder)
-	px, err := New(Options{
+	po := Options{
 		Upstream: up, Config: holder, Store: testStore{cache}, Invalidator: purger, Now: c.Now,
-	})
+	}
+	if opts != nil {
+		opts(&po)
+	}
+	px, err := New(po)
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}
-	srv := httptest.NewServer(px)
+	if serve == nil {
+		serve = httptest.NewServer
+	}
+	srv := serve(px)
 	t.Cleanup(func() {
 		srv.Close()
 		_ = px.Close(context.Background())

@@ -70,6 +70,11 @@ func (kb *keyBuf) variant(m *entry.Entry, req http.Header) string {
 	return unsafeString(b)
 }
 
+// key returns the key the last lookup used last: the variant key when
+// there was a marker, else the primary key (without copying; valid until
+// kb changes).
+func (kb *keyBuf) key() string { return unsafeString(kb.b) }
+
 // target returns a copy of path?query as keyed.
 func (kb *keyBuf) target() string { return string(kb.b[kb.targetStart:kb.targetEnd]) }
 
@@ -125,12 +130,17 @@ func (p *Proxy) lookup(ctx context.Context, kb *keyBuf, r *http.Request) found {
 
 // detach returns a copy of e that shares nothing with a scratch entry
 // (strings and the body alias the store's own copy of the value, which is
-// never reused, so only the slices need copying).
+// never reused, so only the slices and the body file reference, which
+// decoding reuses too, need copying).
 func detach(e *entry.Entry) *entry.Entry {
 	c := *e
 	c.Header = slices.Clone(e.Header)
 	c.Tags = slices.Clone(e.Tags)
 	c.Vary = slices.Clone(e.Vary)
+	if e.File != nil {
+		f := *e.File
+		c.File = &f
+	}
 	return &c
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
@@ -81,6 +82,11 @@ type Options struct {
 	Transport http.RoundTripper
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Bodies, when set, keeps bodies larger than the tier's
+	// bodyStore.threshold in files, served with sendfile (bodies.go); nil
+	// keeps every stored body inline, and bodies above the L1 entry limit
+	// pass through uncached. The Proxy uses it but does not own it.
+	Bodies *bodystore.Store
 	// Upgrades tunnels protocol-switching requests (WebSocket); default:
 	// one of the Proxy's own, closed by Close, to which ServeHTTP hands
 	// them. A caller that passes its own (a sidecar shares one across
@@ -95,6 +101,7 @@ type Proxy struct {
 	upstream *url.URL
 	cfg      *tierconfig.Holder
 	store    Store
+	bodies   *bodystore.Store // nil: bodies stay inline
 	inval    Invalidator
 	cluster  Cluster
 	m        *metrics.Metrics
@@ -136,6 +143,7 @@ func New(o Options) (*Proxy, error) {
 		upstream: o.Upstream,
 		cfg:      o.Config,
 		store:    o.Store,
+		bodies:   o.Bodies,
 		inval:    o.Invalidator,
 		cluster:  o.Cluster,
 		m:        o.Metrics,

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/metrics"
@@ -54,6 +55,21 @@ type call struct {
 	rejoined bool
 	// fwd: which client headers the fill forwarded.
 	fwd *fillHeaders
+	// body is stale's open body file, when stale is file-backed and the
+	// request needs its body; the request closes it.
+	body *bodystore.Body
+	// release gives the tier-wide lease back (once) when shared is set:
+	// a fill that goes to a body file is not shared with other replicas.
+	release func()
+}
+
+// releaseLease gives the tier-wide lease back, if held, at most once.
+func (c *call) releaseLease() {
+	if c.release != nil {
+		c.release()
+		c.release = nil
+	}
+	c.shared = false
 }
 
 // serveCacheable handles GET and HEAD.
@@ -92,18 +108,29 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	}
 	f := p.lookup(r.Context(), kb, r)
 
+	var body *bodystore.Body // the open body file of a file-backed entry, when one is served
+	if f.ok && f.e.File != nil {
+		// A body file is opened before anything is written: a file that
+		// is gone or is not this entry's makes the entry a miss.
+		var ok bool
+		if body, ok = p.openBody(r, kb.key(), f.e); !ok {
+			f.e, f.ok = nil, false
+		} else if body != nil {
+			defer body.Close()
+		}
+	}
 	if f.ok {
 		use, age := httpcache.Evaluate(stored(f.e), rcc, p.now())
 		switch use {
 		case httpcache.UseFresh:
-			p.serveEntry(w, r, f.e, age, pick(f.layer, xHitL1, xHitL2))
+			p.serveEntry(w, r, f.e, age, pick(f.layer, xHitL1, xHitL2), body)
 			return outcome{metrics.ResultHit, f.layer, false}
 		case httpcache.UseStale:
-			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2))
+			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
 			return outcome{metrics.ResultStale, f.layer, false}
 		case httpcache.UseStaleRevalidate:
 			p.refresh(r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
-			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2))
+			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
 			return outcome{metrics.ResultStale, f.layer, false}
 		}
 	}
@@ -122,6 +149,9 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		return p.pass(w, r, cfg, xMiss, metrics.ResultMiss)
 	}
 	c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
+	// Revalidating or falling back on a stored response serves its body
+	// from the file opened above.
+	c.body = body
 	if f.hitForMiss || rcc.NoStore || !coalescingOn(cfg) {
 		return p.fill(w, r, c, nil)
 	}
@@ -199,8 +229,10 @@ func (w withoutCacheControl) Values(name string) []string {
 }
 
 // serveEntry writes a stored response, answering the client's conditional
-// and single-range requests from it. e is not modified.
-func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string) {
+// and single-range requests from it. e is not modified. A file-backed
+// entry's body is read from file, opened by openBody (nil when the request
+// needs no body).
+func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string, file *bodystore.Body) {
 	h := w.Header()
 	for i := range e.Header {
 		f := &e.Header[i]
@@ -214,6 +246,10 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 			delete(h, k)
 		}
 		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if e.File != nil {
+		p.serveFile(w, r, e, file)
 		return
 	}
 	status, body := e.Status, e.Body

@@ -301,12 +301,14 @@ func (s *Layered) promote(key string, e *entry.Entry) {
 // Set stores e under key: in L1 at once, and in L2 through the write
 // queue, never waiting for it (a full queue drops the write and counts
 // it). An entry L1 refuses (l1.ErrTooLarge) is not written to L2 either,
-// and the error is returned. Set does not retain key or e.
+// and the error is returned. An entry whose body is in a file of this
+// sidecar's body store (e.File) stays in L1: the other replicas have no
+// such file. Set does not retain key or e.
 func (s *Layered) Set(ctx context.Context, key string, e *entry.Entry) error {
 	if err := s.l1.Set(key, e); err != nil {
 		return err
 	}
-	if s.l2 == nil {
+	if s.l2 == nil || e.File != nil {
 		return nil
 	}
 	if ttl := l2TTL(e, s.now(), s.grace); ttl > 0 {
@@ -323,7 +325,7 @@ func (s *Layered) SetShared(ctx context.Context, key string, e *entry.Entry) err
 	if err := s.l1.Set(key, e); err != nil {
 		return err
 	}
-	if s.l2 == nil {
+	if s.l2 == nil || e.File != nil {
 		return nil
 	}
 	ttl := l2TTL(e, s.now(), s.grace)
@@ -461,4 +463,71 @@ func (s *Layered) writeCtx() context.Context {
 		return *ctx
 	}
 	return context.Background()
+}
+
+// BodyRemover deletes body files by id: the body store
+// (bodystore.Store.Remove). Removing a file that is gone is not an error.
+type BodyRemover interface {
+	Remove(id [16]byte)
+}
+
+// Local is this sidecar's L1 as purges and invalidations remove entries
+// from it (invalidate.Local): every entry it deletes takes its body file,
+// if it has one, with it. Files of entries that leave L1 otherwise
+// (evicted, or replaced behind a fill's back) stay until the body store's
+// own eviction reclaims them.
+type Local struct {
+	l1     *l1.Cache
+	bodies BodyRemover
+}
+
+// NewLocal returns the Local of cache whose entries' body files are in
+// bodies (nil: none, and Local only deletes entries).
+func NewLocal(cache *l1.Cache, bodies BodyRemover) *Local {
+	return &Local{l1: cache, bodies: bodies}
+}
+
+// Delete removes the entry under key and its body file.
+func (l *Local) Delete(key string) {
+	if l.bodies == nil {
+		l.l1.Delete(key)
+		return
+	}
+	// The reference is read before the delete: a fill may store anew in
+	// between, and then its file is the one left behind (to eviction),
+	// never the one of an entry still in L1.
+	var e entry.Entry
+	found := l.l1.GetInto(key, &e) == nil && e.File != nil
+	l.l1.Delete(key)
+	if found {
+		l.bodies.Remove(e.File.ID)
+	}
+}
+
+// DeleteMatching deletes every entry match selects, and their body files,
+// and returns how many entries it deleted (l1.Cache.DeleteMatching).
+func (l *Local) DeleteMatching(match func(e *entry.Entry) bool) int {
+	if l.bodies == nil {
+		return l.l1.DeleteMatching(match)
+	}
+	var ids [][16]byte
+	n := l.l1.DeleteMatching(func(e *entry.Entry) bool {
+		hit := match(e)
+		if hit && e.File != nil {
+			ids = append(ids, e.File.ID)
+		}
+		return hit
+	})
+	for _, id := range ids {
+		l.bodies.Remove(id)
+	}
+	return n
+}
+
+// Reset drops every entry and the body files of those it finds.
+func (l *Local) Reset() {
+	if l.bodies != nil {
+		l.DeleteMatching(func(*entry.Entry) bool { return true })
+	}
+	l.l1.Reset()
 }

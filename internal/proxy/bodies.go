@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// Bodies larger than the tier's bodyStore.threshold (and at most its
+// bodyStore.maxObjectSize) are kept in files of the body store
+// (Options.Bodies) while their entries, with a reference to the file,
+// stay in L1. A hit copies the file into the ResponseWriter, which
+// net/http hands to the TCP connection's ReadFrom: sendfile. A fill
+// writes the origin's body to the client and to the file as it arrives,
+// and the waiters of a collapsed fill stream from the growing file.
+
+// bodyLimits returns the tier's bodyStore.threshold and
+// bodyStore.maxObjectSize.
+func bodyLimits(cfg *tierconfig.Compiled) (threshold, maxObject int64) {
+	return int64(cfg.Config.BodyThreshold()), int64(cfg.Config.BodyMaxObjectSize())
+}
+
+// openBody opens the body file of e, stored under key, when r needs its
+// body: a GET that is not answered 304. It returns nil (and ok) for an
+// entry with an inline body and for a request that needs none: HEAD and
+// 304 never open a file. A file that is gone or is not e's body (another
+// key's, a replaced one) makes e unusable: its entry is deleted (ok false)
+// and the request goes on as a miss.
+func (p *Proxy) openBody(r *http.Request, key string, e *entry.Entry) (body *bodystore.Body, ok bool) {
+	if e.File == nil || r.Method != http.MethodGet || httpcache.NotModified(r.Header, e.Status, e) {
+		return nil, true
+	}
+	if p.bodies != nil {
+		b, err := p.bodies.Open(key, *e.File)
+		if err == nil {
+			return b, true
+		}
+		// Gone, damaged (which the store removes) or not this key's.
+		p.log.Debug("stored body file unusable; treated as a miss", "key", key, "err", err)
+	}
+	_ = p.store.Delete(r.Context(), key)
+	return nil, false
+}
+
+// serveFile writes the body of a file-backed entry, whose header is in
+// w.Header() already: the whole body or a single range, copied from the
+// file into w so that net/http sends it with sendfile. HEAD needs no file.
+func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry, body *bodystore.Body) {
+	h := w.Header()
+	size := e.File.Size
+	status, off, n := e.Status, int64(0), size
+	if e.Status == http.StatusOK && r.Method == http.MethodGet && len(r.Header["Range"]) > 0 {
+		br, res := httpcache.EvalRange(r.Header, e, size)
+		switch res {
+		case httpcache.RangeSatisfiable:
+			status, off, n = http.StatusPartialContent, br.Start, br.End+1-br.Start
+			h["Content-Range"] = []string{"bytes " + strconv.FormatInt(br.Start, 10) + "-" +
+				strconv.FormatInt(br.End, 10) + "/" + strconv.FormatInt(size, 10)}
+		case httpcache.RangeUnsatisfiable:
+			status, n = http.StatusRequestedRangeNotSatisfiable, 0
+			h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(size, 10)}
+		}
+	}
+	if !bodyAllowed(status) {
+		w.WriteHeader(status)
+		return
+	}
+	h["Content-Length"] = []string{strconv.FormatInt(n, 10)}
+	if r.Method == http.MethodHead || n == 0 {
+		w.WriteHeader(status)
+		return
+	}
+	if body == nil {
+		// openBody opens the file of every GET that needs a body; not
+		// having it here is a bug, and a short response must not look
+		// complete.
+		p.log.Error("file-backed entry served without its body file", "path", r.URL.Path)
+		panic(http.ErrAbortHandler)
+	}
+	w.WriteHeader(status)
+	// io.Copy finds w's ReadFrom (net/http's response), which hands the
+	// *io.LimitedReader over the file to the connection's: sendfile.
+	if _, err := io.Copy(w, body.Section(off, n)); err != nil && r.Context().Err() == nil {
+		p.log.Debug("serving a body file failed", "path", r.URL.Path, "err", err)
+	}
+}
+
+// writeEntryHeader fills h with what serveEntry sends for e: the stored
+// fields, Age, X-Cache and Via.
+func writeEntryHeader(h http.Header, e *entry.Entry, ageValue string, xcache []string) {
+	for i := range e.Header {
+		f := &e.Header[i]
+		h[f.Name] = append(h[f.Name], f.Value)
+	}
+	h["Age"] = []string{ageValue}
+	h["X-Cache"] = xcache
+	appendVia(h)
+}
+
+// notModified answers 304 with the header already in w.
+func notModified(w http.ResponseWriter) {
+	h := w.Header()
+	for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
+		delete(h, k)
+	}
+	w.WriteHeader(http.StatusNotModified)
+}

@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/cachekey"
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// fileEntry is a response whose body is a committed file of bodies,
+// stored under key.
+func fileEntry(t *testing.T, bodies *bodystore.Store, key, host, target string, tags ...string) *entry.Entry {
+	t.Helper()
+	e := &entry.Entry{Kind: entry.KindResponse, Host: host, Target: target, Tags: tags, Status: 200,
+		ResponseTime: time.Now(), Lifetime: time.Hour}
+	body := []byte("the body of " + host + target)
+	w, err := bodies.Create(key, int64(len(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := w.Commit(func(ref entry.BodyFile) []byte {
+		m := *e
+		m.File = &ref
+		return entry.Encode(nil, &m)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.File = &ref
+	return e
+}
+
+func openBodies(t *testing.T) (*bodystore.Store, string) {
+	t.Helper()
+	m, err := metrics.New(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bodies, _, err := bodystore.Open(context.Background(), bodystore.Options{Dir: dir, MaxBytes: 64 << 20, Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bodies.Close() })
+	return bodies, dir
+}
+
+func TestAnEntryWithABodyFileStaysInL1(t *testing.T) {
+	srv := testredis.Start(t)
+	f := newFixture(t, storeOpts{addr: srv.Addr()})
+	bodies, _ := openBodies(t)
+	ctx := testCtx(t)
+	inline := response(time.Now(), "/inline", time.Minute)
+	mustSet(t, f.s, keyFor("/inline"), inline)
+	queued := fileEntry(t, bodies, keyFor("/queued"), "shop.example.com", "/queued")
+	mustSet(t, f.s, keyFor("/queued"), queued)
+	shared := fileEntry(t, bodies, keyFor("/shared"), "shop.example.com", "/shared")
+	if err := f.s.SetShared(ctx, keyFor("/shared"), shared); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"/queued", "/shared"} {
+		var e entry.Entry
+		if layer, err := f.s.Get(ctx, keyFor(k), &e); err != nil || layer != LayerL1 || e.File == nil {
+			t.Fatalf("%s: layer %q, err %v, file %v", k, layer, err, e.File)
+		}
+	}
+	// Close flushes the queue: only the inline entry reaches Redis.
+	if n := entriesAfterFlush(t, f, srv.Addr()); n != 1 {
+		t.Fatalf("Redis holds %d entries, want only the inline one", n)
+	}
+	if !inL2(t, rawClient(t, srv.Addr()), testPrefix(t), keyFor("/inline")) {
+		t.Fatal("the inline entry is not in Redis")
+	}
+}
+
+func TestPurgesAndInvalidationsRemoveTheBodyFilesOfWhatTheyRemove(t *testing.T) {
+	targets := []string{"/a", "/api/1", "/api/2", "/tagged", "/other"}
+	cases := []struct {
+		name  string
+		purge func(p *invalidate.Purger)
+		gone  []string // targets whose files go; the others' stay
+	}{
+		{"a purge by URL", func(p *invalidate.Purger) {
+			_, _ = p.Purge(context.Background(), invalidate.Request{URLs: []string{"/a"}})
+		}, []string{"/a"}},
+		{"a purge by prefix", func(p *invalidate.Purger) {
+			_, _ = p.Purge(context.Background(), invalidate.Request{Prefix: "/api/"})
+		}, []string{"/api/1", "/api/2"}},
+		{"a purge by tag", func(p *invalidate.Purger) {
+			_, _ = p.Purge(context.Background(), invalidate.Request{Tags: []string{"blue"}})
+		}, []string{"/tagged"}},
+		{"a purge of everything", func(p *invalidate.Purger) {
+			_, _ = p.Purge(context.Background(), invalidate.Request{All: true})
+		}, targets},
+		{"an unsafe method's invalidation", func(p *invalidate.Purger) {
+			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "shop.example", Path: "/other"}})
+		}, []string{"/other"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, storeOpts{})
+			bodies, dir := openBodies(t)
+			compiled, err := tierconfig.Compile(tierconfig.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := invalidate.NewPurger(NewLocal(f.l1, bodies), tierconfig.NewHolder(compiled))
+			files := map[string]string{}
+			for _, target := range targets {
+				key := string(cachekey.AppendPrimary(nil, "http", "shop.example", target))
+				var tags []string
+				if target == "/tagged" {
+					tags = []string{"blue"}
+				}
+				e := fileEntry(t, bodies, key, "shop.example", target, tags...)
+				mustSet(t, f.s, key, e)
+				files[target] = filepath.Join(dir, fmt.Sprintf("%x.body", e.File.ID))
+			}
+			c.purge(p)
+			for _, target := range targets {
+				_, err := os.Stat(files[target])
+				if gone := os.IsNotExist(err); gone != slices.Contains(c.gone, target) {
+					t.Errorf("%s: file gone %v (stat: %v)", target, gone, err)
+				}
+			}
+		})
+	}
+}
