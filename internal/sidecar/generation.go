@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
@@ -113,6 +114,10 @@ type dataPlane struct {
 	// keys sign and verify the tier's invalidation messages (every
 	// generation's purger shares them).
 	keys *invalidate.Keyring
+	// bodies is the body store (--body-dir; nil: none), shared by every
+	// generation: its files outlive an L1 rebuild, whose orphans its own
+	// eviction reclaims.
+	bodies *bodystore.Store
 
 	// applyMu serialises config changes: control-plane pushes and secret
 	// rotations. base is the config in effect as its source gave it,
@@ -242,7 +247,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	if err != nil {
 		return nil, err
 	}
-	g.purger = invalidate.NewPurger(g.cache, dp.holder)
+	g.purger = invalidate.NewPurger(store.NewLocal(g.cache, dp.bodyRemover()), dp.holder)
 	g.purger.OnPurge = dp.m.Purges.Inc
 	g.purger.UseWatches(dp.watches)
 	popts := proxy.Options{
@@ -254,6 +259,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		Logger:      dp.log,
 		Transport:   dp.rt,
 		Upgrades:    dp.up,
+		Bodies:      dp.bodies,
 	}
 	if g.client != nil {
 		g.purger.SetAuth(invalidate.Auth{

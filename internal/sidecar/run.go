@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/invalidate"
@@ -320,6 +321,19 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		dp.m.InvalidationsRejected.WithLabelValues(r)
 	}
 	dp.setVersion(version)
+	var recovered []bodystore.Recovered
+	if o.BodyDir != "" {
+		// Every file is verified (its CRC too) before the sidecar serves,
+		// so start-up time grows with what the directory holds.
+		if dp.bodies, recovered, err = bodystore.Open(ctx, bodystore.Options{
+			Dir: o.BodyDir, MaxBytes: o.BodyDirSize, MaxObject: int64(tierconfig.MaxBodyObjectSize),
+			Metrics: dp.m, Logger: log,
+		}); err != nil {
+			return err
+		}
+		// Closed after the data plane (deferred calls run in reverse).
+		defer dp.bodies.Close()
+	}
 	dp.up = proxy.NewUpgrades(upstream, holder, dp.rt, dp.m, log, o.MaxUpgraded, o.UpgradeIdleTimeout)
 
 	var warm atomic.Bool
@@ -329,6 +343,9 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	dp.cur.Store(first)
 	defer dp.close()
+	if len(recovered) > 0 {
+		dp.reuseBodies(ctx, first, recovered)
+	}
 	dp.warnUnauthenticated(compiled)
 
 	// The control-plane client starts after the first generation is in

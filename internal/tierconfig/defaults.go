@@ -147,6 +147,9 @@ func (c Config) BodyThreshold() Size {
 	return DefaultBodyThreshold
 }
 
+// MaxBodyObjectSize is the largest bodyStore.maxObjectSize a tier may set.
+const MaxBodyObjectSize = 1 * Ti
+
 // BodyMaxObjectSize is the largest body stored as a file:
 // bodyStore.maxObjectSize, or 1Gi when unset.
 func (c Config) BodyMaxObjectSize() Size {

@@ -31,7 +31,6 @@ const (
 	maxSecretVersion = 512
 	defaultRuleName  = "default"
 	minBodyThreshold = 1 * Ki
-	maxBodyObject    = 1 * Ti
 	maxL2BodySize    = 512 * Mi
 )
 
@@ -190,8 +189,8 @@ func (c Config) validateBodyStore(p *problems) {
 	case b.MaxObjectSize < 0:
 		p.add("bodyStore.maxObjectSize", "must not be negative (got %s)", b.MaxObjectSize)
 		maxOK = false
-	case b.MaxObjectSize > maxBodyObject:
-		p.add("bodyStore.maxObjectSize", "must be <= %s (got %s)", maxBodyObject, b.MaxObjectSize)
+	case b.MaxObjectSize > MaxBodyObjectSize:
+		p.add("bodyStore.maxObjectSize", "must be <= %s (got %s)", MaxBodyObjectSize, b.MaxObjectSize)
 		maxOK = false
 	}
 	if thresholdOK && maxOK && c.BodyThreshold() >= c.BodyMaxObjectSize() {
