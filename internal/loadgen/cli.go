@@ -23,6 +23,10 @@ const usage = `loadgen: HTTP load against loopback servers (127.0.0.0/8, ::1, lo
       every key equally likely; key n is <base>/bytes/k<n>?size=1024&ttl=3600
       (--prefix, --size, --ttl); --fill requests every key exactly once, in
       order, then stops (to warm a cache)
+  loadgen flood --base URL [--base URL ...] [--concurrency 64] [--duration 60s]
+      every request asks for a key never asked for before: request n is
+      <base>/bytes/<prefix><n>?size=1024&ttl=3600 (--prefix f, --size, --ttl),
+      so a cache stores one new entry per request (its memory under churn)
 
 Several --base URLs (herd, uniform): each request goes to the next one in turn,
 round robin, like a Service over replicas; results are then broken down by base.
@@ -38,7 +42,11 @@ summary then goes to stderr), --host NAME (the Host header of every request),
 --origin-stats URL (the demo origin's /stats: reset before the run, read
 after it), --interval D (also report the run interval by interval: requests
 and X-Cache values, per base too, and with --origin-stats the origin's
-requests in each interval).
+requests in each interval, by class), --slow D (answers that took this long
+or longer are counted by X-Cache value, default 100ms).
+
+"From cache" is X-Cache HIT or STALE (Tiercache) and also UPDATING (nginx's
+$upstream_cache_status); REVALIDATED, MISS, EXPIRED and BYPASS are not.
 
 Every result counts X-Cache values by first token (x_cache) and whole
 (x_cache_detail, e.g. "HIT; layer=l2"), and per key (keys): how many distinct
@@ -61,6 +69,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return herd(ctx, args[1:], stdout, stderr)
 	case "uniform":
 		return uniform(ctx, args[1:], stdout, stderr)
+	case "flood":
+		return flood(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -81,11 +91,13 @@ type common struct {
 	originStats string
 	interval    time.Duration
 	host        string
+	slow        time.Duration
 }
 
-func (c *common) register(fs *flag.FlagSet, concurrency int) {
+func (c *common) register(fs *flag.FlagSet, concurrency int, duration time.Duration) {
 	fs.IntVar(&c.concurrency, "concurrency", concurrency, "number of workers, each with one request in flight")
-	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long the run lasts (at most 1h)")
+	fs.DurationVar(&c.duration, "duration", duration, "how long the run lasts (at most 1h)")
+	fs.DurationVar(&c.slow, "slow", DefaultSlow, "answers that take this long or longer count as slow (slow_x_cache)")
 	fs.Int64Var(&c.maxRequests, "max-requests", 10_000_000, "stop after this many requests")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on one request, body included")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the workers' random choices")
@@ -107,6 +119,7 @@ func (c *common) config(targets []Target, chooser Chooser) Config {
 		OriginStats: c.originStats,
 		Interval:    c.interval,
 		Host:        c.host,
+		Slow:        c.slow,
 	}
 }
 
@@ -151,7 +164,7 @@ func fixed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var urls urlList
 	fs.Var(&urls, "url", "URL to request (repeatable; requested in turn)")
 	var c common
-	c.register(fs, 32)
+	c.register(fs, 32, 10*time.Second)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -176,7 +189,7 @@ func herd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&hc.TTL, "ttl", 1, "max-age asked of the origin, in seconds")
 	fs.IntVar(&hc.SWR, "swr", 86400, "stale-while-revalidate asked of the origin, in seconds")
 	var c common
-	c.register(fs, 600)
+	c.register(fs, 600, 10*time.Second)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -203,7 +216,7 @@ func uniform(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&uc.TTL, "ttl", 3600, "max-age asked of the origin, in seconds")
 	fill := fs.Bool("fill", false, "request every key exactly once, in order, then stop (--max-requests is ignored)")
 	var c common
-	c.register(fs, 32)
+	c.register(fs, 32, 10*time.Second)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -244,4 +257,30 @@ func report(res *Result, asJSON bool, stdout, stderr io.Writer) error {
 	res.WriteText(stderr)
 	enc := json.NewEncoder(stdout)
 	return enc.Encode(res)
+}
+
+func flood(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen flood", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var fc FloodConfig
+	var sv servers
+	sv.register(fs)
+	fs.StringVar(&fc.Prefix, "prefix", "f", "goes before the request number in the path")
+	fs.IntVar(&fc.Size, "size", 1024, "body size asked of the origin")
+	fs.IntVar(&fc.TTL, "ttl", 3600, "max-age asked of the origin, in seconds")
+	var c common
+	c.register(fs, 64, 60*time.Second)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	f, err := NewFlood(fc)
+	if err != nil {
+		return err
+	}
+	cfg := c.config(nil, nil)
+	cfg.Generator = f
+	if err := sv.apply(&cfg); err != nil {
+		return err
+	}
+	return runAndReport(ctx, cfg, "flood", c.json, stdout, stderr)
 }
