@@ -27,6 +27,9 @@ const usage = `loadgen: HTTP load against loopback servers (127.0.0.0/8, ::1, lo
       every request asks for a key never asked for before: request n is
       <base>/bytes/<prefix><n>?size=1024&ttl=3600 (--prefix f, --size, --ttl),
       so a cache stores one new entry per request (its memory under churn)
+  loadgen get --url URL [--host NAME] [--timeout 2m] [--json]
+      one GET, the body read to its end: when the first body byte and the
+      last arrived (wall clock and since the request) and MB/s (10^6 B/s)
 
 Several --base URLs (herd, uniform): each request goes to the next one in turn,
 round robin, like a Service over replicas; results are then broken down by base.
@@ -71,6 +74,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return uniform(ctx, args[1:], stdout, stderr)
 	case "flood":
 		return flood(ctx, args[1:], stdout, stderr)
+	case "get":
+		return get(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -283,4 +288,40 @@ func flood(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return runAndReport(ctx, cfg, "flood", c.json, stdout, stderr)
+}
+
+func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen get", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "", "URL to fetch (loopback only)")
+	host := fs.String("host", "", "Host header (default: the URL's host)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the request, body included")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object on stdout (the text goes to stderr)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *url == "":
+		return errors.New("--url: required")
+	case *timeout <= 0:
+		return errors.New("--timeout: must be > 0")
+	case *host != "" && !validHost(*host):
+		return fmt.Errorf("--host: %q is not a host[:port]", *host)
+	}
+	tr := NewTransport(1)
+	defer tr.CloseIdleConnections()
+	g, err := FetchOne(ctx, NewClient(tr, *timeout), *url, *host)
+	if err != nil {
+		return err
+	}
+	text := stdout
+	if *asJSON {
+		text = stderr
+	}
+	fmt.Fprintf(text, "get           %s: %d, X-Cache %s, %d bytes\n", g.URL, g.Status, g.XCache, g.Bytes)
+	fmt.Fprintf(text, "first byte    %.3fs, last %.3fs, %.0f MB/s (body alone %.0f MB/s)\n", g.FirstByteS, g.TotalS, g.MBPerS, g.BodyMBPerS)
+	if !*asJSON {
+		return nil
+	}
+	return json.NewEncoder(stdout).Encode(g)
 }

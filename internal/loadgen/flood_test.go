@@ -97,3 +97,46 @@ func TestFloodRunAsksForANewKeyEveryRequest(t *testing.T) {
 		t.Errorf("keys = %+v: a flood has no fixed key space to count", res.Keys)
 	}
 }
+
+func TestFetchOneTimesTheFirstAndLastBodyByte(t *testing.T) {
+	const size = 3<<20 + 5
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Cache", "miss")
+		w.Header().Set("Content-Length", "3145733")
+		_, _ = w.Write([]byte("x"))
+		_ = http.NewResponseController(w).Flush()
+		_, _ = w.Write(make([]byte, size-1))
+	}))
+	t.Cleanup(srv.Close)
+	tr := NewTransport(1)
+	defer tr.CloseIdleConnections()
+	g, err := FetchOne(context.Background(), NewClient(tr, 10*time.Second), srv.URL+"/big", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Status != 200 || g.XCache != "MISS" || g.Bytes != size {
+		t.Errorf("got %d, X-Cache %q, %d bytes: want 200, MISS, %d", g.Status, g.XCache, g.Bytes, size)
+	}
+	if g.FirstByteUnixNano == 0 || !(g.StartedUnixNano <= g.HeadersUnixNano && g.HeadersUnixNano <= g.FirstByteUnixNano && g.FirstByteUnixNano <= g.DoneUnixNano) {
+		t.Errorf("times missing or out of order: %+v", g)
+	}
+	if g.MBPerS <= 0 || g.TotalS <= 0 || g.FirstByteS > g.TotalS {
+		t.Errorf("rates: %+v", g)
+	}
+	if _, err := FetchOne(context.Background(), NewClient(tr, time.Second), "http://10.0.0.1/", ""); err == nil || !strings.Contains(err.Error(), "--url") {
+		t.Errorf("a URL off loopback: %v, want an error naming --url", err)
+	}
+}
+
+func TestFetchOneReportsATruncatedBody(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		_, _ = w.Write([]byte("short"))
+	}))
+	t.Cleanup(srv.Close)
+	tr := NewTransport(1)
+	defer tr.CloseIdleConnections()
+	if g, err := FetchOne(context.Background(), NewClient(tr, 10*time.Second), srv.URL, ""); err == nil {
+		t.Errorf("a body cut short after 5 of 1000 bytes gave %+v, want an error", g)
+	}
+}
