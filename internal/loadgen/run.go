@@ -330,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.finish(elapsed)
 	if cfg.Interval > 0 {
-		res.timeline(workers, cfg.Interval, elapsed, bases != nil, samples)
+		res.timeline(workers, cfg.Interval, cfg.Duration, elapsed, bases != nil, samples)
 	}
 	return res, nil
 }

@@ -48,10 +48,13 @@ func (o *originSamples) poll(ctx context.Context, client *http.Client, statsURL 
 
 // timeline builds r.Timeline from the workers' interval tallies. The final
 // read of the origin's counter (r.Origin) closes the last interval.
-func (r *Result) timeline(workers []*workerStats, interval, elapsed time.Duration, byBase bool, samples *originSamples) {
+// elapsed may exceed the run's duration by the time the last requests took
+// to finish: the intervals cover the duration, and those answers count in
+// the last one.
+func (r *Result) timeline(workers []*workerStats, interval, duration, elapsed time.Duration, byBase bool, samples *originSamples) {
 	// A sliver of an interval at the very end (the timer's last tick and
 	// the run's end racing) is folded into the one before it.
-	n := int(math.Ceil(float64(elapsed)/float64(interval) - 0.05))
+	n := int(math.Ceil(float64(min(elapsed, duration))/float64(interval) - 0.05))
 	n = max(n, 1)
 	r.Timeline = make([]Interval, n)
 	for i := range r.Timeline {
