@@ -427,6 +427,13 @@ elif kind == "herdwhy":
         first = tl[0].get("origin_requests") if tl else None
         rest = sum(iv.get("origin_requests") or 0 for iv in tl[1:])
         print(f"| {name} | {oc} | {first if first is not None else '?'} / {rest:,} | {sc} |")
+elif kind == "fresh":
+    name, x = args[0], load(args[1])
+    if not x.get("trials"):
+        print(f"| {name} | ? | (no result) |")
+        sys.exit(0)
+    per = ", ".join(f"+{t['offset']:.2f} → {t['fresh_s']:.2f}" for t in x["trials"])
+    print(f"| {name} | {x['mean_s']:.2f} | {per} |")
 elif kind == "flood":
     # flood DIR L1_BOUND_BYTES
     d, bound = args[0], int(args[1])
@@ -741,6 +748,21 @@ fi
 # and nginx in turn, each cold, each with a fresh origin of the same flags.
 if want 3; then
   part=3
+  # How long each serves a max-age=1 response as fresh: the herd's hot
+  # keys are refreshed once per that time. A quick origin, 8 trials spread
+  # over a second.
+  step "3. Freshness of a max-age=1 response, Tiercache vs nginx"
+  start_origin fresh-origin
+  free_ports 2
+  start_sidecar fresh-sidecar "${PORTS[@]}" --upstream "$ORIGIN" --config hack/bench-herd-tier.yaml
+  start_nginx fresh-nginx "$NCPU"
+  for srv in "tiercache|$SIDECAR" "nginx|$NGINX"; do
+    IFS="|" read -r name base <<<"$srv"
+    record bin/loadgen freshness --base "$base" --trials 8 --ttl 1 --json
+    bin/loadgen freshness --base "$base" --trials 8 --ttl 1 --json >"$out/fresh-$name.json" 2> >(tee "$out/fresh-$name.txt" >&2) ||
+      { echo "loadgen freshness FAILED (see $out/fresh-$name.txt)"; echo '{}' >"$out/fresh-$name.json"; status=1; }
+  done
+  stop_all
   for rep in $(seq 1 "$REPS"); do
     for name in tiercache nginx; do
       step "3. Herd ($name, repetition $rep): cold cache, origin with 90 ms latency and 100 workers, $DURATION"
@@ -1018,6 +1040,14 @@ commands() {
     herd_files=()
     for rep in $(seq 1 "$REPS"); do herd_files+=("$out/herd-tiercache-$rep.json" "$out/herd-nginx-$rep.json"); done
     row herdwhy "${herd_files[@]}"
+    echo
+    echo "How long a response with max-age=1 is served as a HIT (loadgen freshness: 8 new keys, fetched at"
+    echo "0, 1/8, ... 7/8 of a wall-clock second, polled every 10 ms until the answer is not a HIT):"
+    echo
+    echo "| server | mean seconds as HIT | per trial (fetched at +s → HIT for s) |"
+    echo "|---|---:|---|"
+    row fresh Tiercache "$out/fresh-tiercache.json"
+    row fresh nginx "$out/fresh-nginx.json"
     commands 3
   fi
   if want 4; then

@@ -30,6 +30,10 @@ const usage = `loadgen: HTTP load against loopback servers (127.0.0.0/8, ::1, lo
   loadgen get --url URL [--host NAME] [--timeout 2m] [--json]
       one GET, the body read to its end: when the first body byte and the
       last arrived (wall clock and since the request) and MB/s (10^6 B/s)
+  loadgen freshness --base URL [--trials 8] [--ttl 1] [--poll 10ms] [--json]
+      how long a cache serves a max-age=<ttl> response as a HIT: each trial
+      fetches a new key at a different point of a wall-clock second, then
+      polls until the answer is not a HIT
 
 Several --base URLs (herd, uniform): each request goes to the next one in turn,
 round robin, like a Service over replicas; results are then broken down by base.
@@ -76,6 +80,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return flood(ctx, args[1:], stdout, stderr)
 	case "get":
 		return get(ctx, args[1:], stdout, stderr)
+	case "freshness":
+		return freshness(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -324,4 +330,48 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	return json.NewEncoder(stdout).Encode(g)
+}
+
+func freshness(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen freshness", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var fc FreshnessConfig
+	fs.StringVar(&fc.Base, "base", "", "the cache's base URL (loopback only)")
+	fs.StringVar(&fc.Prefix, "prefix", "fresh", "goes before the trial number in the path")
+	fs.IntVar(&fc.Trials, "trials", 8, "number of trials, spread over a second")
+	fs.IntVar(&fc.TTL, "ttl", 1, "max-age asked of the origin, in seconds")
+	fs.DurationVar(&fc.Poll, "poll", 10*time.Millisecond, "time between two polls of a trial")
+	fs.StringVar(&fc.Host, "host", "", "Host header (default: the URL's host)")
+	asJSON := fs.Bool("json", false, "print the trials as one JSON object on stdout (the text goes to stderr)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fc.Host != "" && !validHost(fc.Host) {
+		return fmt.Errorf("--host: %q is not a host[:port]", fc.Host)
+	}
+	tr := NewTransport(1)
+	defer tr.CloseIdleConnections()
+	trials, err := ProbeFreshness(ctx, NewClient(tr, 10*time.Second), fc)
+	if err != nil {
+		return err
+	}
+	text := stdout
+	if *asJSON {
+		text = stderr
+	}
+	var sum float64
+	for _, t := range trials {
+		sum += t.FreshS
+		fmt.Fprintf(text, "fetched at +%.2fs of a second: HIT for %.3fs, then %s\n", t.Offset, t.FreshS, t.Then)
+	}
+	mean := sum / float64(len(trials))
+	fmt.Fprintf(text, "mean          %.3fs served as HIT with max-age=%d\n", mean, fc.TTL)
+	if !*asJSON {
+		return nil
+	}
+	return json.NewEncoder(stdout).Encode(struct {
+		TTL    int              `json:"ttl"`
+		MeanS  float64          `json:"mean_s"`
+		Trials []FreshnessTrial `json:"trials"`
+	}{fc.TTL, mean, trials})
 }
