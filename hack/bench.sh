@@ -12,7 +12,8 @@
 #      `wrk -t2 -c64 --latency`; then 1 KiB with each server pinned to core 0
 #      (nginx with one worker) and wrk to core 1; req/s, p50/p99 and server
 #      CPU µs per request (/proc utime+stime: the sidecar's process, nginx's
-#      master and workers; the origin is not counted)
+#      master and workers; the origin is not counted); the sidecar with its
+#      body store (hack/bench-tier-bodystore.yaml) when the binary has one
 #   3. the herd, Tiercache (hack/bench-herd-tier.yaml) vs nginx: a slow
 #      origin (90 ms, 100 workers), a cold cache, `loadgen herd` (10,000
 #      keys, 600 concurrency); origin requests by class and slow answers by
@@ -694,6 +695,31 @@ if want 1; then
   fi
 fi
 
+# The body store (issue 12 §2): when this sidecar binary has one, the
+# sidecars of parts 2 and 8 keep bodies above 64 KiB in files on the tmpfs
+# (as nginx's cache is), each sidecar in its own directory.
+HAS_BODY_STORE=""
+if bin/tiercache-sidecar --help 2>&1 | grep -q -- --body-dir; then HAS_BODY_STORE=1; fi
+
+# body_store LABEL CONFIG CONFIG_WITH_BODY_STORE sets BODY_ARGS to the
+# sidecar flags: --config CONFIG, or, with a body store, the body store's
+# flags and --config CONFIG_WITH_BODY_STORE.
+body_store() {
+  if [[ -n "$HAS_BODY_STORE" ]]; then
+    mkdir -p "$BENCH_TMP/bodies-$1"
+    BODY_ARGS=(--body-dir "$BENCH_TMP/bodies-$1" --body-dir-size 2Gi --config "$3")
+  elif [[ -n "$2" ]]; then
+    BODY_ARGS=(--config "$2")
+  else
+    BODY_ARGS=()
+  fi
+}
+if [[ -n "$HAS_BODY_STORE" ]]; then
+  BODY_STORE_NOTE="on: --body-dir on the tmpfs, bodies above 64 KiB in files"
+else
+  BODY_STORE_NOTE="off: this sidecar binary has no --body-dir"
+fi
+
 # 2. Warm hits, Tiercache vs nginx, interleaved.
 sizes=("1 KiB:b1k:1024" "100 KiB:b100k:102400" "1 MiB:b1m:1048576")
 if want 2; then
@@ -701,7 +727,8 @@ if want 2; then
   step "2. Warm hits, Tiercache vs nginx: wrk -t2 -c64 -d$DURATION, $REPS repetitions interleaved"
   start_origin hits-origin
   free_ports 2
-  start_sidecar hits-sidecar "${PORTS[@]}" --upstream "$ORIGIN" --config hack/bench-tier.yaml
+  body_store hits-sidecar hack/bench-tier.yaml hack/bench-tier-bodystore.yaml
+  start_sidecar hits-sidecar "${PORTS[@]}" --upstream "$ORIGIN" "${BODY_ARGS[@]}"
   start_nginx hits-nginx "$(nproc)"
   servers=("tiercache|$SIDECAR|$SIDECAR_PID" "nginx|$NGINX|$NGINX_PID")
   for s in "${sizes[@]}"; do
@@ -729,7 +756,8 @@ if want 2; then
     start_origin pinned-origin
     free_ports 2
     SIDECAR_PREFIX=(taskset -c 0)
-    start_sidecar pinned-sidecar "${PORTS[@]}" --upstream "$ORIGIN" --config hack/bench-tier.yaml
+    body_store pinned-sidecar hack/bench-tier.yaml hack/bench-tier-bodystore.yaml
+    start_sidecar pinned-sidecar "${PORTS[@]}" --upstream "$ORIGIN" "${BODY_ARGS[@]}"
     SIDECAR_PREFIX=()
     start_nginx pinned-nginx 1 0
     servers=("tiercache|$SIDECAR|$SIDECAR_PID" "nginx|$NGINX|$NGINX_PID")
@@ -960,15 +988,11 @@ fi
 # has one (--body-dir); without it the body passes through uncached.
 if want 8; then
   part=8
-  large_sidecar_args=()
-  if bin/tiercache-sidecar --help 2>&1 | grep -q -- --body-dir; then
-    mkdir -p "$BENCH_TMP/bodies"
-    large_sidecar_args=(--body-dir "$BENCH_TMP/bodies" --body-dir-size 2Gi --config hack/bench-large-tier.yaml)
-  fi
-  step "8. A $LARGE_LABEL object at $RATE_LABEL from the origin: cold, then hits; Tiercache ${large_sidecar_args[*]:-(no body store in this binary: pass-through)} vs nginx"
+  body_store large-sidecar "" hack/bench-large-tier.yaml
+  step "8. A $LARGE_LABEL object at $RATE_LABEL from the origin: cold, then hits; Tiercache (body store $BODY_STORE_NOTE) vs nginx"
   start_origin large-origin
   free_ports 2
-  start_sidecar large-sidecar "${PORTS[@]}" --upstream "$ORIGIN" "${large_sidecar_args[@]}"
+  start_sidecar large-sidecar "${PORTS[@]}" --upstream "$ORIGIN" "${BODY_ARGS[@]}"
   start_nginx large-nginx "$NCPU"
   for rep in $(seq 1 "$REPS"); do
     for srv in "tiercache:$SIDECAR" "nginx:$NGINX"; do
@@ -1008,6 +1032,7 @@ commands() {
     echo "CPU is the server's user + system time over the run (/proc: the sidecar; nginx's master and workers),"
     echo "divided by the requests wrk completed; the origin is not counted. Pinned: the server on core 0 (nginx"
     echo "with 1 worker), wrk on core 1. Errors are wrk's socket errors and non-2xx answers, summed over the runs."
+    echo "Tiercache's body store: $BODY_STORE_NOTE."
     echo
     echo "| warm hit | Tiercache req/s | nginx req/s | req/s ratio | Tiercache p50 / p99 ms | nginx p50 / p99 ms | p99 ratio | Tiercache CPU µs/req | nginx CPU µs/req | CPU/req ratio | errors T / n |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -1120,11 +1145,12 @@ commands() {
     echo
     echo "Cold: a key neither server holds; \"first byte\" is the first body byte at the client and \"origin"
     echo "done\" when demo-origin finished sending (its /stats), both in seconds since the request. Hit: the"
-    echo "same URL again at once. MB/s are 10^6 bytes per second over loopback."
+    echo "same URL again at once. MB/s are 10^6 bytes per second over loopback. Tiercache's body store:"
+    echo "$BODY_STORE_NOTE (without it the object passes through uncached)."
     echo
     echo "| server | cold X-Cache | cold: first byte s | origin done s | first byte first | cold: last byte s | hit X-Cache | hit speed |"
     echo "|---|---|---:|---:|---|---:|---|---:|"
-    row large "$out" "$REPS" tiercache "Tiercache${large_sidecar_args[*]:+ (body store)}"
+    row large "$out" "$REPS" tiercache "Tiercache (body store ${BODY_STORE_NOTE%%:*})"
     row large "$out" "$REPS" nginx nginx
     commands 8
   fi
