@@ -44,11 +44,12 @@ func TestProbeFreshnessTimesHowLongAResponseStaysAHit(t *testing.T) {
 		t.Fatalf("%d trials, want 2", len(trials))
 	}
 	for i, tr := range trials {
-		if tr.FreshS < fresh.Seconds() || tr.FreshS > 1 || tr.Then != "STALE; layer=l1" {
-			t.Errorf("trial %d: %+v, want a HIT for 0.15 s to 1 s, then STALE", i, tr)
+		// Bounds wide enough for a loaded machine's late polls.
+		if tr.FreshS < fresh.Seconds() || tr.FreshS > 3 || tr.Then != "STALE; layer=l1" {
+			t.Errorf("trial %d: %+v, want a HIT for 0.15 s (up to 3 s when polls run late), then STALE", i, tr)
 		}
 		// Trial i starts at i/2 of a second (a scheduler may be late).
-		if want := float64(i) / 2; tr.Offset < want || tr.Offset > want+0.2 {
+		if want := float64(i) / 2; tr.Offset < want || tr.Offset >= want+0.45 {
 			t.Errorf("trial %d fetched at +%.3f s of a second, want about +%.1f", i, tr.Offset, want)
 		}
 	}
