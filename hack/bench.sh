@@ -423,11 +423,16 @@ elif kind == "herdwhy":
         name = path.rsplit("/", 1)[-1].removesuffix(".json")
         oc = ", ".join(f"{k} {v:,}" for k, v in sorted(o.items(), key=lambda kv: -kv[1])) or "?"
         sc = ", ".join(f"{k} {v:,}" for k, v in sorted(sl.items(), key=lambda kv: -kv[1])) or "none"
-        # Origin requests in the first second (cold misses) and after.
-        tl = x.get("timeline") or []
-        first = tl[0].get("origin_requests") if tl else None
-        rest = sum(iv.get("origin_requests") or 0 for iv in tl[1:])
-        print(f"| {name} | {oc} | {first if first is not None else '?'} / {rest:,} | {sc} |")
+        org = x.get("origin") or {}
+        answered = sum(o.values())
+        # Client fetches: answers the server fetched for (Tiercache's plain
+        # MISS, nginx's MISS and EXPIRED); the other answered origin
+        # requests no client waited for: background refreshes.
+        fetches = sum(v for k, v in x["x_cache_detail"].items() if k in ("MISS", "EXPIRED"))
+        bg = answered - fetches
+        per = f"{1000 * bg / x['responses']:.1f}" if x["responses"] else "?"
+        print(f"| {name} | {oc} | {org.get('requests', '?'):,} / {answered:,} | {org.get('max_inflight', '?'):,} "
+              f"| {fetches:,} | {bg:,} | {per} | {sc} |")
 elif kind == "fresh":
     name, x = args[0], load(args[1])
     if not x.get("trials"):
@@ -1056,12 +1061,15 @@ commands() {
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
     row herdvs "$out" "$REPS"
     echo
-    echo "Where the origin requests and the slow answers come from, run by run (origin requests by route,"
-    echo "conditional or not, and status, from demo-origin's /stats; origin requests in the first second vs"
-    echo "the rest; answers of 100 ms or more by X-Cache):"
+    echo "Where the origin requests and the slow answers come from, run by run: origin requests by route,"
+    echo "conditional or not, and status (demo-origin's /stats counts a request there once answered); arrived /"
+    echo "answered (the difference was still queued or in flight at the end); the most it held at once, queued"
+    echo "for one of its 100 slots or served; client fetches (X-Cache MISS, nginx's EXPIRED too); background"
+    echo "refreshes (answered origin requests no client waited for), also per 1,000 answers; answers of 100 ms"
+    echo "or more by X-Cache."
     echo
-    echo "| run | origin requests by class | origin requests 1st s / rest | slow answers by X-Cache |"
-    echo "|---|---|---:|---|"
+    echo "| run | origin requests by class | arrived / answered | max at the origin at once | client fetches | background | per 1,000 answers | slow answers by X-Cache |"
+    echo "|---|---|---:|---:|---:|---:|---:|---|"
     herd_files=()
     for rep in $(seq 1 "$REPS"); do herd_files+=("$out/herd-tiercache-$rep.json" "$out/herd-nginx-$rep.json"); done
     row herdwhy "${herd_files[@]}"
