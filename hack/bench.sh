@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# hack/bench.sh — what `make bench` runs. Six parts, results under
-# bench-results/<time>/ and a summary ready to paste into docs/benchmarks.md:
+# hack/bench.sh — what `make bench` runs. Eight parts, results under
+# bench-results/<time>/ and a summary ready to paste into docs/benchmarks.md.
+# nginx (Debian's package, hack/ensure-nginx.sh) is the yardstick of parts
+# 2, 3 and 8: it runs next to the sidecar in the same run, in front of the
+# same origin, the two measured in turn (Tiercache, nginx, Tiercache, nginx,
+# ... BENCH_REPS times), and the summary gives medians and every figure as a
+# ratio to nginx's.
 #
 #   1. in-process Go benchmarks of ./internal/... (go test -bench)
-#   2. HTTP throughput through the sidecar: 1 KiB, 100 KiB and 1 MiB bodies,
-#      warmed, then `loadgen fixed` (concurrency 32) for each
-#   3. the herd: a slow origin (90 ms, 100 workers), a cold sidecar, and
-#      `loadgen herd` (10,000 keys, 600 concurrency)
+#   2. warm hits, Tiercache vs nginx: 1 KiB, 100 KiB and 1 MiB bodies with
+#      `wrk -t2 -c64 --latency`; then 1 KiB with each server pinned to core 0
+#      (nginx with one worker) and wrk to core 1; req/s, p50/p99 and server
+#      CPU µs per request (/proc utime+stime: the sidecar's process, nginx's
+#      master and workers; the origin is not counted); the sidecar with its
+#      body store (hack/bench-tier-bodystore.yaml) when the binary has one
+#   3. the herd, Tiercache (hack/bench-herd-tier.yaml) vs nginx: a slow
+#      origin (90 ms, 100 workers), a cold cache, `loadgen herd` (10,000
+#      keys, 600 concurrency); origin requests by class and slow answers by
+#      X-Cache say where the tail and the origin load come from
 #   4. L2 hit vs L1 hit vs origin: one Redis; sidecar A fills 2,000 × 1 KiB
 #      keys; sidecar B (1 MiB L1, no warm start) serves uniform traffic over
 #      them, mostly from Redis; the same load on A (L1 hits) and straight at
@@ -16,16 +27,30 @@
 #   6. rolling restart: 2 replicas under steady load; replica 1 is taken out,
 #      stopped, started afresh with the same flags, and put back once ready;
 #      with warm start, without it, and without Redis (L1 only)
+#   7. memory: `loadgen flood` (a new 1 KiB key every request) into a sidecar
+#      with l1.maxSize 64Mi (hack/bench-flood-tier.yaml), its VmRSS sampled
+#      every 250 ms; target RSS <= L1 bound + 64 MiB
+#   8. a 100 MiB object the origin sends at 50 MiB/s, Tiercache vs nginx:
+#      on a cold key, does the first body byte reach the client before the
+#      origin is done; then a hit's MB/s. The sidecar gets its body store
+#      (--body-dir, hack/bench-large-tier.yaml) when the binary has one;
+#      without it the object passes through uncached
 #
-# Everything listens on free loopback ports and is stopped on exit. The load
-# generator runs on the same cores as the sidecars, Redis and the origin.
+# Everything listens on free loopback ports and is stopped on exit; nginx's
+# cache and the sidecar's body directory live in a temporary directory on
+# /dev/shm (tmpfs) when there is one, removed on exit. Unless pinned, the
+# load generator runs on the same cores as the servers and the origin.
 # Replicas are reached on their own ports, so loadgen sends one Host header
 # to all (--host), as clients of a Service do: the host is part of the key.
 #
-# Knobs: BENCH_DURATION (10s, parts 2–5), BENCHTIME (go test -benchtime,
-# 1s), BENCH_GO_TIMEOUT (3m), BENCH_PARTS (which parts, "1 2 3 4 5 6"),
-# BENCH_SKIP_GO=1 (skip part 1), BENCH_ROLL_DURATION (20s, part 6),
-# BENCH_RESULTS (bench-results).
+# Knobs: BENCH_DURATION (10s, parts 2–5), BENCH_REPS (2, parts 2, 3, 8),
+# BENCHTIME (go test -benchtime, 1s), BENCH_GO_TIMEOUT (3m), BENCH_PARTS
+# (which parts, "1 2 3 4 5 6 7 8"), BENCH_SKIP_GO=1 (skip part 1),
+# BENCH_ROLL_DURATION (20s, part 6), BENCH_FLOOD_DURATION (60s, part 7),
+# BENCH_LARGE_SIZE (104857600 bytes) and BENCH_LARGE_RATE (52428800 B/s,
+# part 8), BENCH_RESULTS (bench-results).
+#
+# A full run takes about 8 minutes on 2 cores (part 7 alone 1, part 2 3).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$TC_ROOT"
@@ -33,17 +58,41 @@ cd "$TC_ROOT"
 DURATION="${BENCH_DURATION:-10s}"
 BENCHTIME="${BENCHTIME:-1s}"
 GO_TIMEOUT="${BENCH_GO_TIMEOUT:-3m}"
-PARTS=" ${BENCH_PARTS:-1 2 3 4 5 6} "
+PARTS=" ${BENCH_PARTS:-1 2 3 4 5 6 7 8} "
 if [[ "${BENCH_SKIP_GO:-0}" == 1 ]]; then PARTS="${PARTS/ 1 / }"; fi
 ROLL_DURATION="${BENCH_ROLL_DURATION:-20s}"
+REPS="${BENCH_REPS:-2}"
+FLOOD_DURATION="${BENCH_FLOOD_DURATION:-60s}"
+LARGE_SIZE="${BENCH_LARGE_SIZE:-104857600}"
+LARGE_RATE="${BENCH_LARGE_RATE:-52428800}"
+[[ "$REPS" =~ ^[1-9][0-9]?$ ]] || tc_die "BENCH_REPS: want 1..99, got '$REPS'"
+[[ "$FLOOD_DURATION" =~ ^[1-9][0-9]*s$ ]] || tc_die "BENCH_FLOOD_DURATION: want seconds like 60s, got '$FLOOD_DURATION'"
+[[ "$LARGE_SIZE" =~ ^[1-9][0-9]*$ && "$LARGE_RATE" =~ ^[1-9][0-9]*$ ]] ||
+  tc_die "BENCH_LARGE_SIZE, BENCH_LARGE_RATE: want positive integers (bytes, bytes/s)"
+# human_bytes N prints N bytes as "<n> MiB" when a whole number of MiB.
+human_bytes() {
+  if (($1 % 1048576 == 0)); then echo "$(($1 / 1048576)) MiB"; else echo "$1 bytes"; fi
+}
+LARGE_LABEL="$(human_bytes "$LARGE_SIZE")" RATE_LABEL="$(human_bytes "$LARGE_RATE")/s"
+NCPU="$(nproc)"
+CLK_TCK="$(getconf CLK_TCK)"
+# The L1 bound of part 7 (hack/bench-flood-tier.yaml's l1.maxSize).
+FLOOD_L1_BOUND=$((64 << 20))
 READY_TIMEOUT=60
 # The Host header every replica sees (parts 4–6), like a Service's name.
 HOST=web.bench.svc
 
-tc_need_cmd go curl python3 "${MAKE:-make}"
+tc_need_cmd go curl python3 awk "${MAKE:-make}"
 
 out="${BENCH_RESULTS:-bench-results}/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
+# nginx's caches and the sidecar's body directory: tmpfs when there is one.
+if [[ -d /dev/shm && -w /dev/shm ]]; then
+  BENCH_TMP="$(mktemp -d /dev/shm/tiercache-bench.XXXXXX)"
+else
+  BENCH_TMP="$(mktemp -d "$PWD/$out/tmp.XXXXXX")"
+fi
+SIDECAR_PREFIX=() # a command the sidecar runs under (taskset -c 0 in part 2)
 declare -A part_cmds=() # part number → every measuring command, as run
 part=0
 status=0
@@ -53,6 +102,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   tc_stop "${pids[@]}"
+  rm -rf "$BENCH_TMP"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -131,9 +181,9 @@ start_sidecar() {
   local label="$1" port="$2" aport="$3"; shift 3
   local args=(--listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$aport" "$@")
   SIDECAR="http://127.0.0.1:$port" SIDECAR_ADMIN="http://127.0.0.1:$aport"
-  record bin/tiercache-sidecar "${args[@]}"
+  record "${SIDECAR_PREFIX[@]}" bin/tiercache-sidecar "${args[@]}"
   local t0=$EPOCHREALTIME
-  bin/tiercache-sidecar "${args[@]}" >>"$out/$label.log" 2>&1 &
+  "${SIDECAR_PREFIX[@]}" bin/tiercache-sidecar "${args[@]}" >>"$out/$label.log" 2>&1 &
   SIDECAR_PID=$!
   pids+=("$SIDECAR_PID")
   tc_wait_http "$SIDECAR_ADMIN/readyz" "$READY_TIMEOUT" "$SIDECAR_PID" || tc_die "sidecar $label did not become ready (see $out/$label.log)"
@@ -292,7 +342,336 @@ elif kind == "roll":
     first3 = xc([iv for g in secs[:3] for iv in g])
     print(f"| {label} | {ready} s | {loaded} | {rate(before)} | {rate(during)} | {per_s} "
           f"| {mix(first3, 4)} | {' '.join(l1share(g) for g in secs)} | {r['errors']} |")
+elif kind == "hits":
+    # hits LABEL PREFIX REPS HZ: wrk runs $PREFIX-{tiercache,nginx}-{1..REPS}
+    import re, statistics
+    label, prefix, reps, hz = args[0], args[1], int(args[2]), int(args[3])
+    def unit(v, u):
+        return float(v) * {"us": 1e-3, "ms": 1, "s": 1e3, "m": 6e4}[u]
+    def wrk(name):
+        text = open(f"{name}.wrk").read()
+        ticks = int(open(f"{name}.ticks").read())
+        n = int(re.search(r"(\d+) requests in", text).group(1))
+        rps = float(re.search(r"Requests/sec:\s*([\d.]+)", text).group(1))
+        lat = {q: unit(v, u) for q, v, u in re.findall(r"^\s*(50|99)%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M)}
+        errs = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", text))
+        non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+        errs += int(non2xx.group(1)) if non2xx else 0
+        return {"rps": rps, "p50": lat.get("50"), "p99": lat.get("99"), "cpu": ticks * 1e6 / hz / n, "errors": errs}
+    def med(server):
+        runs = []
+        for i in range(1, reps + 1):
+            try:
+                runs.append(wrk(f"{prefix}-{server}-{i}"))
+            except (OSError, AttributeError, ValueError):
+                pass
+        if not runs:
+            return None
+        return {k: statistics.median(r[k] for r in runs) if k != "errors" else sum(r[k] for r in runs)
+                for k in runs[0]}
+    t, n = med("tiercache"), med("nginx")
+    if not t or not n:
+        print(f"| {label} | (missing runs) |||||||||")
+        sys.exit(0)
+    r = lambda a, b: f"{a / b:.2f}×" if b else "?"
+    print(f"| {label} | {t['rps']:,.0f} | {n['rps']:,.0f} | **{r(t['rps'], n['rps'])}** "
+          f"| {t['p50']:.2f} / {t['p99']:.2f} | {n['p50']:.2f} / {n['p99']:.2f} | {r(t['p99'], n['p99'])} "
+          f"| {t['cpu']:.1f} | {n['cpu']:.1f} | **{r(t['cpu'], n['cpu'])}** | {t['errors']:.0f} / {n['errors']:.0f} |")
+elif kind == "herdvs":
+    # herdvs DIR REPS: loadgen herd results herd-{tiercache,nginx}-{1..REPS}.json
+    import statistics
+    d, reps = args[0], int(args[1])
+    def runs(server):
+        out = []
+        for i in range(1, reps + 1):
+            try:
+                out.append(load(f"{d}/herd-{server}-{i}.json"))
+            except OSError:
+                pass
+        return out
+    def med(rs, f):
+        return statistics.median(f(x) for x in rs) if rs else float("nan")
+    def slow(x):
+        return sum(x.get("slow_x_cache", {}).values())
+    cols = {
+        "rps": lambda x: x["qps"], "cache": lambda x: 100 * x["hit_rate"],
+        "origin": lambda x: (x.get("origin") or {}).get("requests", float("nan")),
+        "errors": lambda x: x["errors"], "p50": lambda x: x["latency_ms"]["p50"],
+        "p99": lambda x: x["latency_ms"]["p99"], "slow": slow,
+    }
+    res = {}
+    for server, name in (("tiercache", "Tiercache"), ("nginx", "nginx")):
+        rs = runs(server)
+        res[server] = {k: med(rs, f) for k, f in cols.items()}
+        m = res[server]
+        xc = {}
+        for x in rs:
+            for k, v in x["x_cache"].items():
+                xc[k] = xc.get(k, 0) + v
+        print(f"| {name} | {m['rps']:,.0f} | {m['cache']:.1f}% | {m['origin']:,.0f} | {m['errors']:.0f} "
+              f"| {m['p50']:.1f} | {m['p99']:.1f} | {m['slow']:,.0f} | {mix(xc, 5)} |")
+    t, n = res["tiercache"], res["nginx"]
+    r = lambda k: f"{t[k] / n[k]:.2f}×" if n[k] else "-"
+    print(f"| **ratio** | **{r('rps')}** | {t['cache'] - n['cache']:+.1f} pts | {r('origin')} | "
+          f"| {r('p50')} | **{r('p99')}** | {r('slow')} | |")
+elif kind == "herdwhy":
+    # herdwhy FILE...: where the origin requests and the slow answers came from
+    for path in args:
+        x = load(path)
+        o = (x.get("origin") or {}).get("by_class") or {}
+        sl = x.get("slow_x_cache") or {}
+        name = path.rsplit("/", 1)[-1].removesuffix(".json")
+        oc = ", ".join(f"{k} {v:,}" for k, v in sorted(o.items(), key=lambda kv: -kv[1])) or "?"
+        sc = ", ".join(f"{k} {v:,}" for k, v in sorted(sl.items(), key=lambda kv: -kv[1])) or "none"
+        org = x.get("origin") or {}
+        answered = sum(o.values())
+        # Client fetches: answers the server fetched for (Tiercache's plain
+        # MISS, nginx's MISS and EXPIRED); the other answered origin
+        # requests no client waited for: background refreshes.
+        fetches = sum(v for k, v in x["x_cache_detail"].items() if k in ("MISS", "EXPIRED"))
+        bg = answered - fetches
+        per = f"{1000 * bg / x['responses']:.1f}" if x["responses"] else "?"
+        print(f"| {name} | {oc} | {org.get('requests', '?'):,} / {answered:,} | {org.get('max_inflight', '?'):,} "
+              f"| {fetches:,} | {bg:,} | {per} | {sc} |")
+elif kind == "fresh":
+    name, x = args[0], load(args[1])
+    if not x.get("trials"):
+        print(f"| {name} | ? | (no result) |")
+        sys.exit(0)
+    per = ", ".join(f"+{t['offset']:.2f} → {t['fresh_s']:.2f}" for t in x["trials"])
+    print(f"| {name} | {x['mean_s']:.2f} | {per} |")
+elif kind == "flood":
+    # flood DIR L1_BOUND_BYTES
+    d, bound = args[0], int(args[1])
+    samples = [int(l.split()[1]) * 1024 for l in open(f"{d}/flood-samples.rss") if l.strip()]
+    base = [int(l.split()[1]) * 1024 for l in open(f"{d}/flood-baseline.rss") if l.strip()]
+    end = dict(l.split(":", 1) for l in open(f"{d}/flood-end.status") if ":" in l)
+    hwm = int(end.get("VmHWM", "0 kB").split()[0]) * 1024
+    m = dict(l.split() for l in open(f"{d}/flood-metrics") if l.strip())
+    entries, l1bytes, evictions = float(m["entries"]), float(m["bytes"]), float(m["evictions"])
+    r = load(f"{d}/flood.json")
+    peak = max(samples + [hwm]) if samples or hwm else 0
+    mib = lambda b: f"{b / 2**20:,.1f} MiB"
+    over = peak - bound
+    per = f"{over / entries:,.0f} B" if entries else "?"
+    ok = "yes" if peak <= bound + 64 * 2**20 else "**no**"
+    print(f"| {mib(bound)} | {r['requests']:,} ({r['qps']:,.0f}/s, {r['errors']} errors) | {mib(base[0]) if base else '?'} "
+          f"| {mib(max(samples)) if samples else '?'} | {mib(hwm)} | {entries:,.0f} ({mib(l1bytes)}) | {evictions:,.0f} "
+          f"| {mib(over)} | {per} | {ok} |")
+elif kind == "large":
+    # large DIR REPS SERVER NAME
+    import statistics
+    d, reps, server, name = args[0], int(args[1]), args[2], args[3]
+    cold, hit, done = [], [], []
+    for i in range(1, reps + 1):
+        try:
+            c, h = load(f"{d}/large-{server}-{i}-cold.json"), load(f"{d}/large-{server}-{i}-hit.json")
+            o = load(f"{d}/large-{server}-{i}-cold.origin")
+        except (OSError, ValueError):
+            continue
+        if not c or not h:
+            continue
+        cold.append(c)
+        hit.append(h)
+        pd = o.get("paced_done_unix_ns") or 0
+        done.append((pd - c["started_unix_ns"]) / 1e9 if pd else float("nan"))
+    if not cold:
+        print(f"| {name} | (no runs) ||||||")
+        sys.exit(0)
+    med = statistics.median
+    fb = med(c["first_byte_s"] for c in cold)
+    od = med(done)
+    before = all(c["first_byte_unix_ns"] and (c["first_byte_s"] < dd) for c, dd in zip(cold, done))
+    xcold = "/".join(sorted({c["x_cache"] for c in cold}))
+    xhit = "/".join(sorted({h["x_cache"] for h in hit}))
+    mbps = med(h["mb_per_s"] for h in hit)
+    print(f"| {name} | {xcold} | {fb:.3f} | {od:.3f} | {'yes' if before else '**no**'} | {med(c['total_s'] for c in cold):.2f} "
+          f"| {xhit} | {mbps:,.0f} MB/s ({mbps / 1000:.2f} GB/s) |")
 PY
+}
+
+# --- nginx, the yardstick (parts 2, 3, 8) ---------------------------------
+
+# nginx_conf DIR WORKERS PORT ORIGIN_HOSTPORT CACHE_DIR prints the config of
+# a benchmark nginx: everything it writes stays under DIR and CACHE_DIR.
+# Chosen for a fair fight with the sidecar (issue 12):
+# - the cache on a tmpfs (CACHE_DIR is under /dev/shm when there is one),
+#   hits sent with sendfile; tcp_nopush off (on, it holds 100 KiB hits back
+#   by about 40 ms each over loopback);
+# - keep-alive to the origin (upstream keepalive, HTTP/1.1, no
+#   "Connection: close"), and to clients without nginx's default cap of
+#   1,000 requests per connection (the sidecar has none);
+# - one worker per core (WORKERS), no access log;
+# - the herd: one fetch per key (proxy_cache_lock), stale answers while it
+#   refreshes in the background (use_stale updating + background_update;
+#   nginx honours the origin's stale-while-revalidate too), 200 and 404
+#   without caching headers kept 1 s (the sidecar's negativeTTL: 1s). The
+#   lock's timeout and age are 10 s, the sidecar's coalescing.timeout: a
+#   waiter fetches for itself after that long on both;
+# - keys_zone of 64 MiB (about 500,000 keys; 8,000 per MiB) and max_size
+#   8 GiB: nothing the benchmark stores is evicted.
+# Responses that are cached are written whole to the cache whatever their
+# size (proxy_max_temp_file_size does not apply to them), so the 100 MiB
+# object of part 8 is cached with the defaults; use_temp_path=off writes
+# it straight into the cache directory.
+nginx_conf() {
+  local dir="$1" workers="$2" port="$3" origin="$4" cache="$5"
+  # Run as root, nginx would start its workers as "nobody", who could not
+  # write the cache and temp directories this script (root) made: keep
+  # them root. Not root, the workers run as the user anyway.
+  if [[ "$(id -u)" == 0 ]]; then echo "user root;"; fi
+  cat <<EOF
+worker_processes $workers;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events {
+  worker_connections 4096;
+}
+http {
+  access_log off;
+  default_type application/octet-stream;
+  sendfile on;
+  tcp_nopush off;
+  tcp_nodelay on;
+  keepalive_requests 1000000;
+  keepalive_timeout 75s;
+  client_body_temp_path $dir/client_body;
+  proxy_temp_path $dir/proxy_temp;
+  fastcgi_temp_path $dir/fastcgi_temp;
+  uwsgi_temp_path $dir/uwsgi_temp;
+  scgi_temp_path $dir/scgi_temp;
+  proxy_cache_path $cache levels=1:2 keys_zone=bench:64m max_size=8g inactive=1h use_temp_path=off;
+  upstream origin {
+    server $origin;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:$port backlog=4096;
+    location = /nginx-ready {
+      return 200 "ready\n";
+    }
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_cache bench;
+      proxy_cache_lock on;
+      proxy_cache_lock_timeout 10s;
+      proxy_cache_lock_age 10s;
+      proxy_cache_use_stale updating error timeout;
+      proxy_cache_background_update on;
+      proxy_cache_valid 200 404 1s;
+      add_header X-Cache \$upstream_cache_status always;
+    }
+  }
+}
+EOF
+}
+
+# start_nginx LABEL WORKERS [CPU] starts nginx (pinned to CPU when given)
+# in front of ORIGIN with an empty cache on a free port, waits until it
+# answers, and sets NGINX (its URL) and NGINX_PID (its master). Config, pid
+# and error log in $out/nginx/LABEL/, stdout and stderr in $out/LABEL.log.
+start_nginx() {
+  local label="$1" workers="$2" cpu="${3:-}"
+  local dir="$PWD/$out/nginx/$label" cache
+  mkdir -p "$dir"/{client_body,proxy_temp,fastcgi_temp,uwsgi_temp,scgi_temp}
+  cache="$(mktemp -d "$BENCH_TMP/nginx-cache-$label.XXXXXX")"
+  free_ports 1
+  NGINX="http://127.0.0.1:${PORTS[0]}"
+  nginx_conf "$dir" "$workers" "${PORTS[0]}" "${ORIGIN#http://}" "$cache" >"$dir/nginx.conf"
+  local cmd=("$NGINX_BIN" -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log")
+  if [[ -n "$cpu" ]]; then cmd=(taskset -c "$cpu" "${cmd[@]}"); fi
+  record "${cmd[@]}"
+  "${cmd[@]}" >"$out/$label.log" 2>&1 &
+  NGINX_PID=$!
+  pids+=("$NGINX_PID")
+  tc_wait_http "$NGINX/nginx-ready" "$READY_TIMEOUT" "$NGINX_PID" ||
+    tc_die "nginx did not come up (see $out/$label.log and $dir/error.log)"
+}
+
+# warm URL... requests each URL, then again, and says whether the second
+# answer was a HIT.
+warm() {
+  local url x
+  for url in "$@"; do
+    curl -s -o /dev/null --max-time 60 "$url" || tc_die "warming $url failed"
+    x="$(x_cache "$url")"
+    echo "warmed $url: X-Cache ${x:-none} on the second request"
+    [[ "$x" == HIT ]] || echo "warning: $url is not served as a HIT after warming"
+  done
+}
+
+# proc_ticks PID... prints the CPU time (user + system, in clock ticks) the
+# processes have used, summed; processes that are gone count 0.
+proc_ticks() {
+  local p line a s=0
+  for p in "$@"; do
+    if read -r line <"/proc/$p/stat" 2>/dev/null; then
+      read -ra a <<<"${line##*) }" # fields from the 3rd on: utime is the 14th, stime the 15th
+      s=$((s + a[11] + a[12]))
+    fi
+  done
+  echo "$s"
+}
+
+# server_pids NAME PID prints the processes whose CPU counts as the
+# server's: the sidecar itself, or nginx's master and its children
+# (workers, cache manager and loader).
+server_pids() {
+  echo "$2"
+  if [[ "$1" == nginx ]]; then pgrep -P "$2" || true; fi
+}
+
+# wrk_run NAME URL SERVER PID [PREFIX...] runs wrk (-t2 -c64, $DURATION,
+# with latency percentiles) against URL, under PREFIX (e.g. taskset -c 1),
+# and keeps its output in $out/NAME.wrk and the server's CPU ticks over the
+# run in $out/NAME.ticks.
+wrk_run() {
+  local name="$1" url="$2" server="$3" pid="$4"; shift 4
+  local procs t0 t1
+  mapfile -t procs < <(server_pids "$server" "$pid")
+  t0="$(proc_ticks "${procs[@]}")"
+  record "$@" wrk -t2 -c64 -d"$DURATION" --latency "$url"
+  if ! "$@" "$WRK_BIN" -t2 -c64 -d"$DURATION" --latency "$url" >"$out/$name.wrk" 2>&1; then
+    echo "wrk FAILED (see $out/$name.wrk)"
+    status=1
+  fi
+  t1="$(proc_ticks "${procs[@]}")"
+  echo "$((t1 - t0))" >"$out/$name.ticks"
+  wrk_line "$name"
+}
+
+# wrk_line NAME prints one line about the wrk run NAME.
+wrk_line() {
+  python3 - "$out/$1.wrk" "$out/$1.ticks" "$CLK_TCK" "$1" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+ticks, hz, name = int(open(sys.argv[2]).read()), int(sys.argv[3]), sys.argv[4]
+m = re.search(r"(\d+) requests in", text)
+rps = re.search(r"Requests/sec:\s*([\d.]+)", text)
+n = int(m.group(1)) if m else 0
+cpu = f"{ticks * 1e6 / hz / n:.1f}" if n else "?"
+print(f"{name}: {rps.group(1) if rps else '?'} req/s, {n} requests, server CPU {cpu} µs/request")
+PY
+}
+
+# rss_sample PID prints "<unix time> <VmRSS in kB>" for PID.
+rss_sample() {
+  awk -v t="$EPOCHREALTIME" '/^VmRSS:/ { print t, $2 }' "/proc/$1/status" 2>/dev/null || true
+}
+
+# get_one NAME URL fetches URL once with loadgen get, the JSON in
+# $out/NAME.json (shown as text).
+get_one() {
+  local name="$1" url="$2"
+  record bin/loadgen get --url "$url" --json
+  if ! bin/loadgen get --url "$url" --json >"$out/$name.json" 2> >(tee "$out/$name.txt" >&2); then
+    echo "loadgen get FAILED (see $out/$name.txt)"
+    echo '{}' >"$out/$name.json"
+    status=1
+  fi
 }
 
 step "Building"
@@ -300,6 +679,13 @@ step "Building"
 [[ -x bin/tiercache-sidecar ]] || tc_die "bin/tiercache-sidecar was not built (is cmd/sidecar there?)"
 if want 4 || want 5 || want 6; then
   REDIS_SERVER="$(bash hack/ensure-redis.sh)"
+fi
+if want 2 || want 3 || want 8; then
+  { read -r NGINX_BIN; read -r WRK_BIN; } < <(bash hack/ensure-nginx.sh)
+  [[ -x "$NGINX_BIN" && -x "$WRK_BIN" ]] || tc_die "hack/ensure-nginx.sh did not give nginx and wrk"
+  echo "nginx: $("$NGINX_BIN" -v 2>&1), wrk: $WRK_BIN"
+  if want 2; then tc_need_cmd taskset; fi
+  tc_need_cmd pgrep
 fi
 
 # 1. In-process benchmarks.
@@ -314,38 +700,119 @@ if want 1; then
   fi
 fi
 
-# 2. HTTP throughput through a warm cache.
+# The body store (issue 12 §2): when this sidecar binary has one, the
+# sidecars of parts 2 and 8 keep bodies above 64 KiB in files on the tmpfs
+# (as nginx's cache is), each sidecar in its own directory.
+HAS_BODY_STORE=""
+if bin/tiercache-sidecar --help 2>&1 | grep -q -- --body-dir; then HAS_BODY_STORE=1; fi
+
+# body_store LABEL CONFIG CONFIG_WITH_BODY_STORE sets BODY_ARGS to the
+# sidecar flags: --config CONFIG, or, with a body store, the body store's
+# flags and --config CONFIG_WITH_BODY_STORE.
+body_store() {
+  if [[ -n "$HAS_BODY_STORE" ]]; then
+    mkdir -p "$BENCH_TMP/bodies-$1"
+    BODY_ARGS=(--body-dir "$BENCH_TMP/bodies-$1" --body-dir-size 2Gi --config "$3")
+  elif [[ -n "$2" ]]; then
+    BODY_ARGS=(--config "$2")
+  else
+    BODY_ARGS=()
+  fi
+}
+if [[ -n "$HAS_BODY_STORE" ]]; then
+  BODY_STORE_NOTE="on: --body-dir on the tmpfs, bodies above 64 KiB in files"
+else
+  BODY_STORE_NOTE="off: this sidecar binary has no --body-dir"
+fi
+
+# 2. Warm hits, Tiercache vs nginx, interleaved.
 sizes=("1 KiB:b1k:1024" "100 KiB:b100k:102400" "1 MiB:b1m:1048576")
 if want 2; then
   part=2
-  step "2. HTTP throughput, warm cache, concurrency 32, $DURATION per size"
-  start_origin throughput-origin
+  step "2. Warm hits, Tiercache vs nginx: wrk -t2 -c64 -d$DURATION, $REPS repetitions interleaved"
+  start_origin hits-origin
   free_ports 2
-  start_sidecar throughput-sidecar "${PORTS[@]}" --upstream "$ORIGIN" --config hack/bench-tier.yaml
+  body_store hits-sidecar hack/bench-tier.yaml hack/bench-tier-bodystore.yaml
+  start_sidecar hits-sidecar "${PORTS[@]}" --upstream "$ORIGIN" "${BODY_ARGS[@]}"
+  start_nginx hits-nginx "$(nproc)"
+  servers=("tiercache|$SIDECAR|$SIDECAR_PID" "nginx|$NGINX|$NGINX_PID")
   for s in "${sizes[@]}"; do
     IFS=: read -r label key bytes <<<"$s"
-    url="$SIDECAR/bytes/$key?size=$bytes&ttl=3600"
-    curl -s -o /dev/null --max-time 30 "$url" || tc_die "warming $url failed"
-    x="$(x_cache "$url")"
-    echo "warmed $url: X-Cache ${x:-none} on the second request"
-    [[ "$x" == HIT ]] || echo "warning: $label is not served as a HIT after warming"
+    warm "$SIDECAR/bytes/$key?size=$bytes&ttl=3600" "$NGINX/bytes/$key?size=$bytes&ttl=3600"
   done
-  for s in "${sizes[@]}"; do
-    IFS=: read -r label key bytes <<<"$s"
-    loadgen "fixed-$key" fixed --url "$SIDECAR/bytes/$key?size=$bytes&ttl=3600" --concurrency 32 --duration "$DURATION"
+  for rep in $(seq 1 "$REPS"); do
+    for s in "${sizes[@]}"; do
+      IFS=: read -r label key bytes <<<"$s"
+      for srv in "${servers[@]}"; do
+        IFS="|" read -r name base pid <<<"$srv"
+        wrk_run "hits-$key-$name-$rep" "$base/bytes/$key?size=$bytes&ttl=3600" "$name" "$pid"
+      done
+    done
   done
   stop_all
+
+  # The same 1 KiB hit with the server pinned to core 0 and wrk to core 1
+  # (nginx with one worker). The origin is not pinned: warm hits never
+  # reach it.
+  step "2. Warm 1 KiB hits, server pinned to core 0, wrk to core 1, $REPS repetitions interleaved"
+  if ((NCPU < 2)); then
+    echo "skipped: pinning needs 2 cores, this machine has $NCPU"
+  else
+    start_origin pinned-origin
+    free_ports 2
+    SIDECAR_PREFIX=(taskset -c 0)
+    body_store pinned-sidecar hack/bench-tier.yaml hack/bench-tier-bodystore.yaml
+    start_sidecar pinned-sidecar "${PORTS[@]}" --upstream "$ORIGIN" "${BODY_ARGS[@]}"
+    SIDECAR_PREFIX=()
+    start_nginx pinned-nginx 1 0
+    servers=("tiercache|$SIDECAR|$SIDECAR_PID" "nginx|$NGINX|$NGINX_PID")
+    warm "$SIDECAR/bytes/b1k?size=1024&ttl=3600" "$NGINX/bytes/b1k?size=1024&ttl=3600"
+    for rep in $(seq 1 "$REPS"); do
+      for srv in "${servers[@]}"; do
+        IFS="|" read -r name base pid <<<"$srv"
+        wrk_run "pinned-b1k-$name-$rep" "$base/bytes/b1k?size=1024&ttl=3600" "$name" "$pid" taskset -c 1
+      done
+    done
+    stop_all
+  fi
 fi
 
-# 3. The herd: a cold cache in front of a slow, narrow origin.
+# 3. The herd: a cold cache in front of a slow, narrow origin, Tiercache
+# and nginx in turn, each cold, each with a fresh origin of the same flags.
 if want 3; then
   part=3
-  step "3. Herd: cold sidecar, origin with 90 ms latency and 100 workers, $DURATION"
-  start_origin herd-origin --latency 90ms --max-concurrency 100
+  # How long each serves a max-age=1 response as fresh: the herd's hot
+  # keys are refreshed once per that time. A quick origin, 8 trials spread
+  # over a second.
+  step "3. Freshness of a max-age=1 response, Tiercache vs nginx"
+  start_origin fresh-origin
   free_ports 2
-  start_sidecar herd-sidecar "${PORTS[@]}" --upstream "$ORIGIN"
-  loadgen herd herd --base "$SIDECAR" --keys 10000 --concurrency 600 --duration "$DURATION" --origin-stats "$ORIGIN/stats"
+  start_sidecar fresh-sidecar "${PORTS[@]}" --upstream "$ORIGIN" --config hack/bench-herd-tier.yaml
+  start_nginx fresh-nginx "$NCPU"
+  for srv in "tiercache|$SIDECAR" "nginx|$NGINX"; do
+    IFS="|" read -r name base <<<"$srv"
+    record bin/loadgen freshness --base "$base" --trials 8 --ttl 1 --json
+    bin/loadgen freshness --base "$base" --trials 8 --ttl 1 --json >"$out/fresh-$name.json" 2> >(tee "$out/fresh-$name.txt" >&2) ||
+      { echo "loadgen freshness FAILED (see $out/fresh-$name.txt)"; echo '{}' >"$out/fresh-$name.json"; status=1; }
+  done
   stop_all
+  for rep in $(seq 1 "$REPS"); do
+    for name in tiercache nginx; do
+      step "3. Herd ($name, repetition $rep): cold cache, origin with 90 ms latency and 100 workers, $DURATION"
+      start_origin "herd-$name-$rep-origin" --latency 90ms --max-concurrency 100
+      if [[ "$name" == tiercache ]]; then
+        free_ports 2
+        start_sidecar "herd-$name-$rep-sidecar" "${PORTS[@]}" --upstream "$ORIGIN" --config hack/bench-herd-tier.yaml
+        base="$SIDECAR"
+      else
+        start_nginx "herd-$name-$rep-nginx" "$NCPU"
+        base="$NGINX"
+      fi
+      loadgen "herd-$name-$rep" herd --base "$base" --keys 10000 --concurrency 600 --duration "$DURATION" \
+        --origin-stats "$ORIGIN/stats" --interval 1s
+      stop_all
+    done
+  done
 fi
 
 # 4. Where a hit comes from: L2 (Redis) vs L1 vs no cache at all.
@@ -482,6 +949,69 @@ if want 6; then
   done
 fi
 
+# 7. Memory under a flood of distinct URLs.
+if want 7; then
+  part=7
+  step "7. Memory: a flood of distinct 1 KiB URLs into a sidecar with l1.maxSize 64Mi, $FLOOD_DURATION"
+  start_origin flood-origin
+  free_ports 2
+  start_sidecar flood-sidecar "${PORTS[@]}" --upstream "$ORIGIN" --config hack/bench-flood-tier.yaml
+  # Baseline: a few samples after start, before any load.
+  rss_sample "$SIDECAR_PID" >"$out/flood-baseline.rss"
+  record bin/loadgen flood --base "$SIDECAR" --concurrency 64 --duration "$FLOOD_DURATION" --json
+  bin/loadgen flood --base "$SIDECAR" --concurrency 64 --duration "$FLOOD_DURATION" --json \
+    >"$out/flood.json" 2>"$out/flood.txt" &
+  lg=$!
+  pids+=("$lg")
+  # VmRSS every 250 ms while the flood runs (bounded by its duration and a
+  # deadline of twice that plus a minute).
+  deadline=$((SECONDS + 2 * ${FLOOD_DURATION%s} + 60))
+  : >"$out/flood-samples.rss"
+  while kill -0 "$lg" 2>/dev/null && ((SECONDS < deadline)); do
+    rss_sample "$SIDECAR_PID" >>"$out/flood-samples.rss"
+    sleep 0.25
+  done
+  if ! wait "$lg"; then
+    echo "loadgen FAILED (see $out/flood.txt)"
+    status=1
+  fi
+  forget "$lg"
+  cat "$out/flood.txt"
+  grep -E '^Vm(HWM|RSS):' "/proc/$SIDECAR_PID/status" >"$out/flood-end.status" || true
+  {
+    echo "entries $(metric "$SIDECAR_ADMIN" tiercache_l1_entries)"
+    echo "bytes $(metric "$SIDECAR_ADMIN" tiercache_l1_bytes)"
+    echo "evictions $(metric "$SIDECAR_ADMIN" tiercache_l1_evictions_total)"
+  } >"$out/flood-metrics"
+  cat "$out/flood-end.status" "$out/flood-metrics"
+  stop_all
+fi
+
+# 8. A 100 MiB object sent slowly by the origin: does its first byte reach
+# the client before the origin is done (cold), and how fast does a hit
+# stream? Tiercache keeps such a body in its body store when the binary
+# has one (--body-dir); without it the body passes through uncached.
+if want 8; then
+  part=8
+  body_store large-sidecar "" hack/bench-large-tier.yaml
+  step "8. A $LARGE_LABEL object at $RATE_LABEL from the origin: cold, then hits; Tiercache (body store $BODY_STORE_NOTE) vs nginx"
+  start_origin large-origin
+  free_ports 2
+  start_sidecar large-sidecar "${PORTS[@]}" --upstream "$ORIGIN" "${BODY_ARGS[@]}"
+  start_nginx large-nginx "$NCPU"
+  for rep in $(seq 1 "$REPS"); do
+    for srv in "tiercache:$SIDECAR" "nginx:$NGINX"; do
+      name="${srv%%:*}" base="${srv#*:}"
+      url="$base/bytes/large$rep?size=$LARGE_SIZE&ttl=3600&rate=$LARGE_RATE"
+      curl -s -o /dev/null -X POST --max-time 5 "$ORIGIN/stats/reset"
+      get_one "large-$name-$rep-cold" "$url"
+      curl -s --max-time 5 "$ORIGIN/stats" >"$out/large-$name-$rep-cold.origin"
+      get_one "large-$name-$rep-hit" "$url"
+    done
+  done
+  stop_all
+fi
+
 # Summary.
 cpu="$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)"
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -498,26 +1028,59 @@ commands() {
   echo "## Benchmarks $(date -u +%Y-%m-%d) at $commit"
   echo
   echo "Machine: $(nproc) cores, ${cpu:-unknown CPU}, $(go version | awk '{print $3, $4}'), $(uname -sr)."
-  echo "The load generator, the sidecars, Redis and the origin share these cores."
+  echo "The load generator, the sidecars, nginx, Redis and the origin share these cores (unless pinned)."
   if want 2; then
     echo
-    echo "### HTTP throughput, warm cache (loadgen fixed, concurrency 32, $DURATION)"
+    echo "### Warm hits, Tiercache vs nginx (wrk -t2 -c64 -d$DURATION --latency, medians of $REPS interleaved runs)"
     echo
-    echo "| body | req/s | p50 ms | p99 ms | served from cache | errors |"
-    echo "|---|---:|---:|---:|---:|---:|"
+    echo "Ratios are Tiercache / nginx: req/s above 1 and p99 or CPU per request below 1 favour Tiercache."
+    echo "CPU is the server's user + system time over the run (/proc: the sidecar; nginx's master and workers),"
+    echo "divided by the requests wrk completed; the origin is not counted. Pinned: the server on core 0 (nginx"
+    echo "with 1 worker), wrk on core 1. Errors are wrk's socket errors and non-2xx answers, summed over the runs."
+    echo "Tiercache's body store: $BODY_STORE_NOTE."
+    echo
+    echo "| warm hit | Tiercache req/s | nginx req/s | req/s ratio | Tiercache p50 / p99 ms | nginx p50 / p99 ms | p99 ratio | Tiercache CPU µs/req | nginx CPU µs/req | CPU/req ratio | errors T / n |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for s in "${sizes[@]}"; do
       IFS=: read -r label key bytes <<<"$s"
-      row fixed "$label" "$out/fixed-$key.json"
+      row hits "$label, unpinned" "$out/hits-$key" "$REPS" "$CLK_TCK"
     done
+    if ((NCPU >= 2)); then row hits "1 KiB, server pinned to one core" "$out/pinned-b1k" "$REPS" "$CLK_TCK"; fi
     commands 2
   fi
   if want 3; then
     echo
-    echo "### Herd (loadgen herd, 10,000 keys, concurrency 600, $DURATION; origin 90 ms, 100 workers; cold start)"
+    echo "### Herd, Tiercache vs nginx (loadgen herd, 10,000 keys, concurrency 600, $DURATION; origin 90 ms, 100 workers; cold start; medians of $REPS interleaved runs)"
     echo
-    echo "| req/s | served from cache (HIT+STALE) | origin requests | errors | p50 ms | p99 ms | X-Cache |"
-    echo "|---:|---:|---:|---:|---:|---:|---|"
-    row herd "$out/herd.json"
+    echo "Tiercache with hack/bench-herd-tier.yaml (staleWhileRevalidate 1h, negativeTTL 1s), nginx with"
+    echo "proxy_cache_lock, use_stale updating, background_update, proxy_cache_valid 200 404 1s. Served from"
+    echo "cache: X-Cache HIT or STALE, and nginx's UPDATING; REVALIDATED, MISS, EXPIRED are not. Slow: answers"
+    echo "that took 100 ms or more. The ratio row is Tiercache / nginx (from cache: the difference in points)."
+    echo
+    echo "| server | req/s | served from cache | origin requests | errors | p50 ms | p99 ms | slow answers | X-Cache (all runs) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+    row herdvs "$out" "$REPS"
+    echo
+    echo "Where the origin requests and the slow answers come from, run by run: origin requests by route,"
+    echo "conditional or not, and status (demo-origin's /stats counts a request there once answered); arrived /"
+    echo "answered (the difference was still queued or in flight at the end); the most it held at once, queued"
+    echo "for one of its 100 slots or served; client fetches (X-Cache MISS, nginx's EXPIRED too); background"
+    echo "refreshes (answered origin requests no client waited for), also per 1,000 answers; answers of 100 ms"
+    echo "or more by X-Cache."
+    echo
+    echo "| run | origin requests by class | arrived / answered | max at the origin at once | client fetches | background | per 1,000 answers | slow answers by X-Cache |"
+    echo "|---|---|---:|---:|---:|---:|---:|---|"
+    herd_files=()
+    for rep in $(seq 1 "$REPS"); do herd_files+=("$out/herd-tiercache-$rep.json" "$out/herd-nginx-$rep.json"); done
+    row herdwhy "${herd_files[@]}"
+    echo
+    echo "How long a response with max-age=1 is served as a HIT (loadgen freshness: 8 new keys, fetched at"
+    echo "0, 1/8, ... 7/8 of a wall-clock second, polled every 10 ms until the answer is not a HIT):"
+    echo
+    echo "| server | mean seconds as HIT | per trial (fetched at +s → HIT for s) |"
+    echo "|---|---:|---|"
+    row fresh Tiercache "$out/fresh-tiercache.json"
+    row fresh nginx "$out/fresh-nginx.json"
     commands 3
   fi
   if want 4; then
@@ -570,6 +1133,34 @@ commands() {
       row roll "$what" "$out/roll-$mode.json" "$(cat "$out/roll-$mode-replica-1")" "$ready" "$loaded"
     done
     commands 6
+  fi
+  if want 7; then
+    echo
+    echo "### Memory under a flood of distinct URLs (loadgen flood, 1 KiB bodies, concurrency 64, $FLOOD_DURATION; l1.maxSize 64Mi)"
+    echo
+    echo "RSS is the sidecar's VmRSS sampled every 250 ms, and its VmHWM (peak) at the end; entries and L1"
+    echo "bytes from its metrics at the end. Overhead = peak RSS − the L1 bound; per entry = overhead / entries"
+    echo "held. Target: peak RSS ≤ L1 bound + 64 MiB."
+    echo
+    echo "| L1 bound | requests (new keys) | baseline RSS | peak sampled RSS | VmHWM | entries held (L1 bytes) | evictions | overhead | per entry | within target |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    row flood "$out" "$FLOOD_L1_BOUND"
+    commands 7
+  fi
+  if want 8; then
+    echo
+    echo "### A $LARGE_LABEL object sent by the origin at $RATE_LABEL (loadgen get; medians of $REPS runs)"
+    echo
+    echo "Cold: a key neither server holds; \"first byte\" is the first body byte at the client and \"origin"
+    echo "done\" when demo-origin finished sending (its /stats), both in seconds since the request. Hit: the"
+    echo "same URL again at once. MB/s are 10^6 bytes per second over loopback. Tiercache's body store:"
+    echo "$BODY_STORE_NOTE (without it the object passes through uncached)."
+    echo
+    echo "| server | cold X-Cache | cold: first byte s | origin done s | first byte first | cold: last byte s | hit X-Cache | hit speed |"
+    echo "|---|---|---:|---:|---|---:|---|---:|"
+    row large "$out" "$REPS" tiercache "Tiercache (body store ${BODY_STORE_NOTE%%:*})"
+    row large "$out" "$REPS" nginx nginx
+    commands 8
   fi
   if [[ -s "$out/go-bench.txt" ]]; then
     echo

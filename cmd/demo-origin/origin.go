@@ -16,8 +16,13 @@ import (
 	"time"
 )
 
-// maxBodySize bounds /bytes/<key>?size=N so a typo cannot ask for gigabytes.
-const maxBodySize = 64 << 20
+// maxBodySize bounds /bytes/<key>?size=N so a typo cannot ask for
+// gigabytes; 256 MiB leaves room for the benchmark's 100 MiB object.
+const maxBodySize = 256 << 20
+
+// maxByClass bounds the distinct classes /stats counts (by_class), so odd
+// paths cannot grow the map without limit.
+const maxByClass = 64
 
 // helloPeriod is how often /hello's document changes version: within one
 // period its (weak) ETag and Last-Modified stay the same, so revalidation
@@ -53,16 +58,18 @@ type origin struct {
 	block []byte // pattern /bytes bodies are cut from
 
 	requests    atomic.Int64
-	mu          sync.Mutex // guards inflight, maxInflight
+	mu          sync.Mutex // guards inflight, maxInflight, byClass, pacedDone
 	inflight    int64
 	maxInflight int64
+	byClass     map[string]int64
+	pacedDone   time.Time // when the last paced (?rate=) body was sent
 }
 
 func newOrigin(cfg config) (*origin, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	o := &origin{cfg: cfg, now: time.Now, mux: http.NewServeMux(), block: patternBlock()}
+	o := &origin{cfg: cfg, now: time.Now, mux: http.NewServeMux(), block: patternBlock(), byClass: map[string]int64{}}
 	if cfg.MaxConcurrency > 0 {
 		o.slots = make(chan struct{}, cfg.MaxConcurrency)
 	}
@@ -101,12 +108,73 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o.cfg.Latency > 0 && !sleep(r.Context(), o.cfg.Latency) {
 		return
 	}
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { o.count(requestClass(r, sw.status())) }()
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		o.write(w, r)
+		o.write(sw, r)
 		return
 	}
-	o.mux.ServeHTTP(w, r)
+	o.mux.ServeHTTP(sw, r)
 }
+
+// requestClass names the kind of a served request for /stats' by_class:
+// the first path segment, "conditional" when the request carried
+// If-None-Match or If-Modified-Since (a cache revalidating), and the
+// status, e.g. "bytes 200", "bytes conditional 304", "missing 404".
+func requestClass(r *http.Request, status int) string {
+	route := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 2)[0]
+	switch route {
+	case "", "hello", "time", "private", "tagged", "bytes", "missing":
+	default:
+		route = "other"
+	}
+	if route == "" {
+		route = "index"
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		route += " " + strings.ToLower(r.Method)
+	}
+	if r.Header.Get("If-None-Match") != "" || r.Header.Get("If-Modified-Since") != "" {
+		route += " conditional"
+	}
+	return route + " " + strconv.Itoa(status)
+}
+
+func (o *origin) count(class string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, seen := o.byClass[class]; !seen && len(o.byClass) >= maxByClass {
+		class = "(other)"
+	}
+	o.byClass[class]++
+}
+
+// statusWriter remembers the status a handler sent. Unwrap lets
+// http.ResponseController reach the real writer (Flush for paced bodies).
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// status is the status sent, 0 when the handler wrote nothing (a client
+// that left while queued).
+func (w *statusWriter) status() int { return w.code }
 
 func (o *origin) enter() {
 	o.mu.Lock()
@@ -137,12 +205,27 @@ type stats struct {
 	Requests    int64 `json:"requests"`
 	Inflight    int64 `json:"inflight"`
 	MaxInflight int64 `json:"max_inflight"`
+	// ByClass counts finished requests by requestClass ("bytes 200",
+	// "bytes conditional 304", "missing 404"; status 0 = the client left
+	// before an answer).
+	ByClass map[string]int64 `json:"by_class"`
+	// PacedDoneUnixNano is when the last body sent with ?rate= was
+	// finished (0: none since the start or the last reset).
+	PacedDoneUnixNano int64 `json:"paced_done_unix_ns"`
 }
 
 func (o *origin) snapshot() stats {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return stats{Requests: o.requests.Load(), Inflight: o.inflight, MaxInflight: o.maxInflight}
+	s := stats{Requests: o.requests.Load(), Inflight: o.inflight, MaxInflight: o.maxInflight,
+		ByClass: make(map[string]int64, len(o.byClass))}
+	for k, v := range o.byClass {
+		s.ByClass[k] = v
+	}
+	if !o.pacedDone.IsZero() {
+		s.PacedDoneUnixNano = o.pacedDone.UnixNano()
+	}
+	return s
 }
 
 func (o *origin) stats(w http.ResponseWriter, r *http.Request) {
@@ -163,6 +246,8 @@ func (o *origin) resetStats(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	o.requests.Store(0)
 	o.maxInflight = o.inflight
+	clear(o.byClass)
+	o.pacedDone = time.Time{}
 	o.mu.Unlock()
 	writeJSON(w, o.snapshot())
 }
@@ -180,10 +265,12 @@ GET /time             Cache-Control: max-age=5; the current time
 GET /private          Cache-Control: private
 GET /tagged/<x>       Cache-Control: max-age=300; Surrogate-Key: demo <x>
 GET /bytes/<key>      ?size=N bytes of content fixed by <key>; Cache-Control: public, max-age=1,
-                      stale-while-revalidate=86400 (override with ?ttl=<seconds>&swr=<seconds>)
+                      stale-while-revalidate=86400 (override with ?ttl=<seconds>&swr=<seconds>);
+                      ?rate=<bytes/s> sends the body at that pace (0 = at once)
 GET /missing/...      404 without caching headers
 POST|PUT|DELETE any   200 "updated", never cached (an unsafe method invalidates the URL in caches)
-GET /stats            {"requests":..,"inflight":..,"max_inflight":..} (not counted itself)
+GET /stats            {"requests":..,"inflight":..,"max_inflight":..,"by_class":{"bytes 200":..},
+                      "paced_done_unix_ns":..} (not counted itself)
 POST /stats/reset     zero the counters
 `
 
@@ -286,6 +373,11 @@ func (o *origin) bytes(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "swr: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	rate, err := intParam(q.Get("rate"), 0, 1<<40)
+	if err != nil {
+		http.Error(w, "rate: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 
 	seed := keySeed(key)
 	etag := fmt.Sprintf(`"%x-%d"`, seed, size)
@@ -306,6 +398,10 @@ func (o *origin) bytes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	off := int(seed % uint64(len(o.block)))
+	if rate > 0 {
+		o.paced(r.Context(), w, off, size, rate)
+		return
+	}
 	for size > 0 {
 		chunk := o.block[off:]
 		if len(chunk) > size {
@@ -317,6 +413,42 @@ func (o *origin) bytes(w http.ResponseWriter, r *http.Request) {
 		size -= len(chunk)
 		off = 0
 	}
+}
+
+// pacedSlices is how many pieces a second of a paced body is cut into.
+const pacedSlices = 50
+
+// paced sends size bytes of the pattern from off at rate bytes per second:
+// pieces of rate/50 bytes (at least 1, at most the pattern block), each
+// flushed and sent no earlier than its share of the time, so a client
+// (or a cache in between) sees the body arrive over size/rate seconds.
+// The end is noted for /stats (paced_done_unix_ns) when the whole body
+// was written.
+func (o *origin) paced(ctx context.Context, w http.ResponseWriter, off, size, rate int) {
+	rc := http.NewResponseController(w)
+	piece := min(max(rate/pacedSlices, 1), len(o.block))
+	start := o.now()
+	sent := 0
+	for sent < size {
+		chunk := o.block[off:]
+		chunk = chunk[:min(len(chunk), piece, size-sent)]
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		sent += len(chunk)
+		off = (off + len(chunk)) % len(o.block)
+		// When the bytes sent so far are due; wait until then.
+		due := start.Add(time.Duration(float64(sent) / float64(rate) * float64(time.Second)))
+		if d := due.Sub(o.now()); d > 0 && sent < size && !sleep(ctx, d) {
+			return
+		}
+	}
+	o.mu.Lock()
+	o.pacedDone = o.now()
+	o.mu.Unlock()
 }
 
 func intParam(s string, def, limit int) (int, error) {

@@ -73,6 +73,7 @@ func TestRoutesCarryTheirCachingHeaders(t *testing.T) {
 		{"/bytes/k1?ttl=3600", "200 OK", "public, max-age=3600, stale-while-revalidate=86400", ""},
 		{"/bytes/k1?ttl=10&swr=0", "200 OK", "public, max-age=10", ""},
 		{"/bytes/k1?size=-1", "400 Bad Request", "", ""},
+		{"/bytes/k1?rate=fast", "400 Bad Request", "", ""},
 		{"/missing/7", "404 Not Found", "", ""},
 		{"/nowhere", "404 Not Found", "", ""},
 	}
@@ -151,6 +152,84 @@ func TestStatsCountRequestsButNotThemselves(t *testing.T) {
 	resp.Body.Close()
 	if s := originStats(t, srv.URL); s.Requests != 0 {
 		t.Errorf("after reset: %+v, want 0 requests", s)
+	}
+}
+
+func TestStatsCountRequestsByClass(t *testing.T) {
+	_, srv := newTestOrigin(t, config{})
+	r1, _ := get(t, srv.URL+"/bytes/a")
+	get(t, srv.URL+"/bytes/a")
+	get(t, srv.URL+"/bytes/a", "If-None-Match", r1.Header.Get("ETag"))
+	get(t, srv.URL+"/bytes/a?size=-1")
+	get(t, srv.URL+"/missing/1")
+	get(t, srv.URL+"/hello")
+	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/bytes/a", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	want := map[string]int64{
+		"bytes 200":             2,
+		"bytes conditional 304": 1,
+		"bytes 400":             1,
+		"missing 404":           1,
+		"hello 200":             1,
+		"bytes delete 200":      1,
+	}
+	s := originStats(t, srv.URL)
+	if len(s.ByClass) != len(want) {
+		t.Errorf("by_class = %v, want %v", s.ByClass, want)
+	}
+	for k, v := range want {
+		if s.ByClass[k] != v {
+			t.Errorf("by_class[%q] = %d, want %d (all: %v)", k, s.ByClass[k], v, s.ByClass)
+		}
+	}
+	resp, err := http.Post(srv.URL+"/stats/reset", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if s := originStats(t, srv.URL); len(s.ByClass) != 0 {
+		t.Errorf("after reset: by_class = %v, want empty", s.ByClass)
+	}
+}
+
+func TestRatePacesTheBodyAndKeepsItsBytes(t *testing.T) {
+	const size, rate = 100_000, 400_000 // 250 ms
+	_, srv := newTestOrigin(t, config{})
+	_, want := get(t, srv.URL+"/bytes/big?size=100000")
+
+	start := time.Now()
+	resp, err := http.Get(srv.URL + "/bytes/big?size=100000&rate=400000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	firstByte := time.Since(start)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := time.Since(start)
+	if got := append(first, rest...); !bytes.Equal(got, want) {
+		t.Fatalf("paced body (%d bytes) differs from the unpaced one (%d bytes)", len(got), len(want))
+	}
+	// The last piece (rate/50 bytes) is due at (size - piece) / rate.
+	if minTotal := time.Duration(float64(size-rate/pacedSlices) / rate * float64(time.Second)); total < minTotal {
+		t.Errorf("paced body took %v, want >= %v", total, minTotal)
+	}
+	if firstByte > total/2 {
+		t.Errorf("first byte after %v of %v: the body was not streamed", firstByte, total)
+	}
+	s := originStats(t, srv.URL)
+	if done := time.Unix(0, s.PacedDoneUnixNano); done.Before(start.Add(firstByte)) {
+		t.Errorf("paced_done_unix_ns = %v, want after the first byte (%v)", done, start.Add(firstByte))
 	}
 }
 

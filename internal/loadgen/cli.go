@@ -23,6 +23,17 @@ const usage = `loadgen: HTTP load against loopback servers (127.0.0.0/8, ::1, lo
       every key equally likely; key n is <base>/bytes/k<n>?size=1024&ttl=3600
       (--prefix, --size, --ttl); --fill requests every key exactly once, in
       order, then stops (to warm a cache)
+  loadgen flood --base URL [--base URL ...] [--concurrency 64] [--duration 60s]
+      every request asks for a key never asked for before: request n is
+      <base>/bytes/<prefix><n>?size=1024&ttl=3600 (--prefix f, --size, --ttl),
+      so a cache stores one new entry per request (its memory under churn)
+  loadgen get --url URL [--host NAME] [--timeout 2m] [--json]
+      one GET, the body read to its end: when the first body byte and the
+      last arrived (wall clock and since the request) and MB/s (10^6 B/s)
+  loadgen freshness --base URL [--trials 8] [--ttl 1] [--poll 10ms] [--json]
+      how long a cache serves a max-age=<ttl> response as a HIT: each trial
+      fetches a new key at a different point of a wall-clock second, then
+      polls until the answer is not a HIT
 
 Several --base URLs (herd, uniform): each request goes to the next one in turn,
 round robin, like a Service over replicas; results are then broken down by base.
@@ -38,7 +49,11 @@ summary then goes to stderr), --host NAME (the Host header of every request),
 --origin-stats URL (the demo origin's /stats: reset before the run, read
 after it), --interval D (also report the run interval by interval: requests
 and X-Cache values, per base too, and with --origin-stats the origin's
-requests in each interval).
+requests in each interval, by class), --slow D (answers that took this long
+or longer are counted by X-Cache value, default 100ms).
+
+"From cache" is X-Cache HIT or STALE (Tiercache) and also UPDATING (nginx's
+$upstream_cache_status); REVALIDATED, MISS, EXPIRED and BYPASS are not.
 
 Every result counts X-Cache values by first token (x_cache) and whole
 (x_cache_detail, e.g. "HIT; layer=l2"), and per key (keys): how many distinct
@@ -61,6 +76,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return herd(ctx, args[1:], stdout, stderr)
 	case "uniform":
 		return uniform(ctx, args[1:], stdout, stderr)
+	case "flood":
+		return flood(ctx, args[1:], stdout, stderr)
+	case "get":
+		return get(ctx, args[1:], stdout, stderr)
+	case "freshness":
+		return freshness(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -81,11 +102,13 @@ type common struct {
 	originStats string
 	interval    time.Duration
 	host        string
+	slow        time.Duration
 }
 
-func (c *common) register(fs *flag.FlagSet, concurrency int) {
+func (c *common) register(fs *flag.FlagSet, concurrency int, duration time.Duration) {
 	fs.IntVar(&c.concurrency, "concurrency", concurrency, "number of workers, each with one request in flight")
-	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long the run lasts (at most 1h)")
+	fs.DurationVar(&c.duration, "duration", duration, "how long the run lasts (at most 1h)")
+	fs.DurationVar(&c.slow, "slow", DefaultSlow, "answers that take this long or longer count as slow (slow_x_cache)")
 	fs.Int64Var(&c.maxRequests, "max-requests", 10_000_000, "stop after this many requests")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on one request, body included")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the workers' random choices")
@@ -107,6 +130,7 @@ func (c *common) config(targets []Target, chooser Chooser) Config {
 		OriginStats: c.originStats,
 		Interval:    c.interval,
 		Host:        c.host,
+		Slow:        c.slow,
 	}
 }
 
@@ -151,7 +175,7 @@ func fixed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var urls urlList
 	fs.Var(&urls, "url", "URL to request (repeatable; requested in turn)")
 	var c common
-	c.register(fs, 32)
+	c.register(fs, 32, 10*time.Second)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -176,7 +200,7 @@ func herd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&hc.TTL, "ttl", 1, "max-age asked of the origin, in seconds")
 	fs.IntVar(&hc.SWR, "swr", 86400, "stale-while-revalidate asked of the origin, in seconds")
 	var c common
-	c.register(fs, 600)
+	c.register(fs, 600, 10*time.Second)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -203,7 +227,7 @@ func uniform(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&uc.TTL, "ttl", 3600, "max-age asked of the origin, in seconds")
 	fill := fs.Bool("fill", false, "request every key exactly once, in order, then stop (--max-requests is ignored)")
 	var c common
-	c.register(fs, 32)
+	c.register(fs, 32, 10*time.Second)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -244,4 +268,110 @@ func report(res *Result, asJSON bool, stdout, stderr io.Writer) error {
 	res.WriteText(stderr)
 	enc := json.NewEncoder(stdout)
 	return enc.Encode(res)
+}
+
+func flood(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen flood", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var fc FloodConfig
+	var sv servers
+	sv.register(fs)
+	fs.StringVar(&fc.Prefix, "prefix", "f", "goes before the request number in the path")
+	fs.IntVar(&fc.Size, "size", 1024, "body size asked of the origin")
+	fs.IntVar(&fc.TTL, "ttl", 3600, "max-age asked of the origin, in seconds")
+	var c common
+	c.register(fs, 64, 60*time.Second)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	f, err := NewFlood(fc)
+	if err != nil {
+		return err
+	}
+	cfg := c.config(nil, nil)
+	cfg.Generator = f
+	if err := sv.apply(&cfg); err != nil {
+		return err
+	}
+	return runAndReport(ctx, cfg, "flood", c.json, stdout, stderr)
+}
+
+func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen get", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "", "URL to fetch (loopback only)")
+	host := fs.String("host", "", "Host header (default: the URL's host)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the request, body included")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object on stdout (the text goes to stderr)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *url == "":
+		return errors.New("--url: required")
+	case *timeout <= 0:
+		return errors.New("--timeout: must be > 0")
+	case *host != "" && !validHost(*host):
+		return fmt.Errorf("--host: %q is not a host[:port]", *host)
+	}
+	tr := NewTransport(1)
+	defer tr.CloseIdleConnections()
+	g, err := FetchOne(ctx, NewClient(tr, *timeout), *url, *host)
+	if err != nil {
+		return err
+	}
+	text := stdout
+	if *asJSON {
+		text = stderr
+	}
+	fmt.Fprintf(text, "get           %s: %d, X-Cache %s, %d bytes\n", g.URL, g.Status, g.XCache, g.Bytes)
+	fmt.Fprintf(text, "first byte    %.3fs, last %.3fs, %.0f MB/s (body alone %.0f MB/s)\n", g.FirstByteS, g.TotalS, g.MBPerS, g.BodyMBPerS)
+	if !*asJSON {
+		return nil
+	}
+	return json.NewEncoder(stdout).Encode(g)
+}
+
+func freshness(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen freshness", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var fc FreshnessConfig
+	fs.StringVar(&fc.Base, "base", "", "the cache's base URL (loopback only)")
+	fs.StringVar(&fc.Prefix, "prefix", "fresh", "goes before the trial number in the path")
+	fs.IntVar(&fc.Trials, "trials", 8, "number of trials, spread over a second")
+	fs.IntVar(&fc.TTL, "ttl", 1, "max-age asked of the origin, in seconds")
+	fs.DurationVar(&fc.Poll, "poll", 10*time.Millisecond, "time between two polls of a trial")
+	fs.StringVar(&fc.Host, "host", "", "Host header (default: the URL's host)")
+	asJSON := fs.Bool("json", false, "print the trials as one JSON object on stdout (the text goes to stderr)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fc.Host != "" && !validHost(fc.Host) {
+		return fmt.Errorf("--host: %q is not a host[:port]", fc.Host)
+	}
+	tr := NewTransport(1)
+	defer tr.CloseIdleConnections()
+	trials, err := ProbeFreshness(ctx, NewClient(tr, 10*time.Second), fc)
+	if err != nil {
+		return err
+	}
+	text := stdout
+	if *asJSON {
+		text = stderr
+	}
+	var sum float64
+	for _, t := range trials {
+		sum += t.FreshS
+		fmt.Fprintf(text, "fetched at +%.2fs of a second: HIT for %.3fs, then %s\n", t.Offset, t.FreshS, t.Then)
+	}
+	mean := sum / float64(len(trials))
+	fmt.Fprintf(text, "mean          %.3fs served as HIT with max-age=%d\n", mean, fc.TTL)
+	if !*asJSON {
+		return nil
+	}
+	return json.NewEncoder(stdout).Encode(struct {
+		TTL    int              `json:"ttl"`
+		MeanS  float64          `json:"mean_s"`
+		Trials []FreshnessTrial `json:"trials"`
+	}{fc.TTL, mean, trials})
 }

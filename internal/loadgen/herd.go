@@ -116,6 +116,12 @@ type OriginStats struct {
 	Requests    int64 `json:"requests"`
 	Inflight    int64 `json:"inflight"`
 	MaxInflight int64 `json:"max_inflight"`
+	// ByClass counts the origin's requests by route, conditional or not,
+	// and status: "bytes 200", "bytes conditional 304", "missing 404".
+	ByClass map[string]int64 `json:"by_class,omitempty"`
+	// PacedDoneUnixNano is when the origin finished its last body sent
+	// with ?rate= (0: none).
+	PacedDoneUnixNano int64 `json:"paced_done_unix_ns,omitempty"`
 }
 
 // ResetOriginStats zeroes the demo origin's counters (POST <statsURL>/reset).

@@ -1,7 +1,11 @@
 // Package loadgen is the HTTP load generator behind cmd/loadgen: closed-loop
 // workers over a bounded run, latency histograms with bounded memory, the
 // X-Cache distribution of the answers, per-key fetch counts (plain MISS
-// answers), and the key mixes used by the benchmarks ("herd", "uniform").
+// answers), and the key mixes used by the benchmarks ("herd", "uniform",
+// and "flood", a new key every request). Besides runs, it times one large
+// GET to its first and last body byte (FetchOne) and measures how long a
+// cache serves a response as fresh (ProbeFreshness). It reads the X-Cache
+// values of Tiercache and of nginx's $upstream_cache_status alike.
 // A run can spread its requests over several servers (replicas behind a
 // Service), follow a list of them that changes while it runs (a rolling
 // restart), and report itself interval by interval next to the origin's

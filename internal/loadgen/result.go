@@ -34,14 +34,18 @@ type workerStats struct {
 	status     map[int]int64
 	xcache     map[string]int64
 	xdetail    map[string]int64
+	slowFrom   time.Duration    // Config.Slow
+	slow       map[string]int64 // answers >= slowFrom by X-Cache detail
 	// bases breaks the answers down by base URL (runs over bases only);
 	// timeline[i] by base ("" without bases) within interval i.
 	bases    map[string]*Tally
 	timeline []map[string]*Tally
 }
 
-func newWorkerStats() *workerStats {
+func newWorkerStats(slowFrom time.Duration) *workerStats {
 	return &workerStats{
+		slowFrom:   slowFrom,
+		slow:       map[string]int64{},
 		errKinds:   map[string]int64{},
 		errSamples: map[string]string{},
 		status:     map[int]int64{},
@@ -88,6 +92,9 @@ func (ws *workerStats) response(resp *http.Response, missing bool, latency time.
 		detail = "(other)"
 	}
 	ws.xdetail[detail]++
+	if latency >= ws.slowFrom {
+		ws.slow[detail]++
+	}
 	return detail, !ok
 }
 
@@ -124,7 +131,7 @@ func (t *Tally) add(a answer) {
 		t.failed()
 		return
 	}
-	t.answered(a.xcache, a.isErr, a.latency)
+	t.answered(a.xcache, a.isErr, a.slow, a.latency)
 }
 
 // XCacheToken is the first token of an X-Cache header value, upper-cased:
@@ -141,8 +148,25 @@ func XCacheToken(v string) string {
 }
 
 // ServedFromCache reports whether an X-Cache token means the answer came
-// from the cache without waiting for the origin.
-func ServedFromCache(token string) bool { return token == "HIT" || token == "STALE" }
+// from the cache without waiting for the origin. Tiercache says HIT or
+// STALE; nginx ($upstream_cache_status) HIT, STALE or UPDATING (stale
+// while its background update runs). REVALIDATED is not from cache for
+// either: the answer waited for the origin's 304. nginx's MISS, EXPIRED
+// (a stale entry fetched anew) and BYPASS went to the origin too.
+func ServedFromCache(token string) bool {
+	switch token {
+	case "HIT", "STALE", "UPDATING":
+		return true
+	}
+	return false
+}
+
+// ClientFetch reports whether an X-Cache value (NormalizeXCache) means the
+// server that answered fetched the body from its origin for this very
+// request, the client waiting: Tiercache's plain MISS (not "MISS;
+// coalesced", which waited on another request's fetch), nginx's MISS and
+// EXPIRED. KeyStats counts these per key.
+func ClientFetch(xcache string) bool { return xcache == PlainMiss || xcache == "EXPIRED" }
 
 // classify names the kind of a transport error.
 func classify(err error) string {
@@ -189,8 +213,12 @@ type Result struct {
 	// XCacheDetail by the whole value ("HIT; layer=l2", "MISS; coalesced").
 	XCache       map[string]int64 `json:"x_cache"`
 	XCacheDetail map[string]int64 `json:"x_cache_detail"`
-	// FromCache counts responses with X-Cache HIT or STALE; HitRate is
-	// FromCache / Responses.
+	// SlowXCache counts the answers that took SlowMs or longer by their
+	// whole X-Cache value: where a tail comes from.
+	SlowXCache map[string]int64 `json:"slow_x_cache"`
+	SlowMs     float64          `json:"slow_ms"`
+	// FromCache counts responses served from cache (ServedFromCache: X-Cache
+	// HIT, STALE or nginx's UPDATING); HitRate is FromCache / Responses.
 	FromCache int64        `json:"from_cache"`
 	HitRate   float64      `json:"hit_rate"`
 	Latency   Latency      `json:"latency_ms"`
@@ -225,6 +253,7 @@ func newResult() *Result {
 		Status:       map[string]int64{},
 		XCache:       map[string]int64{},
 		XCacheDetail: map[string]int64{},
+		SlowXCache:   map[string]int64{},
 	}
 }
 
@@ -250,6 +279,9 @@ func (r *Result) add(ws *workerStats) {
 	}
 	for k, v := range ws.xdetail {
 		r.XCacheDetail[k] += v
+	}
+	for k, v := range ws.slow {
+		r.SlowXCache[k] += v
 	}
 	for base, t := range ws.bases {
 		if r.Bases == nil {
@@ -292,11 +324,12 @@ func (r *Result) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "status       %s\n", formatCounts(r.Status))
 	fmt.Fprintf(w, "x-cache      %s\n", formatCounts(r.XCache))
 	fmt.Fprintf(w, "x-cache all  %s\n", formatCounts(r.XCacheDetail))
-	fmt.Fprintf(w, "from cache    %.2f%% (HIT or STALE)\n", 100*r.HitRate)
+	fmt.Fprintf(w, "slow (>= %gms)%s\n", r.SlowMs, formatCounts(r.SlowXCache))
+	fmt.Fprintf(w, "from cache    %.2f%% (HIT, STALE or UPDATING)\n", 100*r.HitRate)
 	fmt.Fprintf(w, "latency ms    p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  mean %.3f\n",
 		r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.Max, r.Latency.Mean)
 	if o := r.Origin; o != nil {
-		fmt.Fprintf(w, "origin        %d requests (max in flight %d)\n", o.Requests, o.MaxInflight)
+		fmt.Fprintf(w, "origin        %d requests (max in flight %d);%s\n", o.Requests, o.MaxInflight, formatCounts(o.ByClass))
 	}
 	if k := r.Keys; k != nil && k.Requested > 0 {
 		fmt.Fprintf(w, "keys          %d answered, %d fetched (plain MISS), %d misses = %.2f per fetched key; by misses%s\n",
@@ -316,10 +349,10 @@ func (r *Result) WriteText(w io.Writer) {
 	for _, iv := range r.Timeline {
 		origin := ""
 		if iv.OriginRequests != nil {
-			origin = fmt.Sprintf(", origin %d", *iv.OriginRequests)
+			origin = fmt.Sprintf(", origin %d (%s)", *iv.OriginRequests, strings.TrimSpace(formatCounts(iv.OriginByClass)))
 		}
-		fmt.Fprintf(w, "t=%6.2fs      %d requests, %d errors, mean %.3f ms%s;%s\n",
-			iv.T, iv.Requests, iv.Errors, iv.MeanMs, origin, formatCounts(iv.XCache))
+		fmt.Fprintf(w, "t=%6.2fs      %d requests, %d errors, %d slow, mean %.3f ms%s;%s\n",
+			iv.T, iv.Requests, iv.Errors, iv.Slow, iv.MeanMs, origin, formatCounts(iv.XCache))
 	}
 }
 

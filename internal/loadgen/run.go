@@ -39,6 +39,12 @@ type Chooser interface {
 	Choose(r *rand.Rand) int
 }
 
+// Generator makes the target of a run's n-th request (n counts from 0
+// across all workers), for key spaces too large to list: see Flood.
+type Generator interface {
+	Target(n uint64) Target
+}
+
 // ChooserFunc adapts a function to Chooser.
 type ChooserFunc func(r *rand.Rand) int
 
@@ -52,7 +58,10 @@ type Config struct {
 	Targets []Target
 	// Chooser picks targets; nil means round robin (worker w starts at
 	// target w).
-	Chooser     Chooser
+	Chooser Chooser
+	// Generator, when set, makes every request's target instead of
+	// Targets and Chooser; KeyStats then counts nothing.
+	Generator   Generator
 	Concurrency int
 	Duration    time.Duration
 	MaxRequests int64
@@ -73,6 +82,9 @@ type Config struct {
 	// Interval, when set, splits the result into a timeline of intervals
 	// of this length.
 	Interval time.Duration
+	// Slow is the latency from which an answer counts as slow (Result's
+	// SlowXCache, a Tally's Slow); 0 means DefaultSlow.
+	Slow time.Duration
 	// OriginStats is the demo origin's /stats URL: its counters are reset
 	// before the run, polled at the end of each interval (with Interval)
 	// and read after the run.
@@ -81,8 +93,10 @@ type Config struct {
 	Transport http.RoundTripper
 }
 
-// Bounds of the timeline and of the bases file's reload period.
+// Bounds of the timeline and of the bases file's reload period, and the
+// default slow-answer threshold.
 const (
+	DefaultSlow        = 100 * time.Millisecond
 	MinInterval        = 100 * time.Millisecond
 	MaxIntervals       = 10000
 	DefaultBasesReload = 200 * time.Millisecond
@@ -94,7 +108,7 @@ func (c Config) usesBases() bool { return len(c.Bases) > 0 || c.BasesFile != "" 
 // Validate checks the config; errors name the flag.
 func (c Config) Validate() error {
 	switch {
-	case len(c.Targets) == 0:
+	case len(c.Targets) == 0 && c.Generator == nil:
 		return errors.New("no target URL")
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
 		return fmt.Errorf("--concurrency: must be between 1 and %d", MaxConcurrency)
@@ -114,6 +128,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--interval: must be 0 (no timeline) or >= %s", MinInterval)
 	case c.Interval != 0 && c.Duration/c.Interval > MaxIntervals:
 		return fmt.Errorf("--interval: at most %d intervals per run (--duration / --interval)", MaxIntervals)
+	case c.Slow < 0:
+		return errors.New("--slow: must be >= 0")
 	}
 	if len(c.Bases) > 0 {
 		if _, err := NewBases(c.Bases); err != nil {
@@ -125,7 +141,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--origin-stats: %w", err)
 		}
 	}
-	for _, t := range c.Targets {
+	targets := c.Targets
+	if c.Generator != nil {
+		targets = []Target{c.Generator.Target(0)}
+	}
+	for _, t := range targets {
 		originForm := strings.HasPrefix(t.URL, "/")
 		switch {
 		case c.usesBases() && !originForm:
@@ -202,7 +222,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer cancel()
 
 	var issued atomic.Int64
+	var generated atomic.Uint64
 	keys := newKeyCounters(cfg.Targets)
+	slow := cfg.Slow
+	if slow == 0 {
+		slow = DefaultSlow
+	}
 	workers := make([]*workerStats, cfg.Concurrency)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -234,7 +259,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}()
 	}
 	for w := range workers {
-		ws := newWorkerStats()
+		ws := newWorkerStats(slow)
 		workers[w] = ws
 		wg.Add(1)
 		go func() {
@@ -243,13 +268,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			next := w
 			for runCtx.Err() == nil && issued.Add(1) <= cfg.MaxRequests {
 				var i int
-				if cfg.Chooser != nil {
+				var t Target
+				switch {
+				case cfg.Generator != nil:
+					i, t = -1, cfg.Generator.Target(generated.Add(1)-1)
+				case cfg.Chooser != nil:
 					i = cfg.Chooser.Choose(r)
-				} else {
+					t = cfg.Targets[i]
+				default:
 					i = next % len(cfg.Targets)
 					next++
+					t = cfg.Targets[i]
 				}
-				t := cfg.Targets[i]
 				u, base := t.URL, ""
 				if bases != nil {
 					base = bases.Next()
@@ -259,7 +289,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				if !ok {
 					continue
 				}
-				keys.record(i, a.xcache)
+				if i >= 0 {
+					keys.record(i, a.xcache)
+				}
 				ws.slice(base, a, start, cfg.Interval, bases != nil)
 			}
 		}()
@@ -271,6 +303,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.StartedAt = start
 	res.Concurrency = cfg.Concurrency
 	res.Targets = len(cfg.Targets)
+	res.SlowMs = float64(slow) / 1e6
 	for _, ws := range workers {
 		res.add(ws)
 	}
@@ -297,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.finish(elapsed)
 	if cfg.Interval > 0 {
-		res.timeline(workers, cfg.Interval, elapsed, bases != nil, samples)
+		res.timeline(workers, cfg.Interval, cfg.Duration, elapsed, bases != nil, samples)
 	}
 	return res, nil
 }
@@ -327,6 +360,7 @@ type answer struct {
 	isErr   bool   // failed, or a status that counts as an error
 	xcache  string // NormalizeXCache of the X-Cache header
 	latency time.Duration
+	slow    bool // latency >= Config.Slow
 }
 
 // one sends one request and records its outcome in ws. ok is false when
@@ -355,7 +389,7 @@ func one(ctx context.Context, client *http.Client, url, host string, missing boo
 		return answer{failed: true, isErr: true, latency: latency}, true
 	}
 	xc, isErr := ws.response(resp, missing, latency)
-	return answer{isErr: isErr, xcache: xc, latency: latency}, true
+	return answer{isErr: isErr, xcache: xc, latency: latency, slow: latency >= ws.slowFrom}, true
 }
 
 // validHost accepts a host name or IP literal with an optional port: what

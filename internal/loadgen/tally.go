@@ -34,6 +34,8 @@ type Tally struct {
 	// Requests counts completed requests: answered or failed in transport.
 	Requests int64 `json:"requests"`
 	Errors   int64 `json:"errors"`
+	// Slow counts answers that took Config.Slow or longer.
+	Slow int64 `json:"slow"`
 	// XCache counts answers by their whole X-Cache value (NormalizeXCache).
 	XCache map[string]int64 `json:"x_cache"`
 	// MeanMs is the mean latency of the answers.
@@ -50,8 +52,11 @@ func (t *Tally) failed() {
 	t.Errors++
 }
 
-func (t *Tally) answered(xcache string, isErr bool, latency time.Duration) {
+func (t *Tally) answered(xcache string, isErr, slow bool, latency time.Duration) {
 	t.Requests++
+	if slow {
+		t.Slow++
+	}
 	t.responses++
 	t.latency += latency
 	if isErr {
@@ -66,6 +71,7 @@ func (t *Tally) answered(xcache string, isErr bool, latency time.Duration) {
 func (t *Tally) merge(o *Tally) {
 	t.Requests += o.Requests
 	t.Errors += o.Errors
+	t.Slow += o.Slow
 	t.responses += o.responses
 	t.latency += o.latency
 	for k, v := range o.XCache {
@@ -108,7 +114,7 @@ func (k *keyCounters) record(i int, xcache string) {
 	if k.answered[i].Load() == 0 {
 		k.answered[i].Store(1)
 	}
-	if xcache == PlainMiss {
+	if ClientFetch(xcache) {
 		k.misses[i].Add(1)
 	}
 }
@@ -118,8 +124,8 @@ func (k *keyCounters) record(i int, xcache string) {
 const maxMissBucket = 8
 
 // KeyStats says how often each key (target) was fetched, as the clients
-// saw it: a plain MISS means the server that answered fetched the key from
-// its origin for that request. Targets meant to be missing (404s) are left
+// saw it: a plain MISS (or nginx's EXPIRED, see ClientFetch) means the
+// server that answered fetched the key from its origin for that request. Targets meant to be missing (404s) are left
 // out. With several base URLs, a key is a target's path: the same key
 // through different servers counts once.
 type KeyStats struct {
@@ -173,6 +179,9 @@ type Interval struct {
 	// OriginRequests is how many requests the origin counted in the
 	// interval (with --origin-stats; polled at each interval's end).
 	OriginRequests *int64 `json:"origin_requests,omitempty"`
+	// OriginByClass breaks OriginRequests down as the origin's /stats
+	// does ("bytes 200", "bytes conditional 304", "missing 404").
+	OriginByClass map[string]int64 `json:"origin_by_class,omitempty"`
 }
 
 // BaseChange records a new list of base URLs read from --bases-file, or a

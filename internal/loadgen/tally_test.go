@@ -131,3 +131,109 @@ func TestKeyStatsBucketManyMisses(t *testing.T) {
 		t.Errorf("stats = %+v", s)
 	}
 }
+
+func TestServedFromCache(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		token string
+		want  bool
+	}{
+		{"a Tiercache or nginx HIT is from cache", "HIT", true},
+		{"a STALE answer is from cache", "STALE", true},
+		{"nginx's UPDATING (stale while it refreshes) is from cache", "UPDATING", true},
+		{"REVALIDATED waited for the origin's 304", "REVALIDATED", false},
+		{"a MISS went to the origin", "MISS", false},
+		{"nginx's EXPIRED fetched a stale entry anew", "EXPIRED", false},
+		{"BYPASS went to the origin", "BYPASS", false},
+		{"an answer without X-Cache is not from cache", NoXCache, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ServedFromCache(tt.token); got != tt.want {
+				t.Errorf("ServedFromCache(%q) = %v, want %v", tt.token, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestClientFetch(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		xcache string
+		want   bool
+	}{
+		{"a plain MISS fetched for this request", "MISS", true},
+		{"nginx's EXPIRED fetched for this request", "EXPIRED", true},
+		{"a coalesced MISS waited on another request's fetch", "MISS; coalesced", false},
+		{"a HIT fetched nothing", "HIT; layer=l1", false},
+		{"nginx's UPDATING fetched nothing for this client", "UPDATING", false},
+		{"a REVALIDATED answer is a revalidation, not a fetch", "REVALIDATED", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ClientFetch(tt.xcache); got != tt.want {
+				t.Errorf("ClientFetch(%q) = %v, want %v", tt.xcache, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestClassDelta(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		lo, hi map[string]int64
+		want   map[string]int64
+	}{
+		{"classes that grew give their growth", map[string]int64{"bytes 200": 3}, map[string]int64{"bytes 200": 5}, map[string]int64{"bytes 200": 2}},
+		{"a class new in the later sample counts whole", nil, map[string]int64{"missing 404": 4}, map[string]int64{"missing 404": 4}},
+		{"classes that did not change are left out", map[string]int64{"bytes 200": 3, "missing 404": 1}, map[string]int64{"bytes 200": 3, "missing 404": 2}, map[string]int64{"missing 404": 1}},
+		{"no change gives nothing", map[string]int64{"bytes 200": 3}, map[string]int64{"bytes 200": 3}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := classDelta(tt.lo, tt.hi)
+			if len(got) != len(tt.want) || (got == nil) != (tt.want == nil) {
+				t.Fatalf("classDelta = %v, want %v", got, tt.want)
+			}
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("classDelta[%q] = %d, want %d", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestSlowAnswersAreCountedByXCache(t *testing.T) {
+	srv, _ := cacheLike(t)
+	for _, tt := range []struct {
+		name     string
+		slow     time.Duration
+		wantSlow int64
+	}{
+		{"with a threshold of 1ns every answer is slow", time.Nanosecond, 40},
+		{"with a threshold of an hour none is", time.Hour, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Run(context.Background(), Config{
+				Targets:     targets(srv.URL, "/hit", "/miss"),
+				Concurrency: 1,
+				Duration:    30 * time.Second,
+				MaxRequests: 40,
+				Timeout:     5 * time.Second,
+				Slow:        tt.slow,
+				Interval:    time.Minute,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int64
+			for _, v := range res.SlowXCache {
+				n += v
+			}
+			if n != tt.wantSlow || (tt.wantSlow > 0 && (res.SlowXCache["HIT; layer=l1"] != 20 || res.SlowXCache["MISS"] != 20)) {
+				t.Errorf("slow_x_cache = %v, want %d in all, half HIT half MISS", res.SlowXCache, tt.wantSlow)
+			}
+			if len(res.Timeline) != 1 || res.Timeline[0].Slow != tt.wantSlow {
+				t.Errorf("timeline = %+v, want one interval with %d slow", res.Timeline, tt.wantSlow)
+			}
+		})
+	}
+}

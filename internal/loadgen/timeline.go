@@ -11,13 +11,14 @@ import (
 // each interval: at[k] is the count at start + k·interval (at[0] is 0: the
 // counter is reset before the run).
 type originSamples struct {
-	at  []int64
-	set []bool
+	at      []int64
+	classes []map[string]int64 // the origin's by_class at the same times
+	set     []bool
 }
 
 func newOriginSamples(cfg Config) *originSamples {
 	n := int(cfg.Duration/cfg.Interval) + 2
-	return &originSamples{at: make([]int64, n), set: make([]bool, n)}
+	return &originSamples{at: make([]int64, n), classes: make([]map[string]int64, n), set: make([]bool, n)}
 }
 
 // poll reads statsURL at the end of every interval until ctx ends. A failed or late read leaves its sample unset: the intervals
@@ -40,17 +41,20 @@ func (o *originSamples) poll(ctx context.Context, client *http.Client, statsURL 
 		cancel()
 		late := time.Since(start.Add(time.Duration(k)*interval)) > interval/2
 		if err == nil && !late {
-			o.at[k], o.set[k] = s.Requests, true
+			o.at[k], o.classes[k], o.set[k] = s.Requests, s.ByClass, true
 		}
 	}
 }
 
 // timeline builds r.Timeline from the workers' interval tallies. The final
 // read of the origin's counter (r.Origin) closes the last interval.
-func (r *Result) timeline(workers []*workerStats, interval, elapsed time.Duration, byBase bool, samples *originSamples) {
+// elapsed may exceed the run's duration by the time the last requests took
+// to finish: the intervals cover the duration, and those answers count in
+// the last one.
+func (r *Result) timeline(workers []*workerStats, interval, duration, elapsed time.Duration, byBase bool, samples *originSamples) {
 	// A sliver of an interval at the very end (the timer's last tick and
 	// the run's end racing) is folded into the one before it.
-	n := int(math.Ceil(float64(elapsed)/float64(interval) - 0.05))
+	n := int(math.Ceil(float64(min(elapsed, duration))/float64(interval) - 0.05))
 	n = max(n, 1)
 	r.Timeline = make([]Interval, n)
 	for i := range r.Timeline {
@@ -88,15 +92,32 @@ func (r *Result) timeline(workers []*workerStats, interval, elapsed time.Duratio
 		}
 		lo, hiSet := i, i+1 < len(samples.at) && samples.set[i+1]
 		hi := int64(0)
+		var hiClasses map[string]int64
 		if hiSet {
-			hi = samples.at[i+1]
+			hi, hiClasses = samples.at[i+1], samples.classes[i+1]
 		}
 		if i == n-1 && r.Origin != nil {
-			hi, hiSet = r.Origin.Requests, true
+			hi, hiClasses, hiSet = r.Origin.Requests, r.Origin.ByClass, true
 		}
 		if samples.set[lo] && hiSet {
 			d := hi - samples.at[lo]
 			iv.OriginRequests = &d
+			iv.OriginByClass = classDelta(samples.classes[lo], hiClasses)
 		}
 	}
+}
+
+// classDelta is hi - lo class by class, leaving out classes that did not
+// change (nil when none did).
+func classDelta(lo, hi map[string]int64) map[string]int64 {
+	var d map[string]int64
+	for k, v := range hi {
+		if n := v - lo[k]; n != 0 {
+			if d == nil {
+				d = map[string]int64{}
+			}
+			d[k] = n
+		}
+	}
+	return d
 }

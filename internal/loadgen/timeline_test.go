@@ -58,7 +58,9 @@ func TestTimelineSplitsTheRunAndCountsOriginRequests(t *testing.T) {
 			t.Errorf("interval %d starts at %v", i, iv.T)
 		}
 		requests += iv.Requests
-		if iv.Bases[srv.URL] == nil || iv.Bases[srv.URL].Requests != iv.Requests {
+		// An interval in which nothing finished (a stall of the loaded
+		// test machine) has no per-base tally.
+		if iv.Requests > 0 && (iv.Bases[srv.URL] == nil || iv.Bases[srv.URL].Requests != iv.Requests) {
 			t.Errorf("interval %d: bases %v, total %d", i, iv.Bases, iv.Requests)
 		}
 		if iv.OriginRequests != nil {
@@ -116,5 +118,36 @@ func TestIntervalIsBounded(t *testing.T) {
 	c.Interval = time.Second
 	if err := c.Validate(); err != nil {
 		t.Errorf("interval 1s over an hour: %v", err)
+	}
+}
+
+func TestTimelineFoldsAnswersAfterTheDurationIntoTheLastInterval(t *testing.T) {
+	// A 3 s run in 1 s intervals whose last requests finished 130 ms
+	// after the duration (elapsed 3.13 s): three intervals, the late
+	// answers in the third, whose origin count the final read closes.
+	ws := newWorkerStats(DefaultSlow)
+	for i, n := range []int{5, 6, 7, 2} {
+		for range n {
+			ws.slice("", answer{xcache: "HIT", latency: time.Millisecond}, time.Now().Add(-time.Duration(i)*time.Second-time.Millisecond), time.Second, false)
+		}
+	}
+	samples := &originSamples{
+		at:      []int64{0, 10, 20, 0, 0},
+		classes: make([]map[string]int64, 5),
+		set:     []bool{true, true, true, false, false},
+	}
+	r := newResult()
+	r.Origin = &OriginStats{Requests: 33}
+	r.timeline([]*workerStats{ws}, time.Second, 3*time.Second, 3130*time.Millisecond, false, samples)
+	if len(r.Timeline) != 3 {
+		t.Fatalf("%d intervals, want 3: %+v", len(r.Timeline), r.Timeline)
+	}
+	for i, want := range []int64{5, 6, 9} {
+		if got := r.Timeline[i].Requests; got != want {
+			t.Errorf("interval %d: %d requests, want %d", i, got, want)
+		}
+	}
+	if o := r.Timeline[2].OriginRequests; o == nil || *o != 13 {
+		t.Errorf("last interval's origin requests = %v, want 13 (33 at the end - 20)", o)
 	}
 }
