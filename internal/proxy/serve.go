@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
@@ -202,13 +203,14 @@ func (w withoutCacheControl) Values(name string) []string {
 // and single-range requests from it. e is not modified.
 func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string) {
 	h := w.Header()
+	s := newHeaderScratch(len(e.Header))
 	for i := range e.Header {
 		f := &e.Header[i]
-		h[f.Name] = append(h[f.Name], f.Value)
+		s.add(h, f.Name, f.Value)
 	}
-	h["Age"] = []string{httpcache.AgeHeader(age)}
+	s.add(h, "Age", s.digits(httpcache.AgeSeconds(age)))
 	h["X-Cache"] = xcache
-	appendVia(h)
+	s.add(h, "Via", viaValue)
 	if httpcache.NotModified(r.Header, e.Status, e) {
 		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
 			delete(h, k)
@@ -231,12 +233,67 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		}
 	}
 	if bodyAllowed(status) {
-		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+		s.add(h, "Content-Length", s.digits(int64(len(body))))
 	}
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead && bodyAllowed(status) {
 		_, _ = w.Write(body)
 	}
+}
+
+// headerScratch holds the values of one served response's header fields,
+// so that a hit fills its header map with one allocation instead of one
+// per field. net/http reads the values after the handler returns, so the
+// scratch is never reused: each response has its own.
+type headerScratch struct {
+	vals []string
+	num  []byte // digits of Age and Content-Length, never rewritten
+	arr  struct {
+		vals [12]string
+		num  [32]byte // Age (at most 10 digits) and Content-Length
+	}
+}
+
+func newHeaderScratch(fields int) *headerScratch {
+	s := &headerScratch{}
+	if fields+3 <= len(s.arr.vals) {
+		s.vals = s.arr.vals[:0]
+	} else {
+		s.vals = make([]string, 0, fields+3)
+	}
+	s.num = s.arr.num[:0]
+	return s
+}
+
+// add appends value to the field name of h. A field's first value gets a
+// one-element slice of the scratch whose capacity ends there, so that a
+// later append to it (a repeated field, or a handler) copies rather than
+// overwriting the next field's value.
+func (s *headerScratch) add(h http.Header, name, value string) {
+	if cur := h[name]; len(cur) > 0 {
+		h[name] = append(cur, value)
+		return
+	}
+	if len(s.vals) == cap(s.vals) {
+		h[name] = []string{value}
+		return
+	}
+	s.vals = append(s.vals, value)
+	n := len(s.vals)
+	h[name] = s.vals[n-1 : n : n]
+}
+
+// digits returns v in decimal, backed by the scratch.
+func (s *headerScratch) digits(v int64) string {
+	if v >= 0 && v < 100 {
+		return strconv.FormatInt(v, 10) // static strings, no allocation
+	}
+	start := len(s.num)
+	if cap(s.num)-start < 20 {
+		return strconv.FormatInt(v, 10)
+	}
+	s.num = strconv.AppendInt(s.num, v, 10)
+	return unsafe.String(&s.num[start], len(s.num)-start)
 }
 
 func bodyAllowed(status int) bool {
