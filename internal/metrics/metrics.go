@@ -70,10 +70,13 @@ type Metrics struct {
 	OriginRequests  *prometheus.CounterVec
 	OriginDuration  prometheus.Histogram
 	Coalesced       prometheus.Counter
-	L2Errors        *prometheus.CounterVec
-	L2Dropped       prometheus.Counter
-	L2CircuitOpen   prometheus.Gauge
-	Purges          prometheus.Counter
+	// RefreshesDeferred counts stale-while-revalidate refreshes not
+	// started because the most allowed at once were running.
+	RefreshesDeferred prometheus.Counter
+	L2Errors          *prometheus.CounterVec
+	L2Dropped         prometheus.Counter
+	L2CircuitOpen     prometheus.Gauge
+	Purges            prometheus.Counter
 	// InvalidationsRejected counts invalidation messages refused, by
 	// reason (invalidate.RejectReasons).
 	InvalidationsRejected *prometheus.CounterVec
@@ -122,6 +125,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_coalesced_requests_total",
 			Help: "Requests that waited for another request's origin fetch instead of making their own.",
 		}),
+		RefreshesDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_refreshes_deferred_total",
+			Help: "Stale-while-revalidate refreshes not started because the most allowed at once were running (the stale response was served; a later request refreshes).",
+		}),
 		L2Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_l2_errors_total",
 			Help: "Failed L2 (Redis) operations, by operation.",
@@ -160,7 +167,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		}, []string{"result"}),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests}
+		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests}
 	if l1 != nil {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

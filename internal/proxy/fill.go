@@ -448,10 +448,16 @@ func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
 // refresh revalidates c's stale entry in the background, once per key:
-// when a fetch for the key is already running, it does nothing.
+// when a fetch for the key is already running, or maxRefreshes are, it
+// does nothing.
 func (p *Proxy) refresh(r *http.Request, c *call) {
+	if !p.refreshes.tryAcquire() {
+		p.m.RefreshesDeferred.Inc()
+		return
+	}
 	f, leader := p.flights.join(c.key)
 	if !leader {
+		p.refreshes.release()
 		return
 	}
 	// The request ends when the handler returns; the refresh keeps its own
@@ -462,6 +468,7 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
+		defer p.refreshes.release()
 		defer p.flights.finish(c.key, f, shared{})
 		if p.cluster != nil && c.cfg.Config.CoalesceClusterWide() {
 			// One refresh per key across the tier: a replica that does not
