@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -468,7 +469,9 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
-		defer p.refreshes.release()
+		var freeOnce sync.Once
+		free := func() { freeOnce.Do(p.refreshes.release) }
+		defer free()
 		defer p.flights.finish(c.key, f, shared{})
 		if p.cluster != nil && c.cfg.Config.CoalesceClusterWide() {
 			// One refresh per key across the tier: a replica that does not
@@ -476,6 +479,9 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 			wait := c.cfg.Config.Coalescing.Timeout.Std()
 			release, lead := p.cluster.TryLead(p.ctx, c.key, min(leaseTTL, wait))
 			if !lead {
+				// Waiting for another replica's refresh asks nothing of the
+				// origin: it takes no refresh slot.
+				free()
 				p.awaitRefresh(c, f, min(wait, 2*leaseTTL))
 				return
 			}
