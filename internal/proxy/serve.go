@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
@@ -208,7 +207,7 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		f := &e.Header[i]
 		s.add(h, f.Name, f.Value)
 	}
-	s.add(h, "Age", s.digits(httpcache.AgeSeconds(age)))
+	s.add(h, "Age", strconv.FormatInt(httpcache.AgeSeconds(age), 10))
 	h["X-Cache"] = xcache
 	s.add(h, "Via", viaValue)
 	if httpcache.NotModified(r.Header, e.Status, e) {
@@ -233,7 +232,7 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		}
 	}
 	if bodyAllowed(status) {
-		s.add(h, "Content-Length", s.digits(int64(len(body))))
+		s.add(h, "Content-Length", strconv.Itoa(len(body)))
 	}
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead && bodyAllowed(status) {
@@ -242,27 +241,16 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 }
 
 // headerScratch holds the values of one served response's header fields,
-// so that a hit fills its header map with one allocation instead of one
-// per field. net/http reads the values after the handler returns, so the
-// scratch is never reused: each response has its own.
+// so that a hit fills its header map with one allocation (of exactly the
+// size needed) instead of one per field. net/http reads the values after
+// the handler returns, so the scratch is never reused: each response has
+// its own.
 type headerScratch struct {
 	vals []string
-	num  []byte // digits of Age and Content-Length, never rewritten
-	arr  struct {
-		vals [12]string
-		num  [32]byte // Age (at most 10 digits) and Content-Length
-	}
 }
 
-func newHeaderScratch(fields int) *headerScratch {
-	s := &headerScratch{}
-	if fields+3 <= len(s.arr.vals) {
-		s.vals = s.arr.vals[:0]
-	} else {
-		s.vals = make([]string, 0, fields+3)
-	}
-	s.num = s.arr.num[:0]
-	return s
+func newHeaderScratch(fields int) headerScratch {
+	return headerScratch{vals: make([]string, 0, fields+3)} // + Age, Via, Content-Length
 }
 
 // add appends value to the field name of h. A field's first value gets a
@@ -281,19 +269,6 @@ func (s *headerScratch) add(h http.Header, name, value string) {
 	s.vals = append(s.vals, value)
 	n := len(s.vals)
 	h[name] = s.vals[n-1 : n : n]
-}
-
-// digits returns v in decimal, backed by the scratch.
-func (s *headerScratch) digits(v int64) string {
-	if v >= 0 && v < 100 {
-		return strconv.FormatInt(v, 10) // static strings, no allocation
-	}
-	start := len(s.num)
-	if cap(s.num)-start < 20 {
-		return strconv.FormatInt(v, 10)
-	}
-	s.num = strconv.AppendInt(s.num, v, 10)
-	return unsafe.String(&s.num[start], len(s.num)-start)
 }
 
 func bodyAllowed(status int) bool {
