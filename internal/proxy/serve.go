@@ -207,7 +207,7 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		f := &e.Header[i]
 		s.add(h, f.Name, f.Value)
 	}
-	s.add(h, "Age", strconv.FormatInt(httpcache.AgeSeconds(age), 10))
+	s.set(h, "Age", strconv.FormatInt(httpcache.AgeSeconds(age), 10))
 	h["X-Cache"] = xcache
 	s.add(h, "Via", viaValue)
 	if httpcache.NotModified(r.Header, e.Status, e) {
@@ -232,7 +232,7 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		}
 	}
 	if bodyAllowed(status) {
-		s.add(h, "Content-Length", strconv.Itoa(len(body)))
+		s.set(h, "Content-Length", strconv.Itoa(len(body)))
 	}
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead && bodyAllowed(status) {
@@ -251,6 +251,13 @@ type headerScratch struct {
 
 func newHeaderScratch(fields int) headerScratch {
 	return headerScratch{vals: make([]string, 0, fields+3)} // + Age, Via, Content-Length
+}
+
+// set makes value the only value of the field name of h (the fields the
+// cache computes replace whatever was stored).
+func (s *headerScratch) set(h http.Header, name, value string) {
+	delete(h, name)
+	s.add(h, name, value)
 }
 
 // add appends value to the field name of h. A field's first value gets a

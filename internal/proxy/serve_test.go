@@ -1,12 +1,16 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
 )
 
 // A hit builds its header map from one scratch allocation (serveEntry):
@@ -51,5 +55,36 @@ func TestHitServesEveryStoredFieldValue(t *testing.T) {
 				t.Errorf("body of %d bytes, want %d", len(r.body), len(body))
 			}
 		})
+	}
+}
+
+// Age and Content-Length are computed when serving: values stored with an
+// entry (by an older writer, through L2) never add a second one.
+func TestStoredAgeAndContentLengthAreReplacedNotRepeated(t *testing.T) {
+	f := newFixture(t, "", cacheFor("public, max-age=600", "hello"))
+	expect(t, f.get("/s"), 200, "MISS")
+
+	req := httptest.NewRequest("GET", f.srv.URL+"/s", nil)
+	kb := f.px.keys.Get().(*keyBuf)
+	defer f.px.keys.Put(kb)
+	kb.build(req, f.px.cfg.Load().Match(req.URL.Path))
+	key := kb.primary()
+	var e entry.Entry
+	if _, err := f.px.store.Get(context.Background(), key, &e); err != nil {
+		t.Fatalf("the fill was not stored: %v", err)
+	}
+	e.Header = append(e.Header, entry.Field{Name: "Age", Value: "99999"}, entry.Field{Name: "Content-Length", Value: "7"})
+	if err := f.px.store.Set(context.Background(), key, &e); err != nil {
+		t.Fatal(err)
+	}
+
+	f.clock.Advance(3 * time.Second)
+	r := f.get("/s")
+	expect(t, r, 200, "HIT; layer=l1")
+	if got := r.header["Age"]; !slices.Equal(got, []string{"3"}) {
+		t.Errorf("Age = %q, want [3]", got)
+	}
+	if r.body != "hello" {
+		t.Errorf("body %q, want hello", r.body)
 	}
 }
