@@ -449,13 +449,9 @@ func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
 // refresh revalidates c's stale entry in the background, once per key:
-// when a fetch for the key is already running, or maxRefreshes are, it
-// does nothing.
+// when a fetch for the key is already running, it does nothing. The
+// caller has taken a refresh slot (p.refreshes), which refresh gives back.
 func (p *Proxy) refresh(r *http.Request, c *call) {
-	if !p.refreshes.tryAcquire() {
-		p.m.RefreshesDeferred.Inc()
-		return
-	}
 	f, leader := p.flights.join(c.key)
 	if !leader {
 		p.refreshes.release()

@@ -102,7 +102,14 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2))
 			return outcome{metrics.ResultStale, f.layer, false}
 		case httpcache.UseStaleRevalidate:
-			p.refresh(r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
+			// The slot is taken before the call is built: under a herd
+			// most stale hits find every slot taken, and building a call
+			// for nothing costs allocations.
+			if p.refreshes.tryAcquire() {
+				p.refresh(r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
+			} else {
+				p.m.RefreshesDeferred.Inc()
+			}
 			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2))
 			return outcome{metrics.ResultStale, f.layer, false}
 		}
