@@ -203,6 +203,12 @@ func (t *tracker) feed(p []byte) {
 				t.st = stFieldStart
 			}
 		default:
+			if t.st == stReqLine && t.req.field == 1 {
+				if n := t.targetRun(p[i:]); n > 0 {
+					i += n
+					continue
+				}
+			}
 			if t.count++; t.count > t.limit {
 				t.overLimit()
 				return
@@ -211,6 +217,35 @@ func (t *tracker) feed(p []byte) {
 			i++
 		}
 	}
+}
+
+// targetRun takes the request-target bytes at the start of p, up to SP,
+// CR or LF, in one loop rather than one step each (the request-target is
+// most of a request line), and returns how many it took. It looks no
+// further than the header block limit allows (so a target past the limit
+// costs linear time, not a rescan per byte) and leaves the byte that
+// crosses it to the byte-wise path.
+func (t *tracker) targetRun(p []byte) int {
+	r := &t.req
+	p = p[:min(len(p), t.limit-t.count)]
+	h, n := r.line, 0
+	for ; n < len(p); n++ {
+		b := p[n]
+		if b == ' ' || b == '\r' || b == '\n' {
+			break
+		}
+		h = (h ^ uint64(b)) * fnvPrime
+	}
+	if n == 0 {
+		return 0
+	}
+	if r.uriN == 0 {
+		r.uri0 = p[0]
+	}
+	r.uriN += n
+	r.line = h
+	t.count += n
+	return n
 }
 
 func (t *tracker) overLimit() {

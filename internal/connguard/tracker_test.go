@@ -235,6 +235,16 @@ var trackerCases = []struct {
 		want:   outcome{verdicts: []verdict{allowed}, dead: true},
 	},
 	{
+		name:   "a request-target over the bound stops tracking without a suspicious verdict",
+		stream: "GET /" + strings.Repeat("a", maxHeaderBlock) + " HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true},
+	},
+	{
+		name:   "a long request-target is followed to the framing after it",
+		stream: "GET /" + strings.Repeat("a", 8<<10) + "?q=1 HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		want:   outcome{verdicts: []verdict{bothLengths}},
+	},
+	{
 		name:   "more header blocks than net/http can leave unread end tracking",
 		stream: strings.Repeat(getA, maxPending+1),
 		want:   outcome{verdicts: repeatVerdict(allowed, maxPending), dead: true},

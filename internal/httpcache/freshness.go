@@ -136,5 +136,10 @@ func StaleOnErrorOK(s Stored, req RequestCC, now time.Time) bool {
 // down; negative ages are 0 and ages past 2^31 s are 2147483648, as RFC
 // 9111 §1.2.2 asks).
 func AgeHeader(age time.Duration) string {
-	return strconv.FormatInt(int64(clampDelta(age)/time.Second), 10)
+	return strconv.FormatInt(AgeSeconds(age), 10)
+}
+
+// AgeSeconds is the value of the Age header for age, as a number.
+func AgeSeconds(age time.Duration) int64 {
+	return int64(clampDelta(age) / time.Second)
 }

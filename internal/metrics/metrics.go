@@ -36,9 +36,44 @@ const (
 var bodyStoreOps = []string{BodyOpCreate, BodyOpWrite, BodyOpCommit, BodyOpOpen, BodyOpRecover}
 
 var (
-	results = []string{ResultHit, ResultMiss, ResultStale, ResultRevalidated, ResultBypass, ResultError}
-	layers  = []string{LayerL1, LayerL2, LayerOrigin, LayerNone}
+	results = [...]string{ResultHit, ResultMiss, ResultStale, ResultRevalidated, ResultBypass, ResultError}
+	layers  = [...]string{LayerL1, LayerL2, LayerOrigin, LayerNone}
 )
+
+// resultIndex is the index of r in results, or -1. A switch on the
+// constants, cheaper on the request path than hashing the labels.
+func resultIndex(r string) int {
+	switch r {
+	case ResultHit:
+		return 0
+	case ResultMiss:
+		return 1
+	case ResultStale:
+		return 2
+	case ResultRevalidated:
+		return 3
+	case ResultBypass:
+		return 4
+	case ResultError:
+		return 5
+	}
+	return -1
+}
+
+// layerIndex is the index of l in layers, or -1.
+func layerIndex(l string) int {
+	switch l {
+	case LayerL1:
+		return 0
+	case LayerL2:
+		return 1
+	case LayerOrigin:
+		return 2
+	case LayerNone:
+		return 3
+	}
+	return -1
+}
 
 // Metrics holds the sidecar's collectors.
 type Metrics struct {
@@ -47,10 +82,13 @@ type Metrics struct {
 	OriginRequests  *prometheus.CounterVec
 	OriginDuration  prometheus.Histogram
 	Coalesced       prometheus.Counter
-	L2Errors        *prometheus.CounterVec
-	L2Dropped       prometheus.Counter
-	L2CircuitOpen   prometheus.Gauge
-	Purges          prometheus.Counter
+	// RefreshesDeferred counts stale-while-revalidate refreshes not
+	// started because the most allowed at once were running.
+	RefreshesDeferred prometheus.Counter
+	L2Errors          *prometheus.CounterVec
+	L2Dropped         prometheus.Counter
+	L2CircuitOpen     prometheus.Gauge
+	Purges            prometheus.Counter
 	// InvalidationsRejected counts invalidation messages refused, by
 	// reason (invalidate.RejectReasons).
 	InvalidationsRejected *prometheus.CounterVec
@@ -70,8 +108,10 @@ type Metrics struct {
 	BodyStoreEvictions prometheus.Counter
 	bodyStoreErrors    *prometheus.CounterVec
 
-	reqByLabel map[[2]string]prometheus.Counter
-	durByRes   map[string]prometheus.Observer
+	// The request counters and duration observers of every known result
+	// and layer, resolved once (indexed by resultIndex and layerIndex).
+	reqByLabel [len(results)][len(layers)]prometheus.Counter
+	durByRes   [len(results)]prometheus.Observer
 }
 
 // L1Stats is what the L1 gauges read at scrape time.
@@ -104,6 +144,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		Coalesced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tiercache_coalesced_requests_total",
 			Help: "Requests that waited for another request's origin fetch instead of making their own.",
+		}),
+		RefreshesDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_refreshes_deferred_total",
+			Help: "Stale-while-revalidate refreshes not started because the most allowed at once were running (the stale response was served; a later request refreshes).",
 		}),
 		L2Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_l2_errors_total",
@@ -157,11 +201,9 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_body_store_errors_total",
 			Help: "Failed body store operations, by op: create, write (full disk, I/O error, budget), commit (including a length that does not match Content-Length), open (missing or mismatched file), recover (a file removed at start).",
 		}, []string{"op"}),
-		reqByLabel: make(map[[2]string]prometheus.Counter),
-		durByRes:   make(map[string]prometheus.Observer),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests,
+		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests,
 		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {
 		cs = append(cs,
@@ -181,10 +223,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	for _, r := range results {
-		m.durByRes[r] = m.requestDuration.WithLabelValues(r)
-		for _, l := range layers {
-			m.reqByLabel[[2]string{r, l}] = m.requests.WithLabelValues(r, l)
+	for i, r := range results {
+		m.durByRes[i] = m.requestDuration.WithLabelValues(r)
+		for j, l := range layers {
+			m.reqByLabel[i][j] = m.requests.WithLabelValues(r, l)
 		}
 	}
 	for _, r := range []string{"switched", "refused", "error"} {
@@ -204,14 +246,16 @@ func (m *Metrics) Request(result, layer string, seconds float64) {
 	if m == nil {
 		return
 	}
-	if c, ok := m.reqByLabel[[2]string{result, layer}]; ok {
-		c.Inc()
-	} else {
+	i, j := resultIndex(result), layerIndex(layer)
+	if i < 0 || j < 0 {
 		m.requests.WithLabelValues(result, layer).Inc()
+		if i < 0 {
+			return
+		}
+	} else {
+		m.reqByLabel[i][j].Inc()
 	}
-	if o, ok := m.durByRes[result]; ok {
-		o.Observe(seconds)
-	}
+	m.durByRes[i].Observe(seconds)
 }
 
 // SetConfig records the config version in effect (and drops the old one).

@@ -106,3 +106,50 @@ func (w *benchWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 func (w *benchWriter) WriteHeader(s int) { w.status = s }
+
+// BenchmarkServeHTTPStaleRefreshDeferred is a stale-while-revalidate hit
+// while every refresh slot is taken (the herd's common case): it serves
+// the stale copy and starts nothing.
+func BenchmarkServeHTTPStaleRefreshDeferred(b *testing.B) {
+	body := strings.Repeat("x", 1024)
+	f := newFixture(b, "", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=1, stale-while-revalidate=86400")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("ETag", `"0123456789abcdef"`)
+		_, _ = io.WriteString(w, body)
+	})
+	if r := f.get("/bench/stale"); r.xcache() != "MISS" {
+		b.Fatalf("priming: %q", r.xcache())
+	}
+	req := httptest.NewRequest("GET", "http://bench.example/bench/stale", nil)
+	req.Host = f.srv.Listener.Addr().String()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		kb := f.px.keys.Get().(*keyBuf)
+		kb.build(req, f.px.cfg.Load().Match(req.URL.Path))
+		ok := f.px.lookup(context.Background(), kb, req).ok
+		f.px.keys.Put(kb)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the primed entry never reached L1")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.clock.Advance(2 * time.Second)
+	f.px.refreshes.n.Store(f.px.refreshes.max) // every slot taken
+	w := &benchWriter{h: make(http.Header, 16)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		clear(w.h)
+		w.status, w.n = 0, 0
+		f.px.ServeHTTP(w, req)
+		if w.status != 200 || w.h.Get("X-Cache") != "STALE; layer=l1" {
+			b.Fatalf("status %d, X-Cache %q", w.status, w.h.Get("X-Cache"))
+		}
+	}
+	b.StopTimer()
+	f.px.refreshes.n.Store(0)
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
@@ -132,5 +133,69 @@ func TestAReplicaWithAStaleCopySeesAnotherReplicasFreshFill(t *testing.T) {
 	r := b.get("/s", "Host", "shop")
 	if r.body != "v2" || o.count() != 2 {
 		t.Fatalf("B answered %q (%s); origin saw %d requests, want v2 from L2 and 2", r.body, r.xcache(), o.count())
+	}
+}
+
+// A replica that waits for another replica's refresh of a key asks nothing
+// of the origin, so it must not use up its refresh slots: its own
+// refreshes of other keys still start.
+func TestWaitingOnAnotherReplicasRefreshTakesNoRefreshSlot(t *testing.T) {
+	redis := testredis.Start(t)
+	hold := make(chan struct{})
+	var held atomic.Int64
+	refreshed := make(chan string, 4*maxRefreshes)
+	var refreshing atomic.Bool
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if refreshing.Load() {
+			refreshed <- r.URL.Path
+			if r.URL.Path != "/extra" {
+				held.Add(1)
+				<-hold // A's refreshes keep their leases
+			}
+		}
+		w.Header().Set("Cache-Control", "max-age=10, stale-while-revalidate=300")
+		_, _ = io.WriteString(w, "v")
+	})
+	a, b := replica(t, redis.Addr(), o), replica(t, redis.Addr(), o)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(hold)
+		}
+	})
+
+	paths := []string{"/extra"}
+	for i := range maxRefreshes {
+		paths = append(paths, fmt.Sprintf("/k%d", i))
+	}
+	for _, p := range paths {
+		expect(t, a.get(p, "Host", "shop"), 200, "MISS")
+		waitFor(t, func() bool { return b.get(p, "Host", "shop").xcache() == "HIT; layer=l2" }, "B to see "+p+" in L2")
+	}
+	refreshing.Store(true)
+	o.clock.Advance(20 * time.Second)
+	for _, p := range paths[1:] {
+		expect(t, a.get(p, "Host", "shop"), 200, "STALE; layer=l1")
+	}
+	waitFor(t, func() bool { return held.Load() == maxRefreshes }, "A's refreshes to reach the origin")
+	// B's refreshes of the same keys find A's leases and wait for A.
+	for _, p := range paths[1:] {
+		expect(t, b.get(p, "Host", "shop"), 200, "STALE; layer=l1")
+	}
+	expect(t, b.get("/extra", "Host", "shop"), 200, "STALE; layer=l1")
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case p := <-refreshed:
+			if p != "/extra" {
+				continue // one of A's
+			}
+			released = true
+			close(hold)
+			return
+		case <-deadline:
+			t.Fatalf("B did not refresh /extra while it waited for A's refreshes (%d deferred)",
+				int(testutil.ToFloat64(b.px.m.RefreshesDeferred)))
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -534,10 +535,12 @@ func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
 // refresh revalidates c's stale entry in the background, once per key:
-// when a fetch for the key is already running, it does nothing.
+// when a fetch for the key is already running, it does nothing. The
+// caller has taken a refresh slot (p.refreshes), which refresh gives back.
 func (p *Proxy) refresh(r *http.Request, c *call) {
 	f, leader := p.flights.join(c.key)
 	if !leader {
+		p.refreshes.release()
 		return
 	}
 	// The request ends when the handler returns; the refresh keeps its own
@@ -548,6 +551,9 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
+		var freeOnce sync.Once
+		free := func() { freeOnce.Do(p.refreshes.release) }
+		defer free()
 		defer p.flights.finish(c.key, f, shared{})
 		if p.cluster != nil && c.cfg.Config.CoalesceClusterWide() {
 			// One refresh per key across the tier: a replica that does not
@@ -555,6 +561,9 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 			wait := c.cfg.Config.Coalescing.Timeout.Std()
 			release, lead := p.cluster.TryLead(p.ctx, c.key, min(leaseTTL, wait))
 			if !lead {
+				// Waiting for another replica's refresh asks nothing of the
+				// origin: it takes no refresh slot.
+				free()
 				p.awaitRefresh(c, f, min(wait, 2*leaseTTL))
 				return
 			}

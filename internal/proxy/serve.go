@@ -129,7 +129,14 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
 			return outcome{metrics.ResultStale, f.layer, false}
 		case httpcache.UseStaleRevalidate:
-			p.refresh(r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
+			// The slot is taken before the call is built: under a herd
+			// most stale hits find every slot taken, and building a call
+			// for nothing costs allocations.
+			if p.refreshes.tryAcquire() {
+				p.refresh(r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
+			} else {
+				p.m.RefreshesDeferred.Inc()
+			}
 			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
 			return outcome{metrics.ResultStale, f.layer, false}
 		}
@@ -234,13 +241,14 @@ func (w withoutCacheControl) Values(name string) []string {
 // needs no body).
 func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string, file *bodystore.Body) {
 	h := w.Header()
+	s := newHeaderScratch(len(e.Header))
 	for i := range e.Header {
 		f := &e.Header[i]
-		h[f.Name] = append(h[f.Name], f.Value)
+		s.add(h, f.Name, f.Value)
 	}
-	h["Age"] = []string{httpcache.AgeHeader(age)}
+	s.set(h, "Age", strconv.FormatInt(httpcache.AgeSeconds(age), 10))
 	h["X-Cache"] = xcache
-	appendVia(h)
+	s.add(h, "Via", viaValue)
 	if httpcache.NotModified(r.Header, e.Status, e) {
 		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
 			delete(h, k)
@@ -267,12 +275,50 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		}
 	}
 	if bodyAllowed(status) {
-		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+		s.set(h, "Content-Length", strconv.Itoa(len(body)))
 	}
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead && bodyAllowed(status) {
 		_, _ = w.Write(body)
 	}
+}
+
+// headerScratch holds the values of one served response's header fields,
+// so that a hit fills its header map with one allocation (of exactly the
+// size needed) instead of one per field. net/http reads the values after
+// the handler returns, so the scratch is never reused: each response has
+// its own.
+type headerScratch struct {
+	vals []string
+}
+
+func newHeaderScratch(fields int) headerScratch {
+	return headerScratch{vals: make([]string, 0, fields+3)} // + Age, Via, Content-Length
+}
+
+// set makes value the only value of the field name of h (the fields the
+// cache computes replace whatever was stored).
+func (s *headerScratch) set(h http.Header, name, value string) {
+	delete(h, name)
+	s.add(h, name, value)
+}
+
+// add appends value to the field name of h. A field's first value gets a
+// one-element slice of the scratch whose capacity ends there, so that a
+// later append to it (a repeated field, or a handler) copies rather than
+// overwriting the next field's value.
+func (s *headerScratch) add(h http.Header, name, value string) {
+	if cur := h[name]; len(cur) > 0 {
+		h[name] = append(cur, value)
+		return
+	}
+	if len(s.vals) == cap(s.vals) {
+		h[name] = []string{value}
+		return
+	}
+	s.vals = append(s.vals, value)
+	n := len(s.vals)
+	h[name] = s.vals[n-1 : n : n]
 }
 
 func bodyAllowed(status int) bool {

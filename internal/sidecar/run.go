@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"runtime/debug"
@@ -79,6 +80,8 @@ type Options struct {
 	// positive size with a BodyDir.
 	BodyDir     string
 	BodyDirSize int64
+	// AdminPprof serves net/http/pprof's profiles on the admin port.
+	AdminPprof bool
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -117,6 +120,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.IntVar(&o.PurgeBurst, "purge-burst", 50, "admin purges accepted in a burst above --purge-rate")
 	fs.StringVar(&o.BodyDir, "body-dir", "", "directory for bodies above the tier's bodyStore.threshold, kept as files and served with sendfile (made 0700 when missing; in a pod the operator's emptyDir); none = bodies above l1.maxEntrySize stream through uncached")
 	bodyDirSize := fs.String("body-dir-size", "", "budget of --body-dir, a size such as 2Gi; 0 or empty = 90% of the directory's free space at start")
+	fs.BoolVar(&o.AdminPprof, "admin-pprof", false, "serve Go profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on the admin port; off by default")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize×1.25 + 128Mi unless GOMEMLIMIT is set)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -392,7 +396,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	admin := &http.Server{
-		Handler:           adminMux(reg, dp.purgeHandler(), &draining, &warm),
+		Handler:           adminMux(reg, dp.purgeHandler(), &draining, &warm, o.AdminPprof),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -468,7 +472,7 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	return runErr
 }
 
-func adminMux(reg *prometheus.Registry, purge http.Handler, draining, warm *atomic.Bool) *http.ServeMux {
+func adminMux(reg *prometheus.Registry, purge http.Handler, draining, warm *atomic.Bool, profiles bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -490,6 +494,14 @@ func adminMux(reg *prometheus.Registry, purge http.Handler, draining, warm *atom
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/purge", purge)
+	if profiles {
+		// Not pprof.Cmdline: the command line may carry secrets
+		// (--redis-password, --purge-token).
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

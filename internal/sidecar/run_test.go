@@ -341,3 +341,34 @@ func TestDuringTheDrainDelayItServesButReportsNotReady(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+func TestProfilesAreServedOnlyWhenAskedAndNeverTheCommandLine(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer origin.Close()
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  map[string]int
+	}{
+		{"without --admin-pprof there are no profiles", nil, map[string]int{
+			"/debug/pprof/": 404, "/debug/pprof/heap": 404, "/debug/pprof/cmdline": 404,
+		}},
+		{"with --admin-pprof there are profiles but no command line", []string{"--admin-pprof", "--purge-token", "s3cret-purge-token-0123"}, map[string]int{
+			"/debug/pprof/": 200, "/debug/pprof/heap": 200, "/debug/pprof/cmdline": 404,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := start(t, origin.URL, tc.extra...)
+			defer s.stop(t)
+			for path, code := range tc.want {
+				resp, body := s.get(t, "http://"+s.addrs.Admin+path)
+				if resp.StatusCode != code {
+					t.Errorf("%s: %d, want %d", path, resp.StatusCode, code)
+				}
+				if strings.Contains(body, "s3cret-purge-token") {
+					t.Errorf("%s shows the purge token", path)
+				}
+			}
+		})
+	}
+}
