@@ -15,11 +15,6 @@ import (
 // the sidecar behaves as before the body store existed.
 
 const (
-	// autoBodyDirShare of the free space of the body directory's
-	// filesystem at start is the budget when --body-dir-size is 0 or
-	// unset: the rest is left for the filesystem's other users and the
-	// store's own slack (temporary files, trailers).
-	autoBodyDirShare = 0.9
 	// minBodyDirSize is the smallest budget worth a body store.
 	minBodyDirSize = 1 << 20
 	// probeName is created and removed in the directory at start to prove
@@ -88,8 +83,11 @@ func prepareBodyDir(dir string, size int64, free func(string) (int64, error)) (i
 	return auto, nil
 }
 
-// autoBodyDirSize is 90% of avail, in whole Ki (so that it prints as a
-// size a person can read back).
+// autoBodyDirSize is the budget when --body-dir-size is 0 or unset: 90%
+// of avail, the free space of the body directory's filesystem at start
+// (the rest is left for the filesystem's other users and the store's own
+// slack: temporary files, trailers), in whole Ki so that it prints as a
+// size a person can read back.
 func autoBodyDirSize(avail int64) int64 {
 	if avail <= 0 {
 		return 0
