@@ -46,9 +46,24 @@ var (
 // change to this layout bumps version: a reader never guesses at a layout
 // it does not know (ErrVersion, i.e. a miss) and the writer of the newer
 // version repopulates the cache.
+//
+// Version 2 is an entry whose body lives outside it (Entry.File set): the
+// version 1 layout with version byte 2 and an empty Body, followed by the
+// reference, covered by the same CRC:
+//
+//	16  File.ID
+//	 8  File.Size    int64 (negative is corrupt)
+//	 4  File.CRC
+//	 4  File.Chunks
+//
+// An entry without File always encodes as version 1, byte for byte as
+// before version 2 existed, so sidecars of both kinds share inline
+// entries; a sidecar that knows only version 1 reads a version 2 value as
+// ErrVersion, a miss, which is safe during a rolling upgrade.
 const (
-	magic   = "TCE"
-	version = 1
+	magic     = "TCE"
+	version   = 1 // body inline
+	versionV2 = 2 // body in a file (Entry.File)
 
 	offVersion  = 3
 	offCRC      = 4
@@ -63,6 +78,8 @@ const (
 	offSIE      = 53
 	offNonce    = 61
 	fixedSize   = 69
+
+	fileRefSize = 16 + 8 + 4 + 4
 )
 
 // castagnoli is built once. For this polynomial crc32 uses the CRC32
@@ -97,6 +114,9 @@ func EncodedSize(e *Entry) int {
 	for i := range e.Header {
 		n += strSize(e.Header[i].Name) + strSize(e.Header[i].Value)
 	}
+	if e.File != nil {
+		return n + uvSize(0) + fileRefSize
+	}
 	n += uvSize(uint64(len(e.Body))) + len(e.Body)
 	return n
 }
@@ -104,7 +124,8 @@ func EncodedSize(e *Entry) int {
 // Encode appends the binary form of e to dst and returns the extended
 // slice. It does not allocate when dst has EncodedSize(e) bytes of spare
 // capacity. Status is stored in 16 bits; times must be zero or within the
-// years 1678..2262 (others are clamped).
+// years 1678..2262 (others are clamped). When e.File is set the value is
+// version 2 and e.Body is not encoded (the body is in the file).
 func Encode(dst []byte, e *Entry) []byte {
 	size := EncodedSize(e)
 	start := len(dst)
@@ -117,6 +138,9 @@ func Encode(dst []byte, e *Entry) []byte {
 
 	copy(b, magic)
 	b[offVersion] = version
+	if e.File != nil {
+		b[offVersion] = versionV2
+	}
 	b[offKind] = byte(e.Kind)
 	binary.LittleEndian.PutUint16(b[offFlags:], uint16(e.Flags))
 	binary.LittleEndian.PutUint16(b[offStatus:], uint16(e.Status))
@@ -144,8 +168,16 @@ func Encode(dst []byte, e *Entry) []byte {
 		p = appendStr(p, e.Header[i].Name)
 		p = appendStr(p, e.Header[i].Value)
 	}
-	p = binary.AppendUvarint(p, uint64(len(e.Body)))
-	p = append(p, e.Body...)
+	if f := e.File; f != nil {
+		p = binary.AppendUvarint(p, 0)
+		p = append(p, f.ID[:]...)
+		p = binary.LittleEndian.AppendUint64(p, uint64(f.Size))
+		p = binary.LittleEndian.AppendUint32(p, f.CRC)
+		p = binary.LittleEndian.AppendUint32(p, f.Chunks)
+	} else {
+		p = binary.AppendUvarint(p, uint64(len(e.Body)))
+		p = append(p, e.Body...)
+	}
 	// b's capacity is exactly EncodedSize, so the appends above wrote into
 	// it in place; were the two ever to disagree, append would have moved p
 	// and the round-trip tests would fail.
@@ -161,9 +193,14 @@ func Encode(dst []byte, e *Entry) []byte {
 // the same Entry repeatedly; everything else in e is overwritten. On error
 // e is reset to its zero value (keeping that capacity).
 //
+// Both versions decode: a version 2 value sets e.File (and leaves Body
+// nil), written into the BodyFile e.File already points to when it is
+// set, so decoding into a reused Entry does not allocate; a version 1
+// value sets e.File to nil.
+//
 // Decode never panics, checks every length against the bytes actually
 // present before using or allocating for it, and allocates at most the
-// three slices above.
+// three slices above and the BodyFile.
 func Decode(b []byte, e *Entry) error {
 	if err := decode(b, e); err != nil {
 		*e = Entry{Header: e.Header[:0], Tags: e.Tags[:0], Vary: e.Vary[:0]}
@@ -179,7 +216,8 @@ func decode(b []byte, e *Entry) error {
 	if len(b) <= offVersion {
 		return ErrCorrupt
 	}
-	if b[offVersion] != version {
+	v := b[offVersion]
+	if v != version && v != versionV2 {
 		return ErrVersion
 	}
 	if len(b) < fixedSize {
@@ -230,14 +268,41 @@ func decode(b []byte, e *Entry) error {
 
 	var bodyLen uint64
 	bodyLen, off = readUv(b, off)
+	if v == versionV2 {
+		return decodeFileRef(b, off, bodyLen, e)
+	}
 	if off > uint(len(b)) || bodyLen != uint64(uint(len(b))-off) {
 		// Too short, or trailing bytes after the body.
 		return ErrCorrupt
 	}
 	e.Body = nil
+	e.File = nil
 	if bodyLen > 0 {
 		e.Body = b[off:len(b):len(b)]
 	}
+	return nil
+}
+
+// decodeFileRef reads the version 2 tail: an empty body, then exactly the
+// reference.
+func decodeFileRef(b []byte, off uint, bodyLen uint64, e *Entry) error {
+	if off > uint(len(b)) || bodyLen != 0 || uint(len(b))-off != fileRefSize {
+		return ErrCorrupt
+	}
+	r := b[off:]
+	size := int64(binary.LittleEndian.Uint64(r[16:]))
+	if size < 0 {
+		return ErrCorrupt
+	}
+	if e.File == nil {
+		e.File = new(BodyFile)
+	}
+	f := e.File
+	copy(f.ID[:], r[:16])
+	f.Size = size
+	f.CRC = binary.LittleEndian.Uint32(r[24:])
+	f.Chunks = binary.LittleEndian.Uint32(r[28:])
+	e.Body = nil
 	return nil
 }
 

@@ -126,6 +126,8 @@ func equalEntries(a, b *Entry) error {
 		return fmt.Errorf("Tags %q != %q", a.Tags, b.Tags)
 	case !equalStrings(a.Vary, b.Vary):
 		return fmt.Errorf("Vary %q != %q", a.Vary, b.Vary)
+	case (a.File == nil) != (b.File == nil) || a.File != nil && *a.File != *b.File:
+		return fmt.Errorf("File %+v != %+v", a.File, b.File)
 	}
 	for i := range a.Header {
 		if a.Header[i] != b.Header[i] {
@@ -258,14 +260,15 @@ func TestForeignAndVersionedValues(t *testing.T) {
 		in   []byte
 		want error
 	}{
-		"nil is not an entry":                          {nil, ErrNotEntry},
-		"a JSON document is not an entry":              {[]byte(`{"status":200}`), ErrNotEntry},
-		"a value with a wrong magic is not an entry":   {append([]byte("TCX"), valid[3:]...), ErrNotEntry},
-		"the magic alone is corrupt":                   {[]byte("TCE"), ErrCorrupt},
-		"a newer version is unsupported":               {withVersion(2), ErrVersion},
-		"version zero is unsupported":                  {withVersion(0), ErrVersion},
-		"a header without the fixed fields is corrupt": {valid[:fixedSize-1], ErrCorrupt},
-		"trailing bytes are corrupt":                   {append(bytes.Clone(valid), 0), ErrCorrupt},
+		"nil is not an entry":                             {nil, ErrNotEntry},
+		"a JSON document is not an entry":                 {[]byte(`{"status":200}`), ErrNotEntry},
+		"a value with a wrong magic is not an entry":      {append([]byte("TCX"), valid[3:]...), ErrNotEntry},
+		"the magic alone is corrupt":                      {[]byte("TCE"), ErrCorrupt},
+		"a newer version is unsupported":                  {withVersion(3), ErrVersion},
+		"an inline value relabelled version 2 is corrupt": {withVersion(2), ErrCorrupt},
+		"version zero is unsupported":                     {withVersion(0), ErrVersion},
+		"a header without the fixed fields is corrupt":    {valid[:fixedSize-1], ErrCorrupt},
+		"trailing bytes are corrupt":                      {append(bytes.Clone(valid), 0), ErrCorrupt},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -405,7 +408,11 @@ func FuzzDecode(f *testing.F) {
 			f.Add(Encode(nil, e))
 		}
 	}
+	for _, e := range fileCases() {
+		f.Add(Encode(nil, e))
+	}
 	f.Add([]byte("TCE\x01"))
+	f.Add([]byte("TCE\x02"))
 	f.Add(sealed(uv(0), uv(0), uv(1), uv(0), uv(1), uv(1), uv(1), uv(1), uv(1), uv(1), uv(0)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var e Entry

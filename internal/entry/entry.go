@@ -75,7 +75,13 @@ type Entry struct {
 
 	Status int
 	Header []Field // end-to-end header fields, in the origin's order
-	Body   []byte
+	Body   []byte  // the body inline; empty when File is set
+
+	// File, when set, says the body is not inline but in the body store
+	// (package bodystore): a file named by File.ID, and, when File.Chunks
+	// > 0, in L2 chunks. Such an entry encodes as version 2 and Body is
+	// not encoded. nil means the body is Body (version 1, as before).
+	File *BodyFile
 
 	// RFC 9111 §4.2.3 inputs, fixed when the entry was stored or last
 	// revalidated.
@@ -88,6 +94,20 @@ type Entry struct {
 	// combining the origin's directives with the tier's defaults.
 	StaleWhileRevalidate time.Duration
 	StaleIfError         time.Duration
+}
+
+// BodyFile is the reference from an entry to a body kept outside it.
+type BodyFile struct {
+	// ID names the body: random, never reused, so a file or chunk of a
+	// replaced or purged body is never mistaken for the current one.
+	ID [16]byte
+	// Size is the body's length in bytes.
+	Size int64
+	// CRC is the CRC-32C (Castagnoli) of the body.
+	CRC uint32
+	// Chunks is the number of L2 chunks holding the body; 0 means the
+	// body is not in L2 (it is local to the replica that fetched it).
+	Chunks uint32
 }
 
 // Has reports whether f is set.

@@ -23,6 +23,18 @@ const (
 	LayerNone   = "none"
 )
 
+// Op label values of body_store_errors_total.
+const (
+	BodyOpCreate  = "create"
+	BodyOpWrite   = "write"
+	BodyOpCommit  = "commit"
+	BodyOpOpen    = "open"
+	BodyOpRecover = "recover"
+)
+
+// bodyStoreOps lists the op values of body_store_errors_total.
+var bodyStoreOps = []string{BodyOpCreate, BodyOpWrite, BodyOpCommit, BodyOpOpen, BodyOpRecover}
+
 var (
 	results = []string{ResultHit, ResultMiss, ResultStale, ResultRevalidated, ResultBypass, ResultError}
 	layers  = []string{LayerL1, LayerL2, LayerOrigin, LayerNone}
@@ -49,6 +61,14 @@ type Metrics struct {
 	upgrades     *prometheus.CounterVec
 	// purgeRequests counts admin purge requests by outcome.
 	purgeRequests *prometheus.CounterVec
+
+	// The body store (package bodystore): committed bytes and files,
+	// files evicted for room, and failed operations by op
+	// (the BodyOp constants).
+	BodyStoreBytes     prometheus.Gauge
+	BodyStoreFiles     prometheus.Gauge
+	BodyStoreEvictions prometheus.Counter
+	bodyStoreErrors    *prometheus.CounterVec
 
 	reqByLabel map[[2]string]prometheus.Counter
 	durByRes   map[string]prometheus.Observer
@@ -121,11 +141,28 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_purge_requests_total",
 			Help: "Requests to the admin purge endpoint, by result: purged, failed (applied here, L2 or fan-out failed), unauthorized, limited (rate limit, 429), invalid.",
 		}, []string{"result"}),
+		BodyStoreBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tiercache_body_store_bytes",
+			Help: "Bytes of committed bodies in the body store (--body-dir).",
+		}),
+		BodyStoreFiles: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tiercache_body_store_files",
+			Help: "Committed body files in the body store.",
+		}),
+		BodyStoreEvictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_body_store_evictions_total",
+			Help: "Body files removed, least recently used first, to make room within the body store's budget.",
+		}),
+		bodyStoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_body_store_errors_total",
+			Help: "Failed body store operations, by op: create, write (full disk, I/O error, budget), commit (including a length that does not match Content-Length), open (missing or mismatched file), recover (a file removed at start).",
+		}, []string{"op"}),
 		reqByLabel: make(map[[2]string]prometheus.Counter),
 		durByRes:   make(map[string]prometheus.Observer),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests}
+		m.Coalesced, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests,
+		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -152,6 +189,9 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 	}
 	for _, r := range []string{"switched", "refused", "error"} {
 		m.upgrades.WithLabelValues(r)
+	}
+	for _, op := range bodyStoreOps {
+		m.bodyStoreErrors.WithLabelValues(op)
 	}
 	for _, op := range []string{"get", "set", "delete", "publish", "subscribe", "lease"} {
 		m.L2Errors.WithLabelValues(op)
@@ -198,4 +238,29 @@ func (m *Metrics) PurgeRequest(result string) {
 		return
 	}
 	m.purgeRequests.WithLabelValues(result).Inc()
+}
+
+// BodyStoreError counts one failed body store operation (the BodyOp constants).
+func (m *Metrics) BodyStoreError(op string) {
+	if m == nil {
+		return
+	}
+	m.bodyStoreErrors.WithLabelValues(op).Inc()
+}
+
+// BodyStoreUsage sets the body store gauges: committed bytes and files.
+func (m *Metrics) BodyStoreUsage(bytes int64, files int) {
+	if m == nil {
+		return
+	}
+	m.BodyStoreBytes.Set(float64(bytes))
+	m.BodyStoreFiles.Set(float64(files))
+}
+
+// BodyStoreEvicted counts n body files evicted for room.
+func (m *Metrics) BodyStoreEvicted(n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.BodyStoreEvictions.Add(float64(n))
 }

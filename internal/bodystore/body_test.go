@@ -1,0 +1,206 @@
+package bodystore
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/tiercache/tiercache/internal/entry"
+)
+
+// TestSectionIsSendfileShaped pins the shape net.TCPConn.ReadFrom needs to
+// use sendfile: an *io.LimitedReader whose R is the *os.File itself.
+func TestSectionIsSendfileShaped(t *testing.T) {
+	s, _ := testStore(t, Options{})
+	ref := put(t, s, "GET h/a", body(1, 10000), 10000)
+	b, err := s.Open("GET h/a", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	lr, ok := b.Section(100, 200).(*io.LimitedReader)
+	if !ok {
+		t.Fatalf("Section returned %T, want *io.LimitedReader", b.Section(100, 200))
+	}
+	if _, ok := lr.R.(*os.File); !ok {
+		t.Fatalf("Section's LimitedReader reads a %T, want *os.File", lr.R)
+	}
+	if lr.N != 200 {
+		t.Fatalf("N = %d, want 200", lr.N)
+	}
+}
+
+func TestSectionsOverLoopbackTCP(t *testing.T) {
+	s, _ := testStore(t, Options{})
+	want := body(2, 3<<20+17)
+	ref := put(t, s, "GET h/a", want, int64(len(want)))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+
+	tests := map[string]struct{ off, n, wantOff, wantN int64 }{
+		"the whole body":                  {0, ref.Size, 0, ref.Size},
+		"a range from the middle":         {1 << 20, 12345, 1 << 20, 12345},
+		"the last byte":                   {ref.Size - 1, 1, ref.Size - 1, 1},
+		"a range past the end is clamped": {ref.Size - 10, 100, ref.Size - 10, 10},
+		"a negative offset is clamped":    {-5, 10, 0, 10},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := make(chan readResult, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					got <- readResult{nil, err}
+					return
+				}
+				defer c.Close()
+				b, err := io.ReadAll(c)
+				got <- readResult{b, err}
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := s.Open("GET h/a", ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := io.Copy(c.(*net.TCPConn), b.Section(tt.off, tt.n))
+			_ = b.Close()
+			_ = c.Close()
+			if err != nil || n != tt.wantN {
+				t.Fatalf("io.Copy = %d, %v; want %d", n, err, tt.wantN)
+			}
+			r := waitResult(t, got)
+			if r.err != nil || !bytes.Equal(r.b, want[tt.wantOff:tt.wantOff+tt.wantN]) {
+				t.Fatalf("received %d bytes (%v) that are not the section", len(r.b), r.err)
+			}
+		})
+	}
+}
+
+func TestOpenDecisions(t *testing.T) {
+	const key = "GET h/a"
+	tests := map[string]struct {
+		key     string
+		ref     func(entry.BodyFile) entry.BodyFile
+		damage  func(t *testing.T, path string)
+		want    error
+		removed bool // the file is removed (damaged), not just refused
+	}{
+		"the body of the key and reference opens": {},
+		"another key's body is refused and kept":  {key: "GET h/b", want: ErrMismatch},
+		"a reference with another size is refused and kept": {want: ErrMismatch,
+			ref: func(r entry.BodyFile) entry.BodyFile { r.Size--; return r }},
+		"a reference with another CRC is refused and kept": {want: ErrMismatch,
+			ref: func(r entry.BodyFile) entry.BodyFile { r.CRC++; return r }},
+		"a file that is gone is not found": {want: fs.ErrNotExist, removed: true,
+			damage: func(t *testing.T, p string) { must(t, os.Remove(p)) }},
+		"a file with its trailer cut is removed": {want: ErrMismatch, removed: true,
+			damage: func(t *testing.T, p string) { must(t, os.Truncate(p, fileLen(t, p)-3)) }},
+		"a file cut inside the header is removed": {want: ErrMismatch, removed: true,
+			damage: func(t *testing.T, p string) { must(t, os.Truncate(p, 10)) }},
+		"a file with a foreign magic is removed": {want: ErrMismatch, removed: true,
+			damage: func(t *testing.T, p string) { patch(t, p, 0, []byte("XXXX")) }},
+		"a file with another id in its header is removed": {want: ErrMismatch, removed: true,
+			damage: func(t *testing.T, p string) { patch(t, p, offHdrID, []byte{0xee}) }},
+		"a file with a byte inserted into the body is removed": {want: ErrMismatch, removed: true,
+			damage: func(t *testing.T, p string) {
+				b, err := os.ReadFile(p)
+				must(t, err)
+				must(t, os.WriteFile(p, slices.Insert(b, headerSize+100, 'x'), 0o600))
+			}},
+		"a file grown after commit is removed": {want: ErrMismatch, removed: true,
+			damage: func(t *testing.T, p string) { must(t, os.Truncate(p, fileLen(t, p)+1)) }},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, _ := testStore(t, Options{})
+			ref := put(t, s, key, body(3, 5000), 5000)
+			path := filepath.Join(s.dir, fileName(ref.ID, bodySuffix))
+			if tt.damage != nil {
+				tt.damage(t, path)
+			}
+			if tt.ref != nil {
+				ref = tt.ref(ref)
+			}
+			b, err := s.Open(cmpOrStr(tt.key, key), ref)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Open = %v, want %v", err, tt.want)
+			}
+			if err == nil {
+				_ = b.Close()
+				return
+			}
+			_, statErr := os.Stat(path)
+			if removed := errors.Is(statErr, fs.ErrNotExist); removed != tt.removed {
+				t.Fatalf("file removed: %v, want %v", removed, tt.removed)
+			}
+			if _, n, _ := s.Usage(); (n == 0) != tt.removed {
+				t.Fatalf("index holds %d files; want the file forgotten only when removed", n)
+			}
+		})
+	}
+}
+
+func cmpOrStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileLen(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	must(t, err)
+	return fi.Size()
+}
+
+// patch overwrites bytes of the file at off.
+func patch(t *testing.T, p string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteAt(b, off)
+	must(t, err)
+	must(t, f.Close())
+}
+
+func TestAReaderKeepsReadingAFileDeletedUnderIt(t *testing.T) {
+	s, _ := testStore(t, Options{})
+	want := body(4, 1<<20)
+	ref := put(t, s, "GET h/a", want, int64(len(want)))
+	b, err := s.Open("GET h/a", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r := b.Section(0, ref.Size)
+	head := make([]byte, 1000)
+	if _, err := io.ReadFull(r, head); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Remove(filepath.Join(s.dir, fileName(ref.ID, bodySuffix))))
+	rest, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(append(head, rest...), want) {
+		t.Fatalf("read %d bytes (%v) after the file was deleted, want the whole body", len(head)+len(rest), err)
+	}
+}

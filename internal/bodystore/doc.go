@@ -1,0 +1,82 @@
+// Package bodystore keeps large response bodies as files in one directory
+// (--body-dir), beside the L1/L2 entries that hold their headers,
+// freshness and a reference (entry.BodyFile). A hit opens the file, checks
+// that it belongs to the key, and hands the proxy an *io.LimitedReader over
+// the *os.File, so that io.Copy into the ResponseWriter reaches the TCP
+// connection's ReadFrom and the kernel sends the body with sendfile from
+// the page cache.
+//
+// It is hand-written because no well-kept Go library does what this needs
+// together: a crash-safe, budgeted file cache whose bodies can be read by
+// followers while they are being written and served with sendfile. The
+// parts are small: a flat directory, an in-memory LRU index, a writer that
+// renames into place, and a verifying scan at start.
+//
+// # Files
+//
+// One file per body, named <hex id>.body (<hex id>.tmp while it is being
+// written). The id is random and never reused, so a file of a replaced or
+// purged body is never taken for the current one.
+//
+//	header   64 bytes: "TCB\x01" | id (16) | sha256(cache key) (32) |
+//	         body offset u32 LE = 64 | reserved (8, zero)
+//	body     the bytes, as received
+//	trailer  written at commit: key length u32 LE | key | encoded entry
+//	         (version 2, the value L1 holds) | trailer length u32 LE
+//	         (the whole trailer, these 20 fixed bytes included) |
+//	         body size u64 LE | body CRC-32C u32 LE | "TCBE"
+//
+// The key is in the trailer so that a restart can give the proxy back the
+// exact cache key to re-insert the entry under (Recovered).
+//
+// # Decisions
+//
+//   - Budget: committed file bytes (header, body and trailer) plus the
+//     reservations of writers in progress never exceed Options.MaxBytes.
+//     A writer with a size hint reserves header + hint up front; without
+//     one it reserves in 1 MiB steps as it writes; the trailer is reserved
+//     at Commit and the reservation is trued up to the file's real size.
+//     Room is made by evicting committed files, least recently used first
+//     (Open counts as a use); files being written are never evicted.
+//     MaxBytes 0 means 90% of the space available at start (what the
+//     filesystem reports free plus what the recovered files hold).
+//   - Eviction and Remove unlink: readers with an open fd keep reading.
+//     Evicting a file whose entry is still in L1 is fine: Open then fails
+//     with an error matching fs.ErrNotExist and the proxy treats it as a
+//     miss.
+//   - Files deleted under the store: Open fails with fs.ErrNotExist and
+//     the index forgets the file (its bytes leave the budget); eviction of
+//     a file that is already gone frees its accounting just the same. The
+//     index can only over-count, which evicts early but never blocks new
+//     files for good.
+//   - Open checks the header (magic, id, sha256 of the key) and the fixed
+//     end of the trailer (size and CRC equal to the reference's, file size
+//     consistent) with two preads and an fstat, never the CRC over the body
+//     (that is the restart scan's job). A file that is not ours or is
+//     damaged (bad magic, wrong id, inconsistent size) is removed; a file
+//     that is intact but belongs to another key or another reference is
+//     left alone (it is valid for its own entry) and not served.
+//   - A write error (ENOSPC, EIO, EFBIG, budget) breaks the writer: every
+//     later Write and Commit returns it, followers get it; Abort (or the
+//     failed Commit itself) removes the temp file and releases the
+//     reservation. A failed Commit leaves nothing behind, so Abort after it
+//     is a no-op, as is Abort after a successful Commit.
+//   - Commit refuses a length different from the size hint (a truncated
+//     body or a Content-Length that lies either way; the lie in excess is
+//     caught at the Write that crosses the hint) and an entry from meta
+//     that does not decode as a version 2 entry of this very body.
+//   - Restart (Open): *.tmp files are removed; every *.body is verified
+//     in full (header, trailer, key hash, entry, CRC-32C streamed over the
+//     body in O(buffer) memory); the invalid ones are removed and counted
+//     (body_store_errors_total{op="recover"}). Other files are ours to
+//     leave alone: they are logged once and never deleted. The valid
+//     files enter the LRU in modification-time order; past the budget the
+//     oldest are evicted. The caller re-inserts the returned entries into
+//     L1 and Removes the ones it does not want.
+//   - An unwritable directory at start is an error naming --body-dir, the
+//     path and the OS reason; writability is proven by creating a probe
+//     file, since permission bits do not stop root.
+//
+// Errors that are expected outcomes are sentinels: ErrTooLarge, ErrFull,
+// ErrExists, ErrMismatch, ErrLength, ErrAborted, ErrClosed.
+package bodystore
