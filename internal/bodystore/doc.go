@@ -71,8 +71,11 @@
 //     (body_store_errors_total{op="recover"}). Other files are ours to
 //     leave alone: they are logged once and never deleted. The valid
 //     files enter the LRU in modification-time order; past the budget the
-//     oldest are evicted. The caller re-inserts the returned entries into
-//     L1 and Removes the ones it does not want.
+//     oldest are evicted. Of two files for one key (a replaced body whose
+//     Remove a crash lost) only the newer is kept. The caller re-inserts
+//     the returned entries into L1 and Removes the ones it does not want.
+//     So a body whose entry is purged or replaced must be Removed: a file
+//     left behind comes back at the next start.
 //   - An unwritable directory at start is an error naming --body-dir, the
 //     path and the OS reason; writability is proven by creating a probe
 //     file, since permission bits do not stop root.

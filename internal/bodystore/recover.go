@@ -79,6 +79,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 	// the LRU; past the budget the oldest go.
 	slices.SortFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
 	var evict []string
+	files, evict, total = dropReplaced(files, total, func(id [16]byte) string { return s.path(id, bodySuffix) })
 	for len(files) > 0 && total > s.maxBytes {
 		evict = append(evict, s.path(files[0].id, bodySuffix))
 		total -= files[0].size
@@ -93,6 +94,29 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 	}
 	s.m.BodyStoreUsage(s.committed, len(s.items))
 	return s, out, nil
+}
+
+// dropReplaced keeps, of the files (oldest first) recovered for one key,
+// only the newest: an older one is a body that was replaced while its
+// Remove was lost (a crash), and re-inserting both would let the older
+// win or lose by chance. It returns the kept files in order, the paths of
+// the dropped ones and the kept bytes.
+func dropReplaced(files []found, total int64, path func([16]byte) string) ([]found, []string, int64) {
+	seen := make(map[string]bool, len(files))
+	var drop []string
+	kept := make([]found, 0, len(files))
+	for i := len(files) - 1; i >= 0; i-- {
+		f := files[i]
+		if seen[f.rec.Key] {
+			drop = append(drop, path(f.id))
+			total -= f.size
+			continue
+		}
+		seen[f.rec.Key] = true
+		kept = append(kept, f)
+	}
+	slices.Reverse(kept)
+	return kept, drop, total
 }
 
 // probe proves the directory writable by creating and removing a file

@@ -277,3 +277,33 @@ func TestOpenStopsWhenTheContextEnds(t *testing.T) {
 		t.Fatalf("files after an interrupted Open: %q; an interrupted scan must not remove valid files", names)
 	}
 }
+
+func TestRestartKeepsTheNewestBodyOfAKey(t *testing.T) {
+	s, _ := testStore(t, Options{})
+	base := time.Now().Add(-time.Hour)
+	var refs []entry.BodyFile
+	for i := range 3 {
+		ref := put(t, s, "GET h/a", body(uint64(i), 5000), 5000)
+		mt := base.Add(time.Duration(i) * time.Minute)
+		must(t, os.Chtimes(filepath.Join(s.dir, fileName(ref.ID, bodySuffix)), mt, mt))
+		refs = append(refs, ref)
+	}
+	_ = put(t, s, "GET h/b", body(9, 5000), 5000)
+	s2, rec, _ := reopen(t, s, 64<<20)
+	if got := recoveredKeys(rec); !slices.Equal(got, []string{"GET h/a", "GET h/b"}) {
+		t.Fatalf("recovered %q, want each key once", got)
+	}
+	for _, r := range rec {
+		var e entry.Entry
+		must(t, entry.Decode(r.Entry, &e))
+		if r.Key == "GET h/a" && e.File.ID != refs[2].ID {
+			t.Fatalf("recovered body %x for GET h/a, want the newest %x", e.File.ID, refs[2].ID)
+		}
+	}
+	if names := files(t, s2.dir); len(names) != 2 {
+		t.Fatalf("files after restart %q, want the two kept", names)
+	}
+	if committed, n, _ := s2.Usage(); n != 2 || committed != 2*fileSize("GET h/a", 5000) {
+		t.Fatalf("usage %d bytes in %d files", committed, n)
+	}
+}

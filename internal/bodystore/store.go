@@ -162,7 +162,6 @@ func (s *Store) create(id [16]byte, key string, hint int64) (*Writer, error) {
 	s.unlink(victims)
 
 	if err := w.open(); err != nil {
-		s.m.BodyStoreError(metrics.BodyOpCreate)
 		s.mu.Lock()
 		s.reserved -= w.reserved
 		delete(s.writers, id)
@@ -170,6 +169,7 @@ func (s *Store) create(id [16]byte, key string, hint int64) (*Writer, error) {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("%w: %v", ErrExists, err)
 		}
+		s.m.BodyStoreError(metrics.BodyOpCreate)
 		return nil, err
 	}
 	return w, nil

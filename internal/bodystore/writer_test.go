@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -271,5 +274,27 @@ func TestClosingAFollowerWakesItsRead(t *testing.T) {
 	}
 	if r := waitResult(t, ch); !errors.Is(r.err, ErrClosed) {
 		t.Fatalf("a closed follower's Read = %v, want ErrClosed", r.err)
+	}
+}
+
+func TestATempFileDeletedUnderAFillFailsItsCommit(t *testing.T) {
+	s, m := testStore(t, Options{})
+	w, err := s.Create("GET h/a", 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Remove(filepath.Join(s.dir, fileName(w.ID(), tmpSuffix))))
+	if _, err := w.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err) // the fd still writes; the name is gone
+	}
+	if _, err := w.Commit(meta("GET h/a")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Commit = %v, want fs.ErrNotExist from the rename", err)
+	}
+	assertNothingLeft(t, s)
+	if got := errorsCounted(t, m, metrics.BodyOpCommit); got != 1 {
+		t.Errorf("errors_total{op=commit} = %v, want 1", got)
 	}
 }
