@@ -17,6 +17,8 @@ import (
 type Body struct {
 	f    *os.File
 	size int64
+	lr   io.LimitedReader // what Section returns, so a hit allocates less
+	hdr  [headerSize]byte // scratch for the checks
 }
 
 // Open opens the body ref names for key and verifies that it is that body:
@@ -39,63 +41,59 @@ func (s *Store) Open(key string, ref entry.BodyFile) (*Body, error) {
 }
 
 func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
+	// The checks run on the raw descriptor, and the *os.File is made
+	// only for a body that passed them. os.Open would cost more system
+	// calls: on Linux it tries to register every file with the network
+	// poller (two fcntl to set O_NONBLOCK, an epoll_ctl that fails for a
+	// regular file, two fcntl to undo it); os.NewFile of a blocking fd
+	// asks for its flags once. Regular files never block on read, and
+	// sendfile takes the fd as it is.
 	path := s.path(ref.ID, bodySuffix)
-	f, err := openFile(path)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if err == syscall.ENOENT {
 			s.forget(ref.ID)
 		}
-		return nil, fmt.Errorf("bodystore: opening a body: %w", err)
+		return nil, fmt.Errorf("bodystore: opening a body: %w", &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	if err := verify(f, key, ref); err != nil {
-		_ = f.Close()
+	b := &Body{size: ref.Size}
+	if err := verify(fd, b.hdr[:], key, ref); err != nil {
+		_ = syscall.Close(fd)
 		if errors.Is(err, errDamaged) {
 			// Not ours, or not whole: never to be served to anyone.
 			s.Remove(ref.ID)
 		}
 		return nil, fmt.Errorf("bodystore: body %x: %w", ref.ID, err)
 	}
-	return &Body{f: f, size: ref.Size}, nil
-}
-
-// openFile opens a regular file for reading with fewer system calls than
-// os.Open, which on Linux tries to register every file with the network
-// poller (two fcntl to set O_NONBLOCK, an epoll_ctl that fails for a
-// regular file, two fcntl to undo it). os.NewFile of a blocking fd only
-// asks for its flags once. Regular files never block on read, and
-// sendfile takes the fd as it is.
-func openFile(path string) (*os.File, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
+	b.f = os.NewFile(uintptr(fd), path)
+	return b, nil
 }
 
 // errDamaged marks a mismatch that makes the file useless to everyone
 // (as opposed to a file that is fine but belongs to another key).
 var errDamaged = errors.New("damaged")
 
-func verify(f *os.File, key string, ref entry.BodyFile) error {
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+// verify checks the open file fd against key and ref with an fstat and
+// two preads into buf (headerSize bytes).
+func verify(fd int, buf []byte, key string, ref entry.BodyFile) error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("fstat: %w", err)
 	}
-	size := fi.Size()
-	var buf [headerSize]byte
+	size := st.Size
 	if size < headerSize+tailSize {
 		return fmt.Errorf("%w (%w): file of %d bytes", ErrMismatch, errDamaged, size)
 	}
-	if _, err := f.ReadAt(buf[:], 0); err != nil {
+	if err := pread(fd, buf[:headerSize], 0); err != nil {
 		return err
 	}
-	if err := checkHeader(buf[:], ref.ID); err != nil {
+	if err := checkHeader(buf, ref.ID); err != nil {
 		return fmt.Errorf("%w (%w)", err, errDamaged)
 	}
-	if !headerKeyMatches(buf[:], key) {
+	if !headerKeyMatches(buf, key) {
 		return fmt.Errorf("%w: the file belongs to another key", ErrMismatch)
 	}
-	if _, err := f.ReadAt(buf[:tailSize], size-tailSize); err != nil {
+	if err := pread(fd, buf[:tailSize], size-tailSize); err != nil {
 		return err
 	}
 	tl, err := parseTail(buf[:tailSize], size)
@@ -109,21 +107,40 @@ func verify(f *os.File, key string, ref entry.BodyFile) error {
 	return nil
 }
 
+// pread reads exactly len(p) bytes at off.
+func pread(fd int, p []byte, off int64) error {
+	for len(p) > 0 {
+		n, err := syscall.Pread(fd, p, off)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("pread: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("pread: %w", io.ErrUnexpectedEOF)
+		}
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
+}
+
 // Size is the body's length.
 func (b *Body) Size() int64 { return b.size }
 
 // Section returns a reader of n bytes of the body from off: an
 // *io.LimitedReader whose R is the *os.File positioned there, so io.Copy
 // into a ResponseWriter reaches the TCP connection's ReadFrom (sendfile).
-// A range outside the body is clamped to it; a Body serves one Section at
-// a time.
+// A range outside the body is clamped to it. A Body serves one Section
+// at a time: the next call reuses the reader and moves the offset.
 func (b *Body) Section(off, n int64) io.Reader {
 	off = min(max(off, 0), b.size)
 	n = min(max(n, 0), b.size-off)
 	if _, err := b.f.Seek(headerSize+off, io.SeekStart); err != nil {
 		return &io.LimitedReader{R: errReader{err}, N: n}
 	}
-	return &io.LimitedReader{R: b.f, N: n}
+	b.lr = io.LimitedReader{R: b.f, N: n}
+	return &b.lr
 }
 
 // Close closes the file.

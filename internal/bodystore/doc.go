@@ -4,7 +4,8 @@
 // that it belongs to the key, and hands the proxy an *io.LimitedReader over
 // the *os.File, so that io.Copy into the ResponseWriter reaches the TCP
 // connection's ReadFrom and the kernel sends the body with sendfile from
-// the page cache.
+// the page cache. The waiters of a fill in progress follow the growing
+// file (Writer.Follow); io.Copy from a Follower uses sendfile as well.
 //
 // It is hand-written because no well-kept Go library does what this needs
 // together: a crash-safe, budgeted file cache whose bodies can be read by
@@ -52,7 +53,8 @@
 //   - Open checks the header (magic, id, sha256 of the key) and the fixed
 //     end of the trailer (size and CRC equal to the reference's, file size
 //     consistent) with two preads and an fstat, never the CRC over the body
-//     (that is the restart scan's job). A file that is not ours or is
+//     (that is the restart scan's job): a hit costs open, fcntl, fstat,
+//     two preads and a seek before sendfile. A file that is not ours or is
 //     damaged (bad magic, wrong id, inconsistent size) is removed; a file
 //     that is intact but belongs to another key or another reference is
 //     left alone (it is valid for its own entry) and not served.

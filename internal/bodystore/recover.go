@@ -49,7 +49,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 		return nil, nil, fmt.Errorf("--body-dir %s: not writable: %w", o.Dir, err)
 	}
 	s := &Store{
-		dir:       o.Dir,
+		dir:       filepath.Clean(o.Dir),
 		maxBytes:  o.MaxBytes,
 		maxObject: o.MaxObject,
 		m:         o.Metrics,

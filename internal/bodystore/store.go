@@ -3,12 +3,14 @@ package bodystore
 import (
 	"container/list"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/tiercache/tiercache/internal/metrics"
@@ -95,8 +97,18 @@ type item struct {
 	size int64 // the whole file
 }
 
+// path is dir/<hex id><suffix>, built with one allocation (it is on the
+// hit path).
 func (s *Store) path(id [16]byte, suffix string) string {
-	return filepath.Join(s.dir, fileName(id, suffix))
+	var h [32]byte
+	hex.Encode(h[:], id[:])
+	var sb strings.Builder
+	sb.Grow(len(s.dir) + 1 + len(h) + len(suffix))
+	sb.WriteString(s.dir)
+	sb.WriteByte(filepath.Separator)
+	sb.Write(h[:])
+	sb.WriteString(suffix)
+	return sb.String()
 }
 
 // Create starts a body for key. sizeHint is the body's length when known
@@ -106,19 +118,22 @@ func (s *Store) path(id [16]byte, suffix string) string {
 // budget cannot be met.
 func (s *Store) Create(key string, sizeHint int64) (*Writer, error) {
 	var id [16]byte
-	for {
+	for range 3 {
 		_, _ = rand.Read(id[:]) // never fails (crypto/rand)
 		w, err := s.create(id, key, sizeHint)
-		if errors.Is(err, ErrExists) {
-			continue // 2^-128; a retry costs nothing
+		if !errors.Is(err, ErrExists) {
+			return w, err
 		}
-		return w, err
+		// A collision of random ids is a 2^-128 event; a retry costs
+		// nothing.
 	}
+	return nil, fmt.Errorf("%w: three random ids in a row", ErrExists)
 }
 
 // CreateWithID is Create for a body whose id is already known (a replica
 // copying a body from L2 chunks keeps its id); ErrExists when that id is
-// committed or being written here.
+// committed or being written here. Commit checks the bytes written
+// against the entry meta returns, so corrupt chunks are never committed.
 func (s *Store) CreateWithID(id [16]byte, key string, size int64) (*Writer, error) {
 	return s.create(id, key, size)
 }
@@ -176,18 +191,19 @@ func (s *Store) create(id [16]byte, key string, hint int64) (*Writer, error) {
 }
 
 // reserveLocked adds n to the reservations, evicting least recently used
-// committed files until it fits. It returns the paths to unlink (after
-// s.mu is released) even on error: what was evicted stays evicted.
+// committed files until it fits, and returns the paths to unlink once
+// s.mu is released. When evicting every committed file would not be
+// enough (the rest is reserved by fills in progress), it evicts nothing.
 func (s *Store) reserveLocked(n int64) ([]string, error) {
-	if n > s.maxBytes {
-		return nil, fmt.Errorf("%w: %d bytes wanted, budget %d", ErrFull, n, s.maxBytes)
+	if n > s.maxBytes-s.reserved {
+		return nil, fmt.Errorf("%w: %d bytes wanted, %d of %d reserved by fills in progress",
+			ErrFull, n, s.reserved, s.maxBytes)
 	}
 	var victims []string
 	for s.committed+s.reserved+n > s.maxBytes {
 		el := s.lru.Back()
-		if el == nil {
-			return victims, fmt.Errorf("%w: %d bytes wanted, %d of %d reserved by fills in progress",
-				ErrFull, n, s.reserved, s.maxBytes)
+		if el == nil { // committed is 0 when the LRU is empty
+			break
 		}
 		it := s.forgetLocked(el)
 		victims = append(victims, s.path(it.id, bodySuffix))

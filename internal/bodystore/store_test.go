@@ -231,12 +231,13 @@ func TestCreateDecisions(t *testing.T) {
 		want      error
 		evicted   bool
 	}{
-		"a body that fits is reserved":                               {hint: 500 << 10},
-		"a body above the per-object maximum is too large":           {hint: 700 << 10, want: ErrTooLarge},
-		"a body above the whole budget is refused without evicting":  {maxObject: 2 * budget, stored: 1000, hint: budget, want: ErrFull},
-		"a committed body is evicted to make room":                   {stored: 600 << 10, hint: 500 << 10, evicted: true},
-		"a fill in progress is never evicted, so the budget is full": {busy: 600 << 10, hint: 500 << 10, want: ErrFull},
-		"an unknown size reserves as it goes":                        {busy: 600 << 10, hint: -1},
+		"a body that fits is reserved":                                 {hint: 500 << 10},
+		"a body above the per-object maximum is too large":             {hint: 700 << 10, want: ErrTooLarge},
+		"a body above the whole budget is refused without evicting":    {maxObject: 2 * budget, stored: 1000, hint: budget, want: ErrFull},
+		"a committed body is evicted to make room":                     {stored: 600 << 10, hint: 500 << 10, evicted: true},
+		"a fill in progress is never evicted, so the budget is full":   {busy: 600 << 10, hint: 500 << 10, want: ErrFull},
+		"a body that cannot fit even in an empty store evicts nothing": {busy: 600 << 10, stored: 300 << 10, hint: 500 << 10, want: ErrFull},
+		"an unknown size reserves as it goes":                          {busy: 600 << 10, hint: -1},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

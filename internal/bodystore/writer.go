@@ -1,10 +1,8 @@
 package bodystore
 
 import (
-	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"os"
 	"sync"
 
@@ -247,97 +245,4 @@ func (w *Writer) abortLocked(cause error) {
 	w.reserved = 0
 	delete(s.writers, w.id)
 	s.mu.Unlock()
-}
-
-// Follow returns a reader of the body as it grows, for the waiters of a
-// collapsed fill: Read blocks until more is written, returns io.EOF after
-// Commit once everything is read, and an error when the writer breaks or
-// is aborted. Each follower has its own file descriptor; Close it.
-func (w *Writer) Follow() *Follower {
-	fo := &Follower{w: w}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch w.state {
-	case writing:
-		fo.f, fo.err = os.Open(w.tmpPath())
-	case committed:
-		fo.f, fo.err = os.Open(w.bodyPath())
-	default:
-		fo.err = w.abortErr()
-	}
-	if fo.err != nil && w.state != aborted {
-		fo.err = fmt.Errorf("bodystore: following a fill: %w", fo.err)
-	}
-	return fo
-}
-
-// abortErr is what followers of an aborted or broken writer get; w.mu
-// held.
-func (w *Writer) abortErr() error {
-	if w.err == nil || errors.Is(w.err, ErrAborted) {
-		return ErrAborted
-	}
-	return fmt.Errorf("%w: %w", ErrAborted, w.err)
-}
-
-// Follower reads a body while it is being written.
-type Follower struct {
-	w      *Writer
-	f      *os.File
-	err    error // set at Follow: every Read returns it
-	pos    int64
-	closed bool // guarded by w.mu
-}
-
-// Read reads the next bytes of the body, waiting for the writer when it
-// has read everything written so far.
-func (f *Follower) Read(p []byte) (int, error) {
-	if f.err != nil {
-		return 0, f.err
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	w := f.w
-	w.mu.Lock()
-	for f.pos >= w.written && w.state == writing && w.err == nil && !f.closed {
-		w.cond.Wait()
-	}
-	written, st, werr, closed := w.written, w.state, w.err, f.closed
-	if werr != nil {
-		werr = w.abortErr()
-	}
-	w.mu.Unlock()
-	switch {
-	case closed:
-		return 0, ErrClosed
-	case werr != nil:
-		return 0, werr
-	case f.pos >= written && st == committed:
-		return 0, io.EOF
-	}
-	n := int(min(int64(len(p)), written-f.pos))
-	n, err := f.f.ReadAt(p[:n], headerSize+f.pos)
-	f.pos += int64(n)
-	if err == io.EOF {
-		// The bytes were written before written moved: a shorter file
-		// means someone cut it under us.
-		err = fmt.Errorf("bodystore: following a fill: %w", io.ErrUnexpectedEOF)
-	}
-	return n, err
-}
-
-// Close releases the follower's descriptor and wakes a Read blocked in
-// it, which returns ErrClosed.
-func (f *Follower) Close() error {
-	w := f.w
-	w.mu.Lock()
-	already := f.closed
-	f.closed = true
-	w.cond.Broadcast()
-	w.mu.Unlock()
-	if already || f.f == nil {
-		return nil
-	}
-	return f.f.Close()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,6 +40,10 @@ func TestCommitDecisions(t *testing.T) {
 		ref.Size++
 		return meta(key)(ref)
 	}
+	otherCRC := func(ref entry.BodyFile) []byte {
+		ref.CRC++
+		return meta(key)(ref)
+	}
 	tests := map[string]struct {
 		hint      int64
 		writes    []int // sizes of the writes
@@ -46,15 +51,16 @@ func TestCommitDecisions(t *testing.T) {
 		wantWrite error // the error of the last write
 		want      error // Commit's error
 	}{
-		"a body of exactly the announced length commits":         {hint: 1000, writes: []int{600, 400}},
-		"a body of unknown length commits":                       {hint: -1, writes: []int{600, 400, 3 << 20}},
-		"an empty body commits":                                  {hint: 0},
-		"a truncated body is not committed":                      {hint: 1000, writes: []int{600}, want: ErrLength},
-		"a body longer than its Content-Length breaks the write": {hint: 1000, writes: []int{600, 401}, wantWrite: ErrLength, want: ErrLength},
-		"a body of unknown length past the maximum breaks":       {hint: -1, writes: []int{4 << 20, 1}, wantWrite: ErrTooLarge, want: ErrTooLarge},
-		"an entry with an inline body is refused":                {hint: 10, writes: []int{10}, meta: inline, want: ErrMismatch},
-		"an entry naming another body is refused":                {hint: 10, writes: []int{10}, meta: otherID, want: ErrMismatch},
-		"an entry with another size is refused":                  {hint: 10, writes: []int{10}, meta: otherSize, want: ErrMismatch},
+		"a body of exactly the announced length commits":                         {hint: 1000, writes: []int{600, 400}},
+		"a body of unknown length commits":                                       {hint: -1, writes: []int{600, 400, 3 << 20}},
+		"an empty body commits":                                                  {hint: 0},
+		"a truncated body is not committed":                                      {hint: 1000, writes: []int{600}, want: ErrLength},
+		"a body longer than its Content-Length breaks the write":                 {hint: 1000, writes: []int{600, 401}, wantWrite: ErrLength, want: ErrLength},
+		"a body of unknown length past the maximum breaks":                       {hint: -1, writes: []int{4 << 20, 1}, wantWrite: ErrTooLarge, want: ErrTooLarge},
+		"an entry with an inline body is refused":                                {hint: 10, writes: []int{10}, meta: inline, want: ErrMismatch},
+		"an entry naming another body is refused":                                {hint: 10, writes: []int{10}, meta: otherID, want: ErrMismatch},
+		"an entry with another size is refused":                                  {hint: 10, writes: []int{10}, meta: otherSize, want: ErrMismatch},
+		"bytes that differ from the entry's CRC (corrupt L2 chunks) are refused": {hint: 10, writes: []int{10}, meta: otherCRC, want: ErrMismatch},
 		"garbage for an entry is refused": {hint: 10, writes: []int{10}, want: ErrMismatch,
 			meta: func(entry.BodyFile) []byte { return []byte("not an entry") }},
 	}
@@ -296,5 +302,90 @@ func TestATempFileDeletedUnderAFillFailsItsCommit(t *testing.T) {
 	assertNothingLeft(t, s)
 	if got := errorsCounted(t, m, metrics.BodyOpCommit); got != 1 {
 		t.Errorf("errors_total{op=commit} = %v, want 1", got)
+	}
+}
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	must(t, err)
+	sc := <-accepted
+	if sc == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { _ = c.Close(); _ = sc.Close() })
+	return c.(*net.TCPConn), sc.(*net.TCPConn)
+}
+
+func TestFollowersCopyToATCPConnection(t *testing.T) {
+	for name, abort := range map[string]bool{"a committed fill": false, "an aborted fill": true} {
+		t.Run(name, func(t *testing.T) {
+			s, _ := testStore(t, Options{})
+			want := body(6, 2<<20)
+			w, err := s.Create("GET h/a", int64(len(want)))
+			must(t, err)
+			f := w.Follow()
+			defer f.Close()
+			if _, ok := any(f).(io.WriterTo); !ok {
+				t.Fatal("Follower is not an io.WriterTo: io.Copy would copy through user space, not sendfile")
+			}
+			client, server := tcpPair(t)
+
+			received := make(chan readResult, 1)
+			go func() {
+				b, err := io.ReadAll(client)
+				received <- readResult{b, err}
+			}()
+			copied := make(chan error, 1)
+			go func() {
+				// io.Copy takes the follower's WriteTo: pieces go to the
+				// connection's ReadFrom as they are written.
+				_, err := io.Copy(server, f)
+				_ = server.CloseWrite()
+				copied <- err
+			}()
+
+			half := len(want) / 2
+			for off := 0; off < half; off += 128 << 10 {
+				_, err := w.Write(want[off : off+128<<10])
+				must(t, err)
+			}
+			if abort {
+				w.Abort()
+			} else {
+				_, err := w.Write(want[half:])
+				must(t, err)
+				_, err = w.Commit(meta("GET h/a"))
+				must(t, err)
+			}
+			var cerr error
+			select {
+			case cerr = <-copied:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the copy did not end within 10 s")
+			}
+			r := waitResult(t, received)
+			if abort {
+				if !errors.Is(cerr, ErrAborted) {
+					t.Fatalf("copy of an aborted fill = %v, want ErrAborted", cerr)
+				}
+				if len(r.b) > half || !bytes.Equal(r.b, want[:len(r.b)]) {
+					t.Fatalf("the client got %d bytes that are not a prefix of what was written", len(r.b))
+				}
+				return
+			}
+			if cerr != nil || r.err != nil || !bytes.Equal(r.b, want) {
+				t.Fatalf("copy %v, client got %d bytes (%v), want the %d written", cerr, len(r.b), r.err, len(want))
+			}
+		})
 	}
 }
