@@ -24,8 +24,9 @@ import (
 // stays local to this replica, and its entry out of L2.
 
 // BodyReader is an open body for an L2 write: read at offsets (the body's
-// own, from 0), closed once written.
-type BodyReader interface {
+// own, from 0), closed once written. It is an alias of an unnamed type so
+// that a consumer (the proxy) can name it without importing this package.
+type BodyReader = interface {
 	io.ReaderAt
 	io.Closer
 }
@@ -33,8 +34,8 @@ type BodyReader interface {
 // OpenBody opens the body of the entry being written. The queue calls it
 // only when the write's turn comes, so that waiting writes hold no file
 // and no memory; a body that is gone by then (evicted, purged, replaced)
-// drops the write.
-type OpenBody func() (BodyReader, error)
+// drops the write. An alias, like BodyReader.
+type OpenBody = func() (BodyReader, error)
 
 // DefaultBodyQueueBytes is Options.BodyQueueBytes' default.
 const DefaultBodyQueueBytes = 256 << 20
