@@ -16,10 +16,11 @@ import (
 // File-backed entries (entry.File set: the body is in a file of the body
 // store) reach L2 only with their body: the body's chunks first, then the
 // entry with File.Chunks set, so that a replica that sees the entry can
-// copy the body (ReadBody). SetWithBody does it off the request path
-// through a queue of its own; SetSharedWithBody does it at once, for the
-// holder of a fetch lease whose waiters must see the entry only once the
-// body is there. Set and SetShared keep a file-backed entry in L1 only:
+// copy the body (ReadBody). QueueBody does it off the request path
+// through a queue of its own; ShareBody does it at once, for the holder of
+// a fetch lease whose waiters must see the entry only once the body is
+// there. SetWithBody and SetSharedWithBody are Set and SetShared followed
+// by those. Set and SetShared keep a file-backed entry in L1 only:
 // a body the caller does not hand over (above the tier's l2.maxBodySize)
 // stays local to this replica, and its entry out of L2.
 
@@ -60,13 +61,8 @@ type bodyJob struct {
 }
 
 // SetWithBody stores e, whose body is in a file (e.File set), under key:
-// in L1 at once (as given), and in L2 through the body queue, never
-// waiting for it: the body's chunks (read from what open returns; when
-// the chunks of this body id are in L2 already, as after a revalidation,
-// only their TTL is extended), then the entry with File.Chunks set. A full
-// queue (bodyQueueSize writes, or Options.BodyQueueBytes bytes of bodies
-// waiting), an open breaker or a closed store drop the L2 write and count
-// it. An entry without File is Set. SetWithBody does not retain key or e.
+// in L1 at once (as given), and in L2 through the body queue (QueueBody).
+// An entry without File is Set. SetWithBody does not retain key or e.
 func (s *Layered) SetWithBody(ctx context.Context, key string, e *entry.Entry, open OpenBody) error {
 	if e.File == nil {
 		return s.Set(ctx, key, e)
@@ -74,27 +70,52 @@ func (s *Layered) SetWithBody(ctx context.Context, key string, e *entry.Entry, o
 	if err := s.l1.Set(key, e); err != nil {
 		return err
 	}
-	if s.l2 == nil || open == nil {
-		return nil
+	s.QueueBody(key, e, open)
+	return nil
+}
+
+// SetSharedWithBody is SetWithBody with the L2 write made now
+// (ShareBody). An L2 failure is returned; L1 is set regardless.
+func (s *Layered) SetSharedWithBody(ctx context.Context, key string, e *entry.Entry, open OpenBody) error {
+	if e.File == nil {
+		return s.SetShared(ctx, key, e)
+	}
+	if err := s.l1.Set(key, e); err != nil {
+		return err
+	}
+	return s.ShareBody(ctx, key, e, open)
+}
+
+// QueueBody writes e, whose body is in a file (e.File set), to L2 only,
+// through the body queue, never waiting for it: the body's chunks (read
+// from what open returns; when the chunks of this body id are in L2
+// already, as after a revalidation, only their TTL is extended), then the
+// entry with File.Chunks set. A full queue (bodyQueueSize writes, or
+// Options.BodyQueueBytes bytes of bodies waiting), an open breaker or a
+// closed store drop the write and count it. An entry without File, or
+// past all use, is not written. QueueBody does not retain key or e.
+func (s *Layered) QueueBody(key string, e *entry.Entry, open OpenBody) {
+	if s.l2 == nil || open == nil || e.File == nil {
+		return
 	}
 	ttl := l2TTL(e, s.now(), s.grace)
 	if ttl <= 0 || !fitsL2(e.File) {
-		return nil
+		return
 	}
 	if s.closed.Load() || len(s.bq) == cap(s.bq) || s.br.refusing() {
 		s.m.L2Dropped.Inc()
-		return nil
+		return
 	}
 	size := e.File.Size + int64(entry.EncodedSize(e)+len(key))
 	if s.bodyQueued.Add(size) > s.bodyQueueBytes {
 		s.bodyQueued.Add(-size)
 		s.m.L2Dropped.Inc()
-		return nil
+		return
 	}
 	c, err := copyEntry(e)
 	if err != nil {
 		s.bodyQueued.Add(-size)
-		return nil
+		return
 	}
 	key = strings.Clone(key)
 	seq := s.pending.add(key)
@@ -105,23 +126,16 @@ func (s *Layered) SetWithBody(ctx context.Context, key string, e *entry.Entry, o
 		s.bodyQueued.Add(-size)
 		s.m.L2Dropped.Inc()
 	}
-	return nil
 }
 
-// SetSharedWithBody is SetWithBody with the L2 write made now: the holder
-// of a fetch lease uses it so that the replicas waiting in AwaitFill see
-// the entry only once its body is in L2, and at once then. It is bounded
-// by ctx and, inside, per chunk (l2.Client.ChunkTimeout) and per entry
-// write (Timeout). An L2 failure, an open breaker (ErrUnavailable) or a
-// body that cannot be opened is returned; L1 is set regardless.
-func (s *Layered) SetSharedWithBody(ctx context.Context, key string, e *entry.Entry, open OpenBody) error {
-	if e.File == nil {
-		return s.SetShared(ctx, key, e)
-	}
-	if err := s.l1.Set(key, e); err != nil {
-		return err
-	}
-	if s.l2 == nil || open == nil {
+// ShareBody is QueueBody with the write made now: the holder of a fetch
+// lease uses it so that the replicas waiting in AwaitFill see the entry
+// only once its body is in L2, and at once then. It is bounded by ctx and,
+// inside, per chunk (l2.Client.ChunkTimeout) and per entry write
+// (Timeout). An L2 failure, an open breaker (ErrUnavailable) or a body
+// that cannot be opened is returned.
+func (s *Layered) ShareBody(ctx context.Context, key string, e *entry.Entry, open OpenBody) error {
+	if s.l2 == nil || open == nil || e.File == nil {
 		return nil
 	}
 	ttl := l2TTL(e, s.now(), s.grace)
@@ -135,7 +149,7 @@ func (s *Layered) SetSharedWithBody(ctx context.Context, key string, e *entry.En
 		err = s.writeBody(ctx, key, c, ttl, open)
 	}
 	if err != nil {
-		return fmt.Errorf("store: shared set with body: %w", err)
+		return fmt.Errorf("store: sharing a body: %w", err)
 	}
 	return nil
 }
