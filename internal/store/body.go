@@ -142,11 +142,19 @@ func (s *Layered) ShareBody(ctx context.Context, key string, e *entry.Entry, ope
 	if ttl <= 0 || !fitsL2(e.File) {
 		return nil
 	}
-	// Any write of the key still queued is older than this one.
-	s.pending.cancel(key)
 	c, err := copyEntry(e)
-	if err == nil {
-		err = s.writeBody(ctx, key, c, ttl, open)
+	if err != nil {
+		return err
+	}
+	// Any write of the key still queued is older than this one; and a
+	// Delete while this one is on its way must not be undone by it.
+	item := []l2.Item{{Key: key}}
+	s.pending.take(key, s.pending.add(key))
+	err = s.writeBody(ctx, key, c, ttl, open)
+	if again := s.pending.landed(item); len(again) > 0 {
+		_ = s.call(ctx, s.bulkTimeout, opDelete, func(ctx context.Context) error {
+			return s.l2.Delete(ctx, again...)
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("store: sharing a body: %w", err)

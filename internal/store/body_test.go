@@ -336,3 +336,34 @@ func hexID(id [16]byte) string {
 	}
 	return string(b[:])
 }
+
+func TestADeleteDuringASharedBodyWriteIsNotUndone(t *testing.T) {
+	srv := testredis.Start(t)
+	f := newFixture(t, storeOpts{addr: srv.Addr()})
+	rc := rawClient(t, srv.Addr())
+	key := keyFor("/purged")
+	body := testBody(3<<20, 9)
+	e := fileResponse(time.Now(), "/purged", time.Hour, body, 9)
+	src := newSource(body, 1<<20+1)
+	done := make(chan error, 1)
+	go func() { done <- f.s.ShareBody(context.Background(), key, e, src.open) }()
+	select {
+	case <-src.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shared body write never started")
+	}
+	if err := f.s.Delete(testCtx(t), key); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	close(src.release)
+	if err := <-done; err != nil {
+		t.Fatalf("ShareBody: %v", err)
+	}
+	if inL2(t, rc, testPrefix(t), key) {
+		t.Fatal("the entry written after its purge is in L2")
+	}
+	names, err := rc.Keys(testCtx(t), testPrefix(t)+"b:*").Result()
+	if err != nil || len(names) != 0 {
+		t.Fatalf("chunks left after the purge: %v, %v", names, err)
+	}
+}
