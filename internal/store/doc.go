@@ -24,6 +24,10 @@
 //     at all, and queued writes are dropped. After a while one probe call
 //     is let through, and its outcome closes the breaker or keeps it open
 //     for twice as long.
+//   - An entry whose body is in a file (entry.File) reaches L2 only with
+//     its body, chunk by chunk, before the entry (SetWithBody,
+//     SetSharedWithBody; body.go), through a queue of its own that holds
+//     no body; a replica copies such a body back with ReadBody.
 //   - Deletes (purges, invalidations) are synchronous in both layers, and
 //     cancel any write of the key still queued: a purge is never undone by
 //     a write that was queued before it.

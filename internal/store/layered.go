@@ -75,6 +75,11 @@ type Options struct {
 	// 64 MiB): QueueSize entries of the largest size would otherwise be
 	// QueueSize × MaxEntrySize of memory.
 	QueueBytes int64
+	// BodyQueueBytes bounds the bytes of the bodies of file-backed entries
+	// waiting to be written to L2 (SetWithBody; default 256 MiB). The
+	// queue holds no body (each is read from its file when its turn
+	// comes): this bounds the backlog of transfers to Redis.
+	BodyQueueBytes int64
 	// Writers is the number of goroutines writing to L2 (default 2).
 	Writers int
 	// BatchSize is the most writes sent in one pipeline (default 64).
@@ -108,6 +113,7 @@ func (o Options) Validate() error {
 		{"timeout", int64(o.Timeout)},
 		{"queueSize", int64(o.QueueSize)},
 		{"queueBytes", o.QueueBytes},
+		{"bodyQueueBytes", o.BodyQueueBytes},
 		{"writers", int64(o.Writers)},
 		{"batchSize", int64(o.BatchSize)},
 	} {
@@ -134,6 +140,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.QueueBytes == 0 {
 		o.QueueBytes = DefaultQueueBytes
+	}
+	if o.BodyQueueBytes == 0 {
+		o.BodyQueueBytes = DefaultBodyQueueBytes
 	}
 	if o.Writers == 0 {
 		o.Writers = DefaultWriters
@@ -190,10 +199,16 @@ type Layered struct {
 	queueBytes int64
 	batchSize  int
 	pending    *pendingWrites
-	flush      atomic.Pointer[context.Context]
-	stop       chan struct{}
-	wg         sync.WaitGroup
-	renewers   sync.WaitGroup // lease renewals (lease.go), also ended by stop
+	// Writes of file-backed entries with their bodies (body.go): a queue
+	// and one writer of their own, so that entry writes never wait
+	// behind a body's transfer.
+	bq             chan bodyJob
+	bodyQueued     atomic.Int64 // bytes of the bodies in bq and in flight
+	bodyQueueBytes int64
+	flush          atomic.Pointer[context.Context]
+	stop           chan struct{}
+	wg             sync.WaitGroup
+	renewers       sync.WaitGroup // lease renewals (lease.go), also ended by stop
 
 	closed        atomic.Bool
 	closeOnce     sync.Once
@@ -212,19 +227,20 @@ func New(ctx context.Context, o Options) (*Layered, error) {
 	}
 	o = o.withDefaults()
 	s := &Layered{
-		l1:          o.L1,
-		l2:          o.L2,
-		timeout:     o.Timeout,
-		bulkTimeout: max(o.Timeout, minBulkTimeout),
-		grace:       o.RevalidationGrace,
-		hotEvery:    o.HotSampleEvery,
-		now:         o.Now,
-		log:         o.Logger,
-		m:           o.Metrics,
-		queueBytes:  o.QueueBytes,
-		batchSize:   o.BatchSize,
-		pending:     newPendingWrites(),
-		stop:        make(chan struct{}),
+		l1:             o.L1,
+		l2:             o.L2,
+		timeout:        o.Timeout,
+		bulkTimeout:    max(o.Timeout, minBulkTimeout),
+		grace:          o.RevalidationGrace,
+		hotEvery:       o.HotSampleEvery,
+		now:            o.Now,
+		log:            o.Logger,
+		m:              o.Metrics,
+		queueBytes:     o.QueueBytes,
+		bodyQueueBytes: o.BodyQueueBytes,
+		batchSize:      o.BatchSize,
+		pending:        newPendingWrites(),
+		stop:           make(chan struct{}),
 	}
 	for op, name := range opNames {
 		s.errs[op] = o.Metrics.L2Errors.WithLabelValues(name)
@@ -234,15 +250,18 @@ func New(ctx context.Context, o Options) (*Layered, error) {
 	if s.l2 == nil {
 		// Nothing to write: no queue, no writers.
 		s.q = make(chan job)
+		s.bq = make(chan bodyJob)
 		s.closed.Store(true)
 		s.stopAfter = func() bool { return false }
 		return s, nil
 	}
 	s.q = make(chan job, o.QueueSize)
-	s.wg.Add(o.Writers)
+	s.bq = make(chan bodyJob, bodyQueueSize)
+	s.wg.Add(o.Writers + 1)
 	for range o.Writers {
 		go s.writer()
 	}
+	go s.bodyWriter()
 	s.stopAfter = context.AfterFunc(ctx, func() { _ = s.Close() })
 	return s, nil
 }
@@ -300,15 +319,21 @@ func (s *Layered) promote(key string, e *entry.Entry) {
 
 // Set stores e under key: in L1 at once, and in L2 through the write
 // queue, never waiting for it (a full queue drops the write and counts
-// it). An entry L1 refuses (l1.ErrTooLarge) is not written to L2 either,
-// and the error is returned. An entry whose body is in a file of this
-// sidecar's body store (e.File) stays in L1: the other replicas have no
-// such file. Set does not retain key or e.
+// it). A file-backed entry (e.File set) goes to L1 only: SetWithBody
+// writes one to L2 with its body. An entry L1 refuses (l1.ErrTooLarge)
+// is not written to L2 either,
+// and the error is returned. Set does not retain key or e.
 func (s *Layered) Set(ctx context.Context, key string, e *entry.Entry) error {
 	if err := s.l1.Set(key, e); err != nil {
 		return err
 	}
-	if s.l2 == nil || e.File != nil {
+	if s.l2 == nil {
+		return nil
+	}
+	if e.File != nil {
+		// Its body is not handed over: the entry stays out of L2 (see
+		// body.go), and no older write of the key may land after it.
+		s.pending.cancel(key)
 		return nil
 	}
 	if ttl := l2TTL(e, s.now(), s.grace); ttl > 0 {
@@ -325,7 +350,12 @@ func (s *Layered) SetShared(ctx context.Context, key string, e *entry.Entry) err
 	if err := s.l1.Set(key, e); err != nil {
 		return err
 	}
-	if s.l2 == nil || e.File != nil {
+	if s.l2 == nil {
+		return nil
+	}
+	if e.File != nil {
+		// As in Set: L1 only.
+		s.pending.cancel(key)
 		return nil
 	}
 	ttl := l2TTL(e, s.now(), s.grace)

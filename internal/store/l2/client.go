@@ -1,7 +1,8 @@
 // Package l2 owns the sidecar's Redis tier: entries shared by every
-// replica of a tier, their tag sets, fetch leases, the invalidation channel
-// and a hotness set for warm start, over go-redis in standalone, Sentinel
-// or Cluster mode.
+// replica of a tier, the chunks of large bodies those entries refer to
+// (body.go), their tag sets, fetch leases, the invalidation channel and a
+// hotness set for warm start, over go-redis in standalone, Sentinel or
+// Cluster mode.
 //
 // L2 sits behind L1 on the request path and must never make a client wait
 // on a sick Redis (DESIGN.md, "Failure semantics"): every socket operation

@@ -86,61 +86,69 @@ func checkItem(key string, e *entry.Entry, ttl time.Duration) error {
 		return fmt.Errorf("l2: set %q: nil entry", key)
 	case ttl <= 0:
 		return fmt.Errorf("l2: set %q: ttl must be > 0 (got %s)", key, ttl)
+	case e.File != nil && e.File.Chunks == 0:
+		// Another replica could not serve it: a body local to one
+		// replica keeps its entry out of L2 (common decision of issue 12).
+		return fmt.Errorf("l2: set %q: entry.File.Chunks: a file-backed entry needs its body in L2 (SetBody) first", key)
+	case e.File != nil && checkBody(e.File.Size, e.File.Chunks) != nil:
+		return fmt.Errorf("l2: set %q: entry.File: %w", key, checkBody(e.File.Size, e.File.Chunks))
 	}
 	return nil
 }
 
-// tagCall is one queued tagScript call, kept to redo it with EVAL.
-type tagCall struct {
-	cmd  *redis.Cmd
-	set  string
-	name string
-	ms   int64
-}
-
 func (c *Client) set(ctx context.Context, items []Item) error {
-	var tags []tagCall
+	var (
+		calls []*scriptCall
+		swaps []swap
+	)
 	cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, it := range items {
 			// Redis counts whole milliseconds; never round a short TTL to
 			// "no expiry".
 			ttl := max(it.TTL, time.Millisecond)
 			name := c.k.entryKey(it.Key)
-			p.Set(ctx, name, wrap(c.k.prefix, it.Key, it.Entry), ttl)
+			val := wrap(c.k.prefix, it.Key, it.Entry)
+			if it.Entry.File != nil {
+				// A file-backed entry replaces whatever was there and
+				// hands back the value it replaced, whose chunks go with
+				// it (unless it is the same body, refreshed).
+				sc := &scriptCall{s: swapScript, keys: []string{name}, args: []any{val, ttl.Milliseconds()}}
+				sc.queue(ctx, p)
+				calls = append(calls, sc)
+				swaps = append(swaps, swap{call: sc, id: it.Entry.File.ID})
+			} else {
+				p.Set(ctx, name, val, ttl)
+			}
 			for _, tag := range it.Entry.Tags {
-				t := tagCall{set: c.k.tagKey(tag), name: name, ms: ttl.Milliseconds()}
-				t.cmd = tagScript.EvalSha(ctx, p, []string{t.set}, t.name, t.ms)
-				tags = append(tags, t)
+				sc := &scriptCall{s: tagScript, keys: []string{c.k.tagKey(tag)}, args: []any{name, ttl.Milliseconds()}}
+				sc.queue(ctx, p)
+				calls = append(calls, sc)
 			}
 		}
 		return nil
 	})
-	if err == nil {
-		return nil
-	}
-	// A server forgets its scripts when it restarts: EVALSHA answers
-	// NOSCRIPT, and EVAL, which sends the source, caches it again.
-	var redo []tagCall
-	for _, t := range tags {
-		if redis.HasErrorPrefix(t.cmd.Err(), "NOSCRIPT") {
-			redo = append(redo, t)
-		}
-	}
-	if len(redo) == 0 {
+	if err = redoNoScript(ctx, c.rdb, cmds, calls, err); err != nil {
 		return err
 	}
-	for _, cmd := range cmds {
-		if e := cmd.Err(); e != nil && !redis.HasErrorPrefix(e, "NOSCRIPT") {
-			return e
+	if len(swaps) == 0 {
+		return nil
+	}
+	var chunks []string
+	for _, sw := range swaps {
+		if ref := c.oldBody(sw.call.cmd.Val()); ref != nil && ref.ID != sw.id {
+			chunks = c.k.chunkKeys(chunks, ref.ID, ref.Chunks)
 		}
 	}
-	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, t := range redo {
-			tagScript.Eval(ctx, p, []string{t.set}, t.name, t.ms)
-		}
-		return nil
-	})
-	return err
+	// Best effort: chunks left behind expire with their TTL.
+	_, _ = c.del(ctx, c.rdb, chunks)
+	return nil
+}
+
+// swap is one queued swapScript call and the body id of the entry it
+// writes.
+type swap struct {
+	call *scriptCall
+	id   [16]byte
 }
 
 // Delete removes the entries of keys (one DEL per key, pipelined). Missing
@@ -151,14 +159,77 @@ func (c *Client) Delete(ctx context.Context, keys ...string) error {
 }
 
 // DeleteCount is Delete reporting how many of the entries existed (purges
-// say how many entries went).
+// say how many entries went). The chunks of deleted file-backed entries
+// go with them.
 func (c *Client) DeleteCount(ctx context.Context, keys ...string) (int, error) {
 	names := make([]string, len(keys))
 	for i, k := range keys {
 		names[i] = c.k.entryKey(k)
 	}
-	n, err := c.del(ctx, c.rdb, names)
+	n, err := c.delEntries(ctx, c.rdb, names)
 	return n, wrapErr("delete", err)
+}
+
+// delEntries deletes the entries names (entry key names) with one
+// delScript call per name, pipelined in batches, then the chunks of those
+// that were file-backed, and returns how many entries existed. The script
+// deletes a value and hands it back when it may be a file-backed entry
+// (only those: inline bodies do not travel), so that the chunks it refers
+// to are found without another round trip and without a race with a
+// write of the key.
+func (c *Client) delEntries(ctx context.Context, r redis.Cmdable, names []string) (int, error) {
+	n := 0
+	var chunks []string
+	for len(names) > 0 {
+		batch := names[:min(len(names), deleteBatch)]
+		names = names[len(batch):]
+		calls := make([]*scriptCall, len(batch))
+		cmds, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, name := range batch {
+				calls[i] = &scriptCall{s: delScript, keys: []string{name}}
+				calls[i].queue(ctx, p)
+			}
+			return nil
+		})
+		err = redoNoScript(ctx, r, cmds, calls, err)
+		for _, sc := range calls {
+			switch v := sc.cmd.Val().(type) {
+			case int64:
+				n += int(v)
+			case string:
+				n++
+				if ref := c.oldBody(v); ref != nil {
+					chunks = c.k.chunkKeys(chunks, ref.ID, ref.Chunks)
+				}
+			}
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	// Chunks live in other slots than their entry: through the client,
+	// which routes each DEL.
+	_, err := c.del(ctx, c.rdb, chunks)
+	return n, err
+}
+
+// oldBody returns the body reference of v, a value found under one of this
+// tier's entry keys, when it is a file-backed entry with chunks in L2;
+// else nil.
+func (c *Client) oldBody(v any) *entry.BodyFile {
+	s, ok := v.(string)
+	if !ok {
+		return nil
+	}
+	_, enc, err := split([]byte(s), c.k.prefix)
+	if err != nil {
+		return nil
+	}
+	var e entry.Entry
+	if entry.Decode(enc, &e) != nil || e.File == nil || e.File.Chunks == 0 || e.File.Chunks > MaxChunks {
+		return nil
+	}
+	return e.File
 }
 
 // del deletes names with one DEL per name, pipelined in batches, and

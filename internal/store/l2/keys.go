@@ -20,6 +20,11 @@ import (
 //	         takes a number from (NextSeq), so that a resubscribed
 //	         sidecar can tell whether it missed one (Seq). An addition to
 //	         DESIGN.md.
+//	P b:ID:N chunk N (decimal, from 0) of the body whose random id is ID
+//	         (32 hex digits): ChunkSize bytes, the last chunk shorter, of
+//	         a file-backed entry's body (see body.go). Written before the
+//	         entry that refers to them, removed with it. An addition to
+//	         DESIGN.md (issue 12).
 //
 // Hashing bounds key length whatever the URL, and spreads a tier's entries
 // over every cluster slot. Each command names a single key, so nothing
@@ -32,6 +37,7 @@ type keys struct {
 	channel string // P inval
 	hot     string // P hot
 	seq     string // P iseq
+	body    string // P b:
 }
 
 func newKeys(prefix string) keys {
@@ -43,6 +49,7 @@ func newKeys(prefix string) keys {
 		channel: prefix + "inval",
 		hot:     prefix + "hot",
 		seq:     prefix + "iseq",
+		body:    prefix + "b:",
 	}
 }
 

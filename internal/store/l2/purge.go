@@ -61,7 +61,7 @@ func (c *Client) purgeTagBatch(ctx context.Context, tags []string) (int, error) 
 			}
 		}
 	}
-	n, err := c.del(ctx, c.rdb, names)
+	n, err := c.delEntries(ctx, c.rdb, names)
 	if err != nil {
 		return n, err
 	}
@@ -82,8 +82,8 @@ func (c *Client) purgeTagBatch(ctx context.Context, tags []string) (int, error) 
 // PurgeMatching deletes every entry of this tier for which match returns
 // true and returns how many it deleted. It walks every master with SCAN
 // (MATCH <prefix>e:*, never KEYS), reads the values in pipelined batches
-// and deletes the matches; values that are not this tier's entries are
-// skipped. match is called from one goroutine at a time; e is valid only
+// and deletes the matches with their chunks (delEntries); values that are
+// not this tier's entries are skipped. match is called from one goroutine at a time; e is valid only
 // during the call. The walk stops at the first error or when ctx ends,
 // returning what it deleted so far.
 func (c *Client) PurgeMatching(ctx context.Context, match func(key string, e *entry.Entry) bool) (int, error) {
@@ -129,7 +129,7 @@ func (c *Client) purgeNode(ctx context.Context, node *redis.Client, match func(s
 					doomed = append(doomed, batch[i])
 				}
 			}
-			n, err := c.del(ctx, node, doomed)
+			n, err := c.delEntries(ctx, node, doomed)
 			purged.Add(int64(n))
 			if err != nil {
 				return err
