@@ -40,8 +40,18 @@ func (p *Proxy) openBody(r *http.Request, key string, e *entry.Entry) (body *bod
 		if err == nil {
 			return b, true
 		}
+		if isGone(err) && e.File.Chunks > 0 && p.shb != nil {
+			// Another replica's fill, with its body in L2.
+			return p.openShared(r.Context(), key, e)
+		}
 		// Gone, damaged (which the store removes) or not this key's.
 		p.log.Debug("stored body file unusable; treated as a miss", "key", key, "err", err)
+	}
+	if e.File.Chunks > 0 {
+		// Its body is in L2, where this replica cannot use it: the entry
+		// is good for the others, and is not deleted from the shared
+		// tier. The fill that follows replaces it.
+		return nil, false
 	}
 	_ = p.store.Delete(r.Context(), key)
 	return nil, false

@@ -658,13 +658,14 @@ func bodyStore(t testing.TB) *bodystore.Store {
 	return s
 }
 
-func TestAFileFillGivesTheTierWideLeaseBackAtOnce(t *testing.T) {
-	// A body file stays with the replica that fetched it, so the other
-	// replicas must not wait for it: they fetch for themselves at once.
+func TestAFileFillAboveTheL2CapGivesTheTierWideLeaseBackAtOnce(t *testing.T) {
+	// A body file above l2.maxBodySize stays with the replica that
+	// fetched it, so the other replicas must not wait for it: they fetch
+	// for themselves at once.
 	redis := testredis.Start(t)
 	o := newHeldOrigin(t, 512<<10, false)
-	a := replicaWith(t, redis.Addr(), o.origin, func(po *Options) { po.Bodies = bodyStore(t) })
-	b := replicaWith(t, redis.Addr(), o.origin, func(po *Options) { po.Bodies = bodyStore(t) })
+	a := replicaWith(t, redis.Addr(), o.origin, withL2MaxBody(t, redis.Addr(), 256<<10, bodyStore(t)))
+	b := replicaWith(t, redis.Addr(), o.origin, withL2MaxBody(t, redis.Addr(), 256<<10, bodyStore(t)))
 	get := func(f *fixture) <-chan response {
 		c := make(chan response, 1)
 		go func() {
@@ -691,6 +692,12 @@ func TestAFileFillGivesTheTierWideLeaseBackAtOnce(t *testing.T) {
 		if r.status != 200 || r.xcache() != "MISS" || r.body != string(o.body) {
 			t.Fatalf("%s: %d %q with %d bytes", name, r.status, r.xcache(), len(r.body))
 		}
+	}
+	// Neither wrote the body or its entry to L2.
+	_ = a.px.Close(context.Background()) // waits for L2 writes of its own
+	_ = b.px.Close(context.Background())
+	if c, e := chunksAndEntries(t, rawRedis(t, redis.Addr())); c != 0 || e != 0 {
+		t.Fatalf("Redis holds %d chunks and %d entries of a body above the cap", c, e)
 	}
 }
 

@@ -368,7 +368,11 @@ func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
 		if e.File != nil && p.bodies != nil {
 			p.bodies.Remove(e.File.ID)
 		}
+		return
 	}
+	// Set and SetShared keep a body file's entry in L1; a body within
+	// l2.maxBodySize follows it into L2 with its chunks.
+	p.shareBody(c, key, e)
 }
 
 // uncacheable records that the origin answered c's key with something that

@@ -18,11 +18,14 @@ import (
 // store, without its body.
 //
 // As soon as the file is begun the fill publishes it on its flight, so
-// that waiters stream it as it grows, and gives back the tier-wide lease:
-// a body file is local to this replica (it is not written to L2), so the
-// other replicas fetch for themselves at once. The store bound
-// (origin.timeout) is dropped then too, since nobody waits for the end;
-// the idle timeout still cuts an origin that stands still.
+// that waiters stream it as it grows. A body larger than l2.maxBodySize
+// stays local to this replica (it is not written to L2): the fill gives
+// back the tier-wide lease as soon as it knows, so that the other
+// replicas fetch for themselves at once. A smaller one keeps the lease
+// until its chunks and entry are in L2 (l2bodies.go). The store bound
+// (origin.timeout) is dropped when the file is begun, since no local
+// waiter waits for the end; the idle timeout still cuts an origin that
+// stands still.
 //
 // The client is never failed by the store: when the file cannot be begun
 // or written (budget, ENOSPC, EIO) the fill stops storing, aborts the file
@@ -67,7 +70,12 @@ func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 		bw = nw
 		wd.stopStoring()
-		c.releaseLease()
+		if hint >= 0 && !p.sharesBody(c, hint) || p.shb == nil {
+			// Local to this replica: the others fetch for themselves
+			// at once. (Of unknown length, it may still be shared:
+			// the lease goes when it grows past the cap, below.)
+			c.releaseLease()
+		}
 		if f != nil {
 			le := *e
 			f.start(&live{e: &le, size: hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: pl.names, varyKey: pl.vk})
@@ -94,6 +102,9 @@ func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Req
 		if n > 0 {
 			chunk := buf[:n]
 			total += int64(n)
+			if c.shared && hint < 0 && bw != nil && !p.sharesBody(c, total) {
+				c.releaseLease() // past l2.maxBodySize: it stays local
+			}
 			switch {
 			case !storing:
 			case total > maxObject:

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
@@ -72,7 +73,8 @@ type Options struct {
 	// Invalidator handles unsafe-method invalidation.
 	Invalidator Invalidator
 	// Cluster, when set, coalesces misses across replicas for tiers whose
-	// coalescing is cluster-wide.
+	// coalescing is cluster-wide. When it also implements SharedBodies,
+	// body files up to the tier's l2.maxBodySize are shared through it.
 	Cluster Cluster
 	// Metrics; default: collectors on a private registry.
 	Metrics *metrics.Metrics
@@ -103,6 +105,8 @@ type Proxy struct {
 	cfg      *tierconfig.Holder
 	store    Store
 	bodies   *bodystore.Store // nil: bodies stay inline
+	shb      SharedBodies     // nil: body files stay local (l2bodies.go)
+	copies   singleflight.Group
 	inval    Invalidator
 	cluster  Cluster
 	m        *metrics.Metrics
@@ -173,6 +177,9 @@ func New(o Options) (*Proxy, error) {
 	p.up = o.Upgrades
 	if p.up == nil {
 		p.up, p.ownsUp = NewUpgrades(p.upstream, p.cfg, p.rt, p.m, p.log, 0, 0), true
+	}
+	if sb, ok := o.Cluster.(SharedBodies); ok && p.bodies != nil {
+		p.shb = sb
 	}
 	p.flights.m = make(map[string]*flight)
 	p.refreshes.max = maxRefreshes
