@@ -112,3 +112,33 @@ func TestAKeptBodyPurgedWhileTheSidecarWasDownIsNotServed(t *testing.T) {
 			r.xcache, r.body[:min(len(r.body), 12)])
 	}
 }
+
+// With L2 and no purge meanwhile, the kept file is reused: Redis still
+// holds its entry with the same body.
+func TestAKeptBodyWhoseEntryL2StillHoldsIsReused(t *testing.T) {
+	rs := testredis.Start(t)
+	origin := newBigOrigin(t)
+	dir := filepath.Join(t.TempDir(), "bodies")
+	cfg := writeConfig(t, smallL1)
+	args := []string{"--redis-addr", rs.Addr(), "--config", cfg, "--body-dir", dir, "--body-dir-size", "64Mi"}
+
+	a := startNode(t, origin.URL, args...)
+	a.waitReady(t)
+	if r := a.get(t, "/big"); r.xcache != "MISS" {
+		t.Fatalf("first GET: X-Cache %q", r.xcache)
+	}
+	waitInL2(t, redisClient(t, rs.Addr()), defaultPrefix, "/big")
+	a.shutdown(t)
+
+	b := startNode(t, origin.URL, args...)
+	b.waitReady(t)
+	if r := b.get(t, "/big"); r.xcache != "HIT; layer=l1" || r.body != string(bigBody("/big", 1)) {
+		t.Fatalf("GET after the restart: X-Cache %q, %d bytes, want the kept body as an L1 hit", r.xcache, len(r.body))
+	}
+	if n := origin.n.Load(); n != 1 {
+		t.Fatalf("the origin got %d requests, want 1", n)
+	}
+	if files := bodyFiles(t, dir); len(files) != 1 {
+		t.Fatalf("body files after the restart: %v, want the one kept", files)
+	}
+}
