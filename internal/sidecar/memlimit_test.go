@@ -33,12 +33,12 @@ func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
 	cases := map[string]struct {
 		live, want int64
 	}{
-		"before any GC the floor holds":                           {0, floor},
-		"a live heap of L1 and its index stays under the floor":   {74 << 20, floor},
-		"a live heap exactly headroom below the floor keeps it":   {floor - liveHeadroom, floor},
-		"a live heap a byte closer to the floor raises the limit": {floor - liveHeadroom + 1, floor + 1},
-		"a live heap above the floor gets the headroom above it":  {128 << 20, 160 << 20},
-		"a live heap twice the L1 (grown scratch buffers) is met": {140 << 20, 172 << 20},
+		"before any GC the floor holds":                              {0, floor},
+		"a live heap of L1 and its index stays under the floor":      {74 << 20, floor},
+		"a live heap exactly the margin below the floor keeps it":    {floor - liveMargin, floor},
+		"a live heap a byte closer gets the headroom above it":       {floor - liveMargin + 1, floor - liveMargin + 1 + raisedHeadroom},
+		"a live heap above the floor gets the headroom above it":     {128 << 20, 192 << 20},
+		"a live heap of twice the L1 (grown scratch buffers) is met": {140 << 20, 204 << 20},
 	}
 	for name, c := range cases {
 		if got := limitFor(floor, c.live); got != c.want {
@@ -80,8 +80,8 @@ func TestSoftLimitFollowsTheLiveHeapAfterEachCycle(t *testing.T) {
 	}
 
 	step(heapSample{cycles: 1, live: 90 << 20})
-	if got := next(); got != 122<<20 {
-		t.Fatalf("after a 90Mi live heap: %d, want 122Mi", got)
+	if got := next(); got != 154<<20 {
+		t.Fatalf("after a 90Mi live heap: %d, want 154Mi", got)
 	}
 	// The same cycle again is not observed again (a higher live value
 	// would raise the limit if it were).
@@ -128,10 +128,10 @@ func TestSoftLimitRaisesTheRuntimeLimitAboveARealLiveHeap(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	deadline := time.Now().Add(10 * time.Second)
-	for debug.SetMemoryLimit(-1) < int64(len(live))+liveHeadroom {
+	for debug.SetMemoryLimit(-1) < int64(len(live))+raisedHeadroom {
 		if time.Now().After(deadline) {
 			t.Fatalf("soft limit %d after 10s with a %d-byte live heap, want at least the heap + %d",
-				debug.SetMemoryLimit(-1), len(live), liveHeadroom)
+				debug.SetMemoryLimit(-1), len(live), raisedHeadroom)
 		}
 		runtime.GC()
 	}

@@ -117,7 +117,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.IntVar(&o.PurgeBurst, "purge-burst", 50, "admin purges accepted in a burst above --purge-rate")
 	fs.StringVar(&o.BodyDir, "body-dir", "", "directory for bodies above the tier's bodyStore.threshold, kept as files and served with sendfile (made 0700 when missing; in a pod the operator's emptyDir); none = bodies above l1.maxEntrySize stream through uncached")
 	bodyDirSize := fs.String("body-dir-size", "", "budget of --body-dir, a size such as 2Gi; 0 or empty = 90% of the directory's free space at start")
-	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize + 48Mi, raised to the live heap + 32Mi when that is more; unless GOMEMLIMIT is set)")
+	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize + 48Mi, or the live heap + 64Mi once the live heap comes within 32Mi of that; unless GOMEMLIMIT is set)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

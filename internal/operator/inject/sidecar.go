@@ -27,7 +27,7 @@ const (
 // only have collected more often: the Go limit, plus the RSS that is not
 // Go memory (the binary's text, about 12Mi measured), plus what the
 // sidecar raises its limit to while the live heap outgrows the floor (the
-// live heap + 32Mi: bigcache's per-shard scratch buffers, which grow to
+// live heap + 64Mi: bigcache's per-shard scratch buffers, which grow to
 // the largest entry each shard has taken, a quarter of the L1 size
 // covered). A negative size counts as 0; a result too large for a
 // quantity saturates at the largest one.
