@@ -89,6 +89,9 @@ type dataPlane struct {
 	holder   *tierconfig.Holder
 	rt       http.RoundTripper
 	id       string
+	// soft owns the Go soft memory limit with --memory-limit auto (nil
+	// otherwise).
+	soft *softLimit
 
 	// up tunnels upgraded connections (WebSocket) for every generation:
 	// they use no cache, so a rebuild leaves them open; RunWith closes

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -164,11 +163,11 @@ func (dp *dataPlane) setMemoryLimit(maxSize tierconfig.Size) {
 		return
 	}
 	limit, err := memoryLimit(dp.o.MemoryLimit, dp.getenv("GOMEMLIMIT"), maxSize)
-	if err != nil || limit <= 0 {
+	if err != nil || limit <= 0 || dp.soft == nil {
 		return
 	}
-	debug.SetMemoryLimit(limit)
-	dp.log.Info("memory limit set", "bytes", limit, "l1_max_size", maxSize.String())
+	dp.soft.setFloor(limit)
+	dp.log.Info("memory limit set", "floor", limit, "bytes", dp.soft.limit(), "l1_max_size", maxSize.String())
 }
 
 // lastGoodPath is where the control-plane client keeps the last config it

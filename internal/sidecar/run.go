@@ -121,7 +121,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.BodyDir, "body-dir", "", "directory for bodies above the tier's bodyStore.threshold, kept as files and served with sendfile (made 0700 when missing; in a pod the operator's emptyDir); none = bodies above l1.maxEntrySize stream through uncached")
 	bodyDirSize := fs.String("body-dir-size", "", "budget of --body-dir, a size such as 2Gi; 0 or empty = 90% of the directory's free space at start")
 	fs.BoolVar(&o.AdminPprof, "admin-pprof", false, "serve Go profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on the admin port; off by default")
-	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize×1.25 + 128Mi unless GOMEMLIMIT is set)")
+	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize + 48Mi, or the live heap + 64Mi once the live heap comes within 32Mi of that; unless GOMEMLIMIT is set)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -274,11 +274,13 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	log.Info("config loaded", "source", source, "version", version, "hash", redacted(compiled.Config).Hash(),
 		"secrets_dir", o.SecretsDir)
 	holder := tierconfig.NewHolder(compiled)
-	if limit, err := memoryLimit(o.MemoryLimit, getenv("GOMEMLIMIT"), compiled.Config.L1.MaxSize); err != nil {
+	memLimit, err := memoryLimit(o.MemoryLimit, getenv("GOMEMLIMIT"), compiled.Config.L1.MaxSize)
+	if err != nil {
 		return err
-	} else if limit > 0 {
-		debug.SetMemoryLimit(limit)
-		log.Debug("memory limit set", "bytes", limit)
+	}
+	if memLimit > 0 && o.MemoryLimit != "auto" {
+		debug.SetMemoryLimit(memLimit)
+		log.Debug("memory limit set", "bytes", memLimit)
 	}
 
 	if o.BodyDir != "" {
@@ -316,6 +318,17 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		sec:        sec,
 	}
 	dp.keys.Set([]byte(sec.invalidationKey), time.Now())
+	if memLimit > 0 && o.MemoryLimit == "auto" {
+		// The automatic limit follows the live heap above its floor (see
+		// softLimit); the goroutine ends with the run.
+		dp.soft = newSoftLimit()
+		dp.soft.setFloor(memLimit)
+		log.Debug("memory limit set", "bytes", memLimit, "automatic", true)
+		softDone := make(chan struct{})
+		tick := time.NewTicker(softLimitPoll)
+		go func() { defer close(softDone); dp.soft.run(ctx, tick.C, runtimeHeap()) }()
+		defer func() { cancel(); <-softDone; tick.Stop() }()
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if dp.m, err = metrics.New(reg, dp.l1Stats); err != nil {
@@ -505,19 +518,21 @@ func adminMux(reg *prometheus.Registry, purge http.Handler, draining, warm *atom
 	return mux
 }
 
-// memoryLimit returns the soft memory limit to set (0: leave the runtime's).
-// L1 keeps maxSize bytes live; without a limit the default GC pacing lets
-// the heap grow to about twice the live heap before collecting, so a
-// sidecar with a 256Mi L1 would drift towards 600Mi of RSS. The automatic
-// limit keeps it near L1 plus a fixed allowance for the process and
-// in-flight bodies.
+// memoryLimit returns the soft memory limit to set (0: leave the runtime's);
+// for auto, the floor that softLimit keeps it at or above. L1 keeps
+// maxSize bytes live; without a limit the default GC pacing lets the heap
+// grow to about twice the live heap before collecting, so a sidecar with
+// a 64Mi L1 under a flood of distinct URLs peaked at L1 + 110Mi of RSS.
+// The automatic limit is L1 plus a fixed allowance for the process and
+// in-flight bodies (tierconfig.AutoMemoryLimit), which keeps RSS within
+// L1 + 64Mi.
 func memoryLimit(flagValue, envGOMEMLIMIT string, l1Max tierconfig.Size) (int64, error) {
 	switch flagValue {
 	case "auto":
 		if envGOMEMLIMIT != "" {
 			return 0, nil
 		}
-		return int64(l1Max) + int64(l1Max)/4 + 128<<20, nil
+		return int64(tierconfig.AutoMemoryLimit(l1Max)), nil
 	case "0", "off", "none":
 		return 0, nil
 	}

@@ -301,12 +301,12 @@ func TestMemoryLimitFollowsL1UnlessTheOperatorSetsOne(t *testing.T) {
 		want      int64
 		err       string
 	}{
-		"auto adds a quarter and 128Mi to L1": {"auto", "", 256<<20 + 64<<20 + 128<<20, ""},
-		"auto defers to GOMEMLIMIT":           {"auto", "1GiB", 0, ""},
-		"zero turns it off":                   {"0", "", 0, ""},
-		"an explicit size wins":               {"768Mi", "1GiB", 768 << 20, ""},
-		"a tiny limit is refused":             {"1Mi", "", 0, "below the 64Mi minimum"},
-		"a malformed size names the flag":     {"lots", "", 0, "--memory-limit"},
+		"auto adds 48Mi to L1":            {"auto", "", 256<<20 + 48<<20, ""},
+		"auto defers to GOMEMLIMIT":       {"auto", "1GiB", 0, ""},
+		"zero turns it off":               {"0", "", 0, ""},
+		"an explicit size wins":           {"768Mi", "1GiB", 768 << 20, ""},
+		"a tiny limit is refused":         {"1Mi", "", 0, "below the 64Mi minimum"},
+		"a malformed size names the flag": {"lots", "", 0, "--memory-limit"},
 	}
 	for name, c := range cases {
 		got, err := memoryLimit(c.flag, c.env, 256<<20)

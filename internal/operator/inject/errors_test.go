@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 // errorPod is an injectable pod: app serves port 8080 named http.
@@ -252,6 +254,30 @@ func TestGoMemoryLimit(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := goMemoryLimit(resource.MustParse(tc.limit)); got != tc.want {
 				t.Errorf("goMemoryLimit(%s) = %s, want %s", tc.limit, got, tc.want)
+			}
+		})
+	}
+}
+
+// The container's derived memory holds the sidecar's automatic Go limit
+// with room for the RSS that is not Go memory and for the live-heap
+// headroom the sidecar adds above its floor: a container limit below what
+// the Go runtime lets the heap reach gets the pod OOM-killed.
+func TestDerivedMemoryStaysAboveTheSidecarsAutomaticLimit(t *testing.T) {
+	tests := map[string]int64{
+		"the smallest L1":            1 << 20,
+		"the flood bench's 64Mi L1":  64 << 20,
+		"the default 256Mi L1":       256 << 20,
+		"an L1 that is not whole Mi": 100<<20 + 3,
+		"a 16Gi L1":                  16 << 30,
+	}
+	for name, l1 := range tests {
+		t.Run(name, func(t *testing.T) {
+			derived := DerivedMemory(l1)
+			goLimit := int64(tierconfig.AutoMemoryLimit(tierconfig.Size(l1)))
+			if room := derived.Value() - goLimit; room < 64<<20+l1/4 {
+				t.Errorf("DerivedMemory(%d) = %s leaves %d bytes above the automatic Go limit %d, want at least 64Mi + L1/4",
+					l1, derived.String(), room, goLimit)
 			}
 		})
 	}

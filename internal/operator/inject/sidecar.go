@@ -19,18 +19,31 @@ const (
 )
 
 // DerivedMemory is the sidecar's memory request and limit when the
-// CacheTier sets no resources: 1.25 × the L1 size (bigcache's shards and
-// per-entry overhead) plus 128Mi for the Go runtime, buffers in flight and
-// the L2 write queue, rounded up to a whole Mi. A negative size counts as 0; a result too large
-// for a quantity saturates at the largest one.
+// CacheTier sets no resources: the sidecar's automatic Go soft memory
+// limit (tierconfig.AutoMemoryLimit: l1.maxSize + 48Mi) plus
+// derivedSlack and a quarter of the L1 size, rounded up to a whole Mi;
+// 1.25 × the L1 size + 128Mi in all. It must stay above what the process
+// may use, or the kernel kills the container where the Go runtime would
+// only have collected more often: the Go limit, plus the RSS that is not
+// Go memory (the binary's text, about 12Mi measured), plus what the
+// sidecar raises its limit to while the live heap outgrows the floor (the
+// live heap + 64Mi: bigcache's per-shard scratch buffers, which grow to
+// the largest entry each shard has taken, a quarter of the L1 size
+// covered). A negative size counts as 0; a result too large for a
+// quantity saturates at the largest one.
 func DerivedMemory(l1 int64) resource.Quantity {
 	l1 = max(l1, 0)
 	// ceil(l1 × 5/4 / Mi) without overflowing for any int64.
 	const unit = 4 * mi
 	q, r := l1/unit, l1%unit
-	n := 5*q + (5*r+unit-1)/unit + 128
+	n := 5*q + (5*r+unit-1)/unit + (int64(tierconfig.MemoryAllowance)+derivedSlack)/mi
 	return resource.MustParse(strconv.FormatInt(n, 10) + "Mi")
 }
+
+// derivedSlack is what DerivedMemory adds to the Go limit besides a
+// quarter of the L1 size: non-Go RSS and the sidecar's live-heap headroom,
+// with room to spare.
+const derivedSlack = 80 * mi
 
 // goMemoryLimit is the --memory-limit flag value for a container memory
 // limit: 90% of it, rounded down to a whole Mi (at least 1Mi), so the Go
