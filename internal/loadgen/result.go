@@ -84,7 +84,7 @@ func (ws *workerStats) response(resp *http.Response, missing bool, latency time.
 		xc = "(other)"
 	}
 	ws.xcache[xc]++
-	if ServedFromCache(xc) {
+	if ServedFromCache(raw) {
 		ws.fromCache++
 	}
 	detail := NormalizeXCache(raw)
@@ -147,18 +147,22 @@ func XCacheToken(v string) string {
 	return strings.ToUpper(v)
 }
 
-// ServedFromCache reports whether an X-Cache token means the answer came
-// from the cache without waiting for the origin. Tiercache says HIT or
-// STALE; nginx ($upstream_cache_status) HIT, STALE or UPDATING (stale
-// while its background update runs). REVALIDATED is not from cache for
-// either: the answer waited for the origin's 304. nginx's MISS, EXPIRED
-// (a stale entry fetched anew) and BYPASS went to the origin too.
-func ServedFromCache(token string) bool {
-	switch token {
+// ServedFromCache reports whether an X-Cache value (as sent, or as
+// NormalizeXCache gives it) means the answer came from the cache without
+// an origin request of its own. Tiercache says HIT or STALE, and adds
+// "; coalesced" to an answer that waited on another request's fetch;
+// nginx ($upstream_cache_status) says HIT, STALE or UPDATING (stale while
+// its background update runs), and HIT for a request that waited on
+// proxy_cache_lock. So a coalesced Tiercache answer counts as from cache,
+// as nginx's lock waiters do. A REVALIDATED answer of its own waited for
+// the origin's 304; nginx's MISS, EXPIRED (a stale entry fetched anew) and
+// BYPASS went to the origin too.
+func ServedFromCache(xcache string) bool {
+	switch XCacheToken(xcache) {
 	case "HIT", "STALE", "UPDATING":
 		return true
 	}
-	return false
+	return strings.Contains(strings.ToLower(xcache), "coalesced")
 }
 
 // ClientFetch reports whether an X-Cache value (NormalizeXCache) means the

@@ -146,6 +146,10 @@ func TestServedFromCache(t *testing.T) {
 		{"nginx's EXPIRED fetched a stale entry anew", "EXPIRED", false},
 		{"BYPASS went to the origin", "BYPASS", false},
 		{"an answer without X-Cache is not from cache", NoXCache, false},
+		{"an L1 hit with its layer is from cache", "HIT; layer=l1", true},
+		{"a waiter of another request's fetch made no origin request (nginx's lock waiters say HIT)", "MISS; coalesced", true},
+		{"a waiter of another request's revalidation is from cache too", "REVALIDATED; coalesced", true},
+		{"a MISS of its own with a layer is not from cache", "MISS", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := ServedFromCache(tt.token); got != tt.want {
