@@ -28,6 +28,12 @@
 // queues stay bounded however many requests a client sends in one write
 // (see maxPending).
 //
+// Writes go straight through, with one exception a handler asks for:
+// BodyFollows sends the response header it is about to flush with
+// MSG_MORE, so that the header leaves in one segment with the body that
+// sendfile sends next (ReadFrom stays the TCP connection's), and Push
+// sends a header that nothing followed.
+//
 // Listener must wrap a plaintext listener: wrapping a TLS listener would
 // hide the *tls.Conn from net/http (no r.TLS, no ALPN).
 package connguard
