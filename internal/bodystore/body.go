@@ -17,26 +17,25 @@ import (
 type Body struct {
 	f    *os.File
 	size int64
-	lr   io.LimitedReader // what Section returns, so a hit allocates less
-	hdr  [headerSize]byte // scratch for the checks
+	// pos is the descriptor's offset while it is known: the body's start
+	// after Open (which reads the header), -1 once a Section is handed out.
+	pos int64
+	lr  io.LimitedReader // what Section returns, so a hit allocates less
+	hdr [headerSize]byte // scratch for the checks
 }
 
 // Open opens the body ref names for key and verifies that it is that body:
-// header magic, id and sha256(key), and the trailer's size and CRC equal
-// to ref's. A file that is gone gives an error matching fs.ErrNotExist
-// (and the index forgets it); any other mismatch an error wrapping
-// ErrMismatch. Open counts as a use for the LRU.
+// header magic, id and sha256(key), the file's size, and the body size
+// and CRC its trailer records equal to ref's. A file that is gone gives an
+// error matching fs.ErrNotExist (and the index forgets it); any other
+// mismatch an error wrapping ErrMismatch. Open counts as a use for the
+// LRU.
 func (s *Store) Open(key string, ref entry.BodyFile) (*Body, error) {
 	b, err := s.open(key, ref)
 	if err != nil {
 		s.m.BodyStoreError(metrics.BodyOpOpen)
 		return nil, err
 	}
-	s.mu.Lock()
-	if el, ok := s.items[ref.ID]; ok {
-		s.lru.MoveToFront(el)
-	}
-	s.mu.Unlock()
 	return b, nil
 }
 
@@ -56,8 +55,8 @@ func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
 		}
 		return nil, fmt.Errorf("bodystore: opening a body: %w", &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	b := &Body{size: ref.Size}
-	if err := verify(fd, b.hdr[:], key, ref); err != nil {
+	b := &Body{size: ref.Size, pos: headerSize}
+	if err := s.verify(fd, b.hdr[:], key, ref); err != nil {
 		_ = syscall.Close(fd)
 		if errors.Is(err, errDamaged) {
 			// Not ours, or not whole: never to be served to anyone.
@@ -73,9 +72,14 @@ func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
 // (as opposed to a file that is fine but belongs to another key).
 var errDamaged = errors.New("damaged")
 
-// verify checks the open file fd against key and ref with an fstat and
-// two preads into buf (headerSize bytes).
-func verify(fd int, buf []byte, key string, ref entry.BodyFile) error {
+// verify checks the open file fd against key and ref with an fstat and a
+// read of the header into buf (headerSize bytes), which leaves the offset
+// at the body's start for sendfile. What the trailer records (body size
+// and CRC) is in the index for every file the store committed or
+// recovered; only a file the index does not know (its Remove or eviction
+// is under way) costs a pread of the trailer. On success a file of the
+// index becomes its most recently used.
+func (s *Store) verify(fd int, buf []byte, key string, ref entry.BodyFile) error {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("fstat: %w", err)
@@ -84,7 +88,7 @@ func verify(fd int, buf []byte, key string, ref entry.BodyFile) error {
 	if size < headerSize+tailSize {
 		return fmt.Errorf("%w (%w): file of %d bytes", ErrMismatch, errDamaged, size)
 	}
-	if err := pread(fd, buf[:headerSize], 0); err != nil {
+	if err := readFull(fd, buf[:headerSize]); err != nil {
 		return err
 	}
 	if err := checkHeader(buf, ref.ID); err != nil {
@@ -93,6 +97,16 @@ func verify(fd int, buf []byte, key string, ref entry.BodyFile) error {
 	if !headerKeyMatches(buf, key) {
 		return fmt.Errorf("%w: the file belongs to another key", ErrMismatch)
 	}
+	s.mu.Lock()
+	if el, ok := s.items[ref.ID]; ok {
+		err := el.Value.(*item).matches(size, ref)
+		if err == nil {
+			s.lru.MoveToFront(el)
+		}
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
 	if err := pread(fd, buf[:tailSize], size-tailSize); err != nil {
 		return err
 	}
@@ -100,9 +114,37 @@ func verify(fd int, buf []byte, key string, ref entry.BodyFile) error {
 	if err != nil {
 		return fmt.Errorf("%w (%w)", err, errDamaged)
 	}
-	if tl.size != ref.Size || tl.crc != ref.CRC {
+	return (&item{size: size, body: tl.size, crc: tl.crc}).matches(size, ref)
+}
+
+// matches checks a file of size bytes, whose trailer records it, against
+// ref.
+func (it *item) matches(size int64, ref entry.BodyFile) error {
+	if size != it.size {
+		return fmt.Errorf("%w (%w): the file has %d bytes, %d when it was committed",
+			ErrMismatch, errDamaged, size, it.size)
+	}
+	if it.body != ref.Size || it.crc != ref.CRC {
 		return fmt.Errorf("%w: the file holds %d bytes with CRC %08x, the entry wants %d with %08x",
-			ErrMismatch, tl.size, tl.crc, ref.Size, ref.CRC)
+			ErrMismatch, it.body, it.crc, ref.Size, ref.CRC)
+	}
+	return nil
+}
+
+// readFull reads exactly len(p) bytes at the descriptor's offset.
+func readFull(fd int, p []byte) error {
+	for len(p) > 0 {
+		n, err := syscall.Read(fd, p)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
+		}
+		p = p[n:]
 	}
 	return nil
 }
@@ -136,9 +178,14 @@ func (b *Body) Size() int64 { return b.size }
 func (b *Body) Section(off, n int64) io.Reader {
 	off = min(max(off, 0), b.size)
 	n = min(max(n, 0), b.size-off)
-	if _, err := b.f.Seek(headerSize+off, io.SeekStart); err != nil {
-		return &io.LimitedReader{R: errReader{err}, N: n}
+	// The whole body of a fresh Body needs no seek: Open's read of the
+	// header left the offset at the body's start.
+	if pos := headerSize + off; pos != b.pos {
+		if _, err := b.f.Seek(pos, io.SeekStart); err != nil {
+			return &io.LimitedReader{R: errReader{err}, N: n}
+		}
 	}
+	b.pos = -1 // the reader moves it
 	b.lr = io.LimitedReader{R: b.f, N: n}
 	return &b.lr
 }

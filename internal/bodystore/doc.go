@@ -50,14 +50,19 @@
 //     a file that is already gone frees its accounting just the same. The
 //     index can only over-count, which evicts early but never blocks new
 //     files for good.
-//   - Open checks the header (magic, id, sha256 of the key) and the fixed
-//     end of the trailer (size and CRC equal to the reference's, file size
-//     consistent) with two preads and an fstat, never the CRC over the body
-//     (that is the restart scan's job): a hit costs open, fcntl, fstat,
-//     two preads and a seek before sendfile. A file that is not ours or is
-//     damaged (bad magic, wrong id, inconsistent size) is removed; a file
-//     that is intact but belongs to another key or another reference is
-//     left alone (it is valid for its own entry) and not served.
+//   - Open checks the header (magic, id, sha256 of the key), the file's
+//     size and what its trailer records (body size and CRC equal to the
+//     reference's), never the CRC over the body (that is the restart
+//     scan's job). The index keeps, for every file the store committed or
+//     recovered, its size and what its trailer records, so a hit costs
+//     open, fstat, one read of the header (which leaves the offset at the
+//     body's start: a whole body needs no seek) and fcntl (os.NewFile)
+//     before sendfile; only a file the index does not know (its Remove is
+//     under way) costs a pread of the trailer. A file that is not ours or
+//     is damaged (bad magic, wrong id, a size other than when it was
+//     committed) is removed; a file that is intact but belongs to another
+//     key or another reference is left alone (it is valid for its own
+//     entry) and not served.
 //   - A write error (ENOSPC, EIO, EFBIG, budget) breaks the writer: every
 //     later Write and Commit returns it, followers get it; Abort (or the
 //     failed Commit itself) removes the temp file and releases the

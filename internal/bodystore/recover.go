@@ -89,7 +89,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 	s.m.BodyStoreEvicted(len(evict))
 	out := make([]Recovered, 0, len(files))
 	for _, f := range files {
-		s.addLocked(f.id, f.size)
+		s.addLocked(&item{id: f.id, size: f.size, body: f.body, crc: f.crc})
 		out = append(out, f.rec)
 	}
 	s.m.BodyStoreUsage(s.committed, len(s.items))
@@ -140,6 +140,8 @@ func probe(dir string) error {
 type found struct {
 	id    [16]byte
 	size  int64
+	body  int64 // what the trailer records
+	crc   uint32
 	mtime time.Time
 	rec   Recovered
 }
@@ -250,7 +252,7 @@ func (s *Store) check(ctx context.Context, path, name string, buf []byte) (found
 	if crc != tl.crc {
 		return found{}, fmt.Errorf("%w: body CRC %08x, trailer says %08x", ErrMismatch, crc, tl.crc)
 	}
-	return found{id: id, size: size, mtime: fi.ModTime(), rec: Recovered{Key: key, Entry: enc}}, nil
+	return found{id: id, size: size, body: tl.size, crc: tl.crc, mtime: fi.ModTime(), rec: Recovered{Key: key, Entry: enc}}, nil
 }
 
 // crcOf streams r through CRC-32C with buf, stopping when ctx ends.

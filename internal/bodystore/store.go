@@ -91,10 +91,14 @@ type Store struct {
 	closed    bool
 }
 
-// item is a committed file in the index.
+// item is a committed file in the index. body and crc are what its
+// trailer records, kept so that a hit checks a reference against them
+// without reading the trailer.
 type item struct {
 	id   [16]byte
 	size int64 // the whole file
+	body int64 // the body's length
+	crc  uint32
 }
 
 // path is dir/<hex id><suffix>, built with one allocation (it is on the
@@ -234,9 +238,9 @@ func (s *Store) forget(id [16]byte) {
 }
 
 // addLocked puts a committed file at the front of the LRU.
-func (s *Store) addLocked(id [16]byte, size int64) {
-	s.items[id] = s.lru.PushFront(&item{id: id, size: size})
-	s.committed += size
+func (s *Store) addLocked(it *item) {
+	s.items[it.id] = s.lru.PushFront(it)
+	s.committed += it.size
 	s.m.BodyStoreUsage(s.committed, len(s.items))
 }
 

@@ -208,7 +208,7 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	s.reserved -= w.reserved
 	w.reserved = 0
 	delete(s.writers, w.id)
-	s.addLocked(w.id, size)
+	s.addLocked(&item{id: w.id, size: size, body: w.written, crc: w.crc})
 	s.mu.Unlock()
 	return nil
 }

@@ -28,6 +28,12 @@
 // queues stay bounded however many requests a client sends in one write
 // (see maxPending).
 //
+// Writes go straight through, with one exception a handler asks for:
+// BodyFollows sends the response header it is about to flush with
+// MSG_MORE, so that the header leaves in one segment with the body that
+// sendfile sends next (ReadFrom stays the TCP connection's), and Push
+// sends a header that nothing followed.
+//
 // Listener must wrap a plaintext listener: wrapping a TLS listener would
 // hide the *tls.Conn from net/http (no r.TLS, no ALPN).
 package connguard
@@ -57,11 +63,27 @@ func (l *listener) Accept() (net.Conn, error) {
 	return &conn{Conn: c, t: tracker{limit: noLimit}}, nil
 }
 
-// conn is a net.Conn whose reads feed its tracker. Only Read is
-// intercepted; writes go straight through.
+// conn is a net.Conn whose reads feed its tracker. Writes go straight
+// through, but for the one a handler announces with BodyFollows.
 type conn struct {
 	net.Conn
 	t tracker
+	// more and unpushed: see BodyFollows. Only the goroutine that serves
+	// the connection's requests touches them (net/http writes a response
+	// from the handler's goroutine).
+	more, unpushed bool
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	if c.more {
+		c.more = false
+		if n, ok, err := c.writeMore(p); ok {
+			c.unpushed = n > 0
+			return n, err
+		}
+	}
+	c.unpushed = false // a write without MSG_MORE pushes what was held
+	return c.Conn.Write(p)
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -89,11 +111,17 @@ func (c *conn) CloseWrite() error {
 // copied into a ResponseWriter goes out with sendfile
 // (TestFileBodyReachesTheConnectionsReadFrom). It only writes, so the
 // tracker is not involved.
-func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+func (c *conn) ReadFrom(r io.Reader) (n int64, err error) {
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
+		n, err = rf.ReadFrom(r)
+	} else {
+		n, err = io.Copy(writerOnly{c.Conn}, r)
 	}
-	return io.Copy(writerOnly{c.Conn}, r)
+	if n > 0 {
+		// The last sendfile chunk goes without MSG_MORE: pushed.
+		c.unpushed = false
+	}
+	return n, err
 }
 
 // net/http looks for these on the connection it is given.
@@ -116,12 +144,19 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if !ok {
 		return ctx
 	}
-	return context.WithValue(ctx, trackerKey{}, &gc.t)
+	return context.WithValue(ctx, trackerKey{}, gc)
 }
 
 func trackerFrom(ctx context.Context) *tracker {
-	t, _ := ctx.Value(trackerKey{}).(*tracker)
-	return t
+	if c := connFrom(ctx); c != nil {
+		return &c.t
+	}
+	return nil
+}
+
+func connFrom(ctx context.Context) *conn {
+	c, _ := ctx.Value(trackerKey{}).(*conn)
+	return c
 }
 
 // Detach stops following the request framing of the connection that

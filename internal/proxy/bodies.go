@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/tierconfig"
@@ -93,10 +94,25 @@ func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry
 		panic(http.ErrAbortHandler)
 	}
 	w.WriteHeader(status)
+	// The header goes out with the body's first bytes in one segment
+	// (connguard.BodyFollows): flushed now, so that net/http's ReadFrom
+	// finds it written and hands the file to the connection at once,
+	// instead of copying 512 bytes through user space first. A header
+	// without Content-Type is left to net/http, which sniffs the type from
+	// those bytes (as it does for every other response).
+	fl, more := w.(http.Flusher)
+	more = more && len(h["Content-Type"]) > 0
+	if more {
+		connguard.BodyFollows(r.Context())
+		fl.Flush()
+	}
 	// io.Copy finds w's ReadFrom (net/http's response), which hands the
 	// *io.LimitedReader over the file to the connection's: sendfile.
 	if _, err := io.Copy(w, body.Section(off, n)); err != nil && r.Context().Err() == nil {
 		p.log.Debug("serving a body file failed", "path", r.URL.Path, "err", err)
+	}
+	if more {
+		connguard.Push(r.Context())
 	}
 }
 
