@@ -71,7 +71,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 		if err := syscall.Statfs(o.Dir, &st); err != nil {
 			return nil, nil, fmt.Errorf("--body-dir %s: reading the free space: %w", o.Dir, err)
 		}
-		free := int64(st.Bavail) * st.Bsize
+		free := int64(st.Bavail) * int64(st.Bsize) // Bsize is int64 on Linux, uint32 elsewhere
 		s.maxBytes = (free+total)/100*defaultFreeShare + (free+total)%100*defaultFreeShare/100
 	}
 
