@@ -5,14 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/testredis"
 )
 
 // Attacker-review tests of issue 12 (the body store). Each one FAILS on
@@ -88,5 +92,62 @@ func TestATTACK_ASlowReadingLeaderStallsEveryFollowerOfAFileFill(t *testing.T) {
 		t.Fatalf("an honest client waiting on the fill got %d of %d bytes in 10s (err %v) although the origin "+
 			"sent the whole body at once: the attacker's unread connection paces the fill and every follower",
 			len(got), size, err)
+	}
+}
+
+// ATTACK: the replica that fills a body within l2.maxBodySize keeps in
+// its L1 the entry with File.Chunks = 0 (ShareBody sets Chunks only on
+// the copy it writes to L2). When that replica's body store later evicts
+// the file (LRU under budget pressure, which any client causes cheaply by
+// requesting a few distinct large URLs on that pod), the next request for
+// the key on that replica finds the file gone and, since its own entry
+// says Chunks 0, openBody deletes the key through the layered store:
+// from L2 too, and delScript takes the body's chunks with it. So a purely
+// local eviction on one replica deletes the tier's shared copy; every
+// other replica without a local file then misses and goes to the origin.
+// An attacker repeats it per hot object (evict on one pod, then ask that
+// pod for the hot URL, with Cache-Control: no-store so it does not store
+// it back) to defeat L2 sharing of large bodies and multiply origin load
+// by the replica count. The same replica also never copies back from L2
+// the body it shared.
+// Defence: a local file that is gone must never delete anything from L2:
+// delete the L1 entry only (or L1 keeps Chunks once the body is in L2,
+// so that the replica copies its body back like any other).
+func TestATTACK_ALocalEvictionOnOneReplicaDeletesTheSharedBodyForAllReplicas(t *testing.T) {
+	srv := testredis.Start(t)
+	rc := rawRedis(t, srv.Addr())
+	const size = 1 << 20
+	o := newOrigin(t, bodies(size))
+	adir := t.TempDir()
+	abodies, _, err := bodystore.Open(t.Context(), bodystore.Options{Dir: adir, MaxBytes: 3 << 20, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = abodies.Close() })
+	a := replicaWith(t, srv.Addr(), o, func(po *Options) { po.Bodies = abodies })
+	b, _ := bodyReplica(t, srv.Addr(), o)
+	want := bodyFor("/hot", size)
+
+	expectBody(t, a.get("/hot", "Host", "shop"), 200, "MISS", want)
+	waitFor(t, func() bool { c, e := chunksAndEntries(t, rc); return c == 1 && e == 1 }, "/hot's chunk and entry in L2")
+	hot := files(t, adir, ".body")
+	if len(hot) != 1 {
+		t.Fatalf("replica A's body files: %v, want one", hot)
+	}
+	// The attacker asks A for a few other large URLs: A's body store
+	// evicts /hot's file (its least recently used).
+	for i := range 3 {
+		a.get(fmt.Sprintf("/junk%d", i), "Host", "shop")
+	}
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(adir, hot[0])); return os.IsNotExist(err) }, "A to evict /hot's file")
+	// Then asks A for /hot, without letting A store it again.
+	a.get("/hot", "Host", "shop", "Cache-Control", "no-store")
+
+	// An honest client of replica B, which never had a problem.
+	before := o.count()
+	r := b.get("/hot", "Host", "shop")
+	if r.xcache() != "HIT; layer=l2" || o.count() != before || r.body != string(want) {
+		t.Fatalf("replica B: X-Cache %q, origin requests %d -> %d: a local eviction on replica A deleted /hot's "+
+			"entry and chunks from L2, so B fetched it from the origin again", r.xcache(), before, o.count())
 	}
 }
