@@ -8,14 +8,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/store/l2"
 	"github.com/tiercache/tiercache/internal/testredis"
 )
 
@@ -149,5 +152,71 @@ func TestATTACK_ALocalEvictionOnOneReplicaDeletesTheSharedBodyForAllReplicas(t *
 	if r.xcache() != "HIT; layer=l2" || o.count() != before || r.body != string(want) {
 		t.Fatalf("replica B: X-Cache %q, origin requests %d -> %d: a local eviction on replica A deleted /hot's "+
 			"entry and chunks from L2, so B fetched it from the origin again", r.xcache(), before, o.count())
+	}
+}
+
+// ATTACK: a writer with the tier's own Redis ACL (any compromised pod of
+// the tier, or a bug) rewrites one entry's body reference to claim a huge
+// size (here 1 GiB - 64 bytes, 1024 chunks: within every check GetBody
+// makes) for a body whose chunks are not there. Every replica that is
+// asked for that URL runs copyBody, whose CreateWithID reserves the whole
+// claimed size up front, and the reservation evicts the replica's
+// least-recently-used committed body files at once, before a single
+// chunk is read; the first missing chunk then aborts the copy. One tiny
+// Redis write, plus one request per pod, empties the local disk cache of
+// every replica of the tier, and it can be repeated. Even without a
+// hostile writer, a legitimate entry whose chunks Redis evicted
+// (allkeys-lru) makes a replica evict local files for a copy that cannot
+// succeed.
+// Defence: copyBody must refuse a reference larger than the tier's
+// l2.maxBodySize (no replica ever shares a larger body), and a copy
+// should reserve as it receives verified chunks (or check that every
+// chunk exists, e.g. with the EXISTS/PEXPIRE pass ExtendBody makes,
+// before reserving), so that a failed copy evicts nothing.
+func TestATTACK_AForgedBodySizeInL2EvictsEveryLocalBodyFile(t *testing.T) {
+	srv := testredis.Start(t)
+	const size = 1 << 20
+	o := newOrigin(t, bodies(size))
+	a, _ := bodyReplica(t, srv.Addr(), o)
+	b, bdir := bodyReplica(t, srv.Addr(), o)
+	rc := rawRedis(t, srv.Addr())
+
+	// Replica B's hot bodies.
+	for _, p := range []string{"/a", "/b", "/c"} {
+		expectBody(t, b.get(p, "Host", "shop"), 200, "MISS", bodyFor(p, size))
+	}
+	waitFor(t, func() bool { return len(files(t, bdir, ".body")) == 3 }, "B's three body files")
+	expectBody(t, a.get("/evil", "Host", "shop"), 200, "MISS", bodyFor("/evil", size))
+	waitFor(t, func() bool { c, e := chunksAndEntries(t, rc); return c == 4 && e == 4 }, "the four bodies in L2")
+
+	// The hostile writer, through a client with the tier's prefix.
+	req := httptest.NewRequest(http.MethodGet, "http://shop/evil", nil)
+	kb := a.px.keys.Get().(*keyBuf)
+	kb.build(req, a.px.cfg.Load().Match(req.URL.Path))
+	key := strings.Clone(kb.key())
+	a.px.keys.Put(kb)
+	hostile, err := l2.New(l2.Config{Addrs: []string{srv.Addr()}, Prefix: "tc:test/cluster:", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hostile.Close() })
+	e, err := hostile.Get(t.Context(), key)
+	if err != nil || e.File == nil {
+		t.Fatalf("the /evil entry in L2: %+v, %v", e.File, err)
+	}
+	e.File.Size = 1<<30 - 64
+	e.File.Chunks = l2.ChunksFor(e.File.Size)
+	if err := hostile.Set(t.Context(), key, &e, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	// One request to B for /evil.
+	r := b.get("/evil", "Host", "shop")
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /evil on B: %d", r.status)
+	}
+	if got := files(t, bdir, ".body"); len(got) < 3 {
+		t.Fatalf("B's body files after one request for the forged entry: %v; its three hot bodies were evicted "+
+			"for a copy of a 1 GiB body that was never in L2", got)
 	}
 }
