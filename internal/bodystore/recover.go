@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
 
@@ -56,6 +57,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 		log:       o.Logger,
 		lru:       list.New(),
 		items:     make(map[[16]byte]*list.Element),
+		byPrim:    make(map[[32]byte][]*item),
 		writers:   make(map[[16]byte]*Writer),
 	}
 	files, err := s.scan(ctx)
@@ -89,7 +91,8 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 	s.m.BodyStoreEvicted(len(evict))
 	out := make([]Recovered, 0, len(files))
 	for _, f := range files {
-		s.addLocked(f.id, f.size)
+		f.who.prim = keyHash(cachekey.Primary(f.rec.Key))
+		s.addLocked(f.id, f.size, f.who)
 		out = append(out, f.rec)
 	}
 	s.m.BodyStoreUsage(s.committed, len(s.items))
@@ -141,6 +144,7 @@ type found struct {
 	id    [16]byte
 	size  int64
 	mtime time.Time
+	who   ident
 	rec   Recovered
 }
 
@@ -236,7 +240,7 @@ func (s *Store) check(ctx context.Context, path, name string, buf []byte) (found
 	if _, err := f.ReadAt(v, headerSize+tl.size); err != nil {
 		return found{}, err
 	}
-	key, enc, err := parseTrailer(v, id, tl)
+	key, enc, who, err := parseTrailer(v, id, tl)
 	if err != nil {
 		return found{}, err
 	}
@@ -250,7 +254,8 @@ func (s *Store) check(ctx context.Context, path, name string, buf []byte) (found
 	if crc != tl.crc {
 		return found{}, fmt.Errorf("%w: body CRC %08x, trailer says %08x", ErrMismatch, crc, tl.crc)
 	}
-	return found{id: id, size: size, mtime: fi.ModTime(), rec: Recovered{Key: key, Entry: enc}}, nil
+	who.key = kh
+	return found{id: id, size: size, mtime: fi.ModTime(), who: who, rec: Recovered{Key: key, Entry: enc}}, nil
 }
 
 // crcOf streams r through CRC-32C with buf, stopping when ctx ends.

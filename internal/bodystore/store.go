@@ -85,6 +85,7 @@ type Store struct {
 	mu        sync.Mutex
 	lru       *list.List // of *item, most recently used at the front
 	items     map[[16]byte]*list.Element
+	byPrim    map[[32]byte][]*item // the items under each primary key (index.go)
 	writers   map[[16]byte]*Writer
 	committed int64 // bytes of the files in items
 	reserved  int64 // bytes reserved by writers
@@ -95,6 +96,7 @@ type Store struct {
 type item struct {
 	id   [16]byte
 	size int64 // the whole file
+	who  ident // what purges select it by (index.go)
 }
 
 // path is dir/<hex id><suffix>, built with one allocation (it is on the
@@ -219,6 +221,7 @@ func (s *Store) reserveLocked(n int64) ([]string, error) {
 func (s *Store) forgetLocked(el *list.Element) *item {
 	it := s.lru.Remove(el).(*item)
 	delete(s.items, it.id)
+	s.unindexLocked(it)
 	s.committed -= it.size
 	s.m.BodyStoreUsage(s.committed, len(s.items))
 	return it
@@ -233,9 +236,12 @@ func (s *Store) forget(id [16]byte) {
 	s.mu.Unlock()
 }
 
-// addLocked puts a committed file at the front of the LRU.
-func (s *Store) addLocked(id [16]byte, size int64) {
-	s.items[id] = s.lru.PushFront(&item{id: id, size: size})
+// addLocked puts a committed file at the front of the LRU and indexes it
+// by who.
+func (s *Store) addLocked(id [16]byte, size int64, who ident) {
+	it := &item{id: id, size: size, who: who}
+	s.items[id] = s.lru.PushFront(it)
+	s.byPrim[who.prim] = append(s.byPrim[who.prim], it)
 	s.committed += size
 	s.m.BodyStoreUsage(s.committed, len(s.items))
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
@@ -175,9 +176,11 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	}
 	ref := entry.BodyFile{ID: w.id, Size: w.written, CRC: w.crc}
 	enc := meta(ref)
-	if err := checkEntry(enc, w.id, w.written, w.crc); err != nil {
+	who, err := checkEntry(enc, w.id, w.written, w.crc)
+	if err != nil {
 		return fmt.Errorf("bodystore: the entry to commit: %w", err)
 	}
+	who.key, who.prim = keyHash(w.key), keyHash(cachekey.Primary(w.key))
 	trailer := appendTrailer(make([]byte, 0, 4+len(w.key)+len(enc)+tailSize), w.key, enc, w.written, w.crc)
 	size := headerSize + w.written + int64(len(trailer))
 	if err := w.grow(size, 0); err != nil {
@@ -193,7 +196,7 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	// The rename happens under w.mu so that Follow opens the temp name
 	// before it and the final name after it, never neither.
 	w.mu.Lock()
-	err := os.Rename(w.tmpPath(), w.bodyPath())
+	err = os.Rename(w.tmpPath(), w.bodyPath())
 	if err == nil {
 		w.state = committed
 		w.cond.Broadcast()
@@ -208,7 +211,7 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	s.reserved -= w.reserved
 	w.reserved = 0
 	delete(s.writers, w.id)
-	s.addLocked(w.id, size)
+	s.addLocked(w.id, size, who)
 	s.mu.Unlock()
 	return nil
 }
