@@ -68,8 +68,10 @@ func present(t *testing.T, s *Store, bodies map[string]stored) map[string]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	indexed := 0
-	for _, l := range s.byPrim {
-		indexed += len(l)
+	for _, it := range s.byPrim {
+		for ; it != nil; it = it.next {
+			indexed++
+		}
 	}
 	if indexed != len(s.items) {
 		t.Fatalf("the identity index holds %d bodies, the LRU %d", indexed, len(s.items))

@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
 
@@ -57,7 +56,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 		log:       o.Logger,
 		lru:       list.New(),
 		items:     make(map[[16]byte]*list.Element),
-		byPrim:    make(map[[32]byte][]*item),
+		byPrim:    make(map[uint64]*item),
 		writers:   make(map[[16]byte]*Writer),
 	}
 	files, err := s.scan(ctx)
@@ -91,8 +90,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 	s.m.BodyStoreEvicted(len(evict))
 	out := make([]Recovered, 0, len(files))
 	for _, f := range files {
-		f.who.prim = keyHash(cachekey.Primary(f.rec.Key))
-		s.addLocked(f.id, f.size, f.who)
+		s.addLocked(f.id, f.size, f.who.withKey(f.rec.Key))
 		out = append(out, f.rec)
 	}
 	s.m.BodyStoreUsage(s.committed, len(s.items))
@@ -254,7 +252,6 @@ func (s *Store) check(ctx context.Context, path, name string, buf []byte) (found
 	if crc != tl.crc {
 		return found{}, fmt.Errorf("%w: body CRC %08x, trailer says %08x", ErrMismatch, crc, tl.crc)
 	}
-	who.key = kh
 	return found{id: id, size: size, mtime: fi.ModTime(), who: who, rec: Recovered{Key: key, Entry: enc}}, nil
 }
 

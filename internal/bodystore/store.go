@@ -85,7 +85,7 @@ type Store struct {
 	mu        sync.Mutex
 	lru       *list.List // of *item, most recently used at the front
 	items     map[[16]byte]*list.Element
-	byPrim    map[[32]byte][]*item // the items under each primary key (index.go)
+	byPrim    map[uint64]*item // the chain of items under each primary key (index.go)
 	writers   map[[16]byte]*Writer
 	committed int64 // bytes of the files in items
 	reserved  int64 // bytes reserved by writers
@@ -97,6 +97,7 @@ type item struct {
 	id   [16]byte
 	size int64 // the whole file
 	who  ident // what purges select it by (index.go)
+	next *item // the next item under the same primary key, guarded by s.mu
 }
 
 // path is dir/<hex id><suffix>, built with one allocation (it is on the
@@ -241,7 +242,7 @@ func (s *Store) forget(id [16]byte) {
 func (s *Store) addLocked(id [16]byte, size int64, who ident) {
 	it := &item{id: id, size: size, who: who}
 	s.items[id] = s.lru.PushFront(it)
-	s.byPrim[who.prim] = append(s.byPrim[who.prim], it)
+	s.indexLocked(it)
 	s.committed += size
 	s.m.BodyStoreUsage(s.committed, len(s.items))
 }

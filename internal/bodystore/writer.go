@@ -6,7 +6,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
@@ -180,7 +179,7 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	if err != nil {
 		return fmt.Errorf("bodystore: the entry to commit: %w", err)
 	}
-	who.key, who.prim = keyHash(w.key), keyHash(cachekey.Primary(w.key))
+	who = who.withKey(w.key)
 	trailer := appendTrailer(make([]byte, 0, 4+len(w.key)+len(enc)+tailSize), w.key, enc, w.written, w.crc)
 	size := headerSize + w.written + int64(len(trailer))
 	if err := w.grow(size, 0); err != nil {
