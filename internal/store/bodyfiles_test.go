@@ -101,36 +101,42 @@ func TestPurgesAndInvalidationsRemoveTheBodyFilesOfWhatTheyRemove(t *testing.T) 
 	targets := []string{"/a", "/api/1", "/api/2", "/tagged", "/other", "/v"}
 	cases := []struct {
 		name  string
-		purge func(p *invalidate.Purger)
+		// purge returns the purge's answer of L1 responses removed, or
+		// -1 when it is not a purge.
+		purge func(p *invalidate.Purger) int
 		gone  []string // targets whose files go; the others' stay
 	}{
-		{"a purge by URL", func(p *invalidate.Purger) {
-			_, _ = p.Purge(context.Background(), invalidate.Request{URLs: []string{"/a"}})
+		{"a purge by URL", func(p *invalidate.Purger) int {
+			return purged(p.Purge(context.Background(), invalidate.Request{URLs: []string{"/a"}}))
 		}, []string{"/a"}},
-		{"a purge by the URL of a varying resource", func(p *invalidate.Purger) {
-			_, _ = p.Purge(context.Background(), invalidate.Request{URLs: []string{"http://shop.example/v"}})
+		{"a purge by the URL of a varying resource", func(p *invalidate.Purger) int {
+			return purged(p.Purge(context.Background(), invalidate.Request{URLs: []string{"http://shop.example/v"}}))
 		}, []string{"/v"}},
-		{"a purge by prefix", func(p *invalidate.Purger) {
-			_, _ = p.Purge(context.Background(), invalidate.Request{Prefix: "/api/"})
+		{"a purge by prefix", func(p *invalidate.Purger) int {
+			return purged(p.Purge(context.Background(), invalidate.Request{Prefix: "/api/"}))
 		}, []string{"/api/1", "/api/2"}},
-		{"a purge by tag", func(p *invalidate.Purger) {
-			_, _ = p.Purge(context.Background(), invalidate.Request{Tags: []string{"blue"}})
+		{"a purge by tag", func(p *invalidate.Purger) int {
+			return purged(p.Purge(context.Background(), invalidate.Request{Tags: []string{"blue"}}))
 		}, []string{"/tagged"}},
-		{"a purge of everything", func(p *invalidate.Purger) {
-			_, _ = p.Purge(context.Background(), invalidate.Request{All: true})
+		{"a purge of everything", func(p *invalidate.Purger) int {
+			return purged(p.Purge(context.Background(), invalidate.Request{All: true}))
 		}, targets},
-		{"an unsafe method's invalidation", func(p *invalidate.Purger) {
+		{"an unsafe method's invalidation", func(p *invalidate.Purger) int {
 			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "shop.example", Path: "/other"}})
+			return -1
 		}, []string{"/other"}},
-		{"an unsafe method's invalidation of a varying resource", func(p *invalidate.Purger) {
+		{"an unsafe method's invalidation of a varying resource", func(p *invalidate.Purger) int {
 			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "shop.example", Path: "/v"}})
+			return -1
 		}, []string{"/v"}},
-		{"another sidecar's purge by tag", func(p *invalidate.Purger) {
+		{"another sidecar's purge by tag", func(p *invalidate.Purger) int {
 			p.HandleMessage([]byte(`{"from":"other","tags":["blue"]}`))
+			return -1
 		}, []string{"/tagged"}},
-		{"a resubscription that may have missed purges", func(p *invalidate.Purger) {
+		{"a resubscription that may have missed purges", func(p *invalidate.Purger) int {
 			p.Subscribed(context.Background(), time.Now()) // the first: keeps L1
 			p.Subscribed(context.Background(), time.Now()) // unsequenced without L2: clears it
+			return -1
 		}, targets},
 	}
 	for _, c := range cases {
@@ -174,7 +180,11 @@ func TestPurgesAndInvalidationsRemoveTheBodyFilesOfWhatTheyRemove(t *testing.T) 
 						f.l1.Delete(k)
 					}
 				}
-				c.purge(p)
+				// A purge counts each response it removes once, whether
+				// L1 still held it or only its file was left.
+				if n := c.purge(p); n >= 0 && n != len(c.gone) {
+					t.Errorf("the purge answered %d responses removed, want %d", n, len(c.gone))
+				}
 				for _, target := range targets {
 					_, err := os.Stat(files[target])
 					if gone := os.IsNotExist(err); gone != slices.Contains(c.gone, target) {
@@ -184,4 +194,11 @@ func TestPurgesAndInvalidationsRemoveTheBodyFilesOfWhatTheyRemove(t *testing.T) 
 			})
 		}
 	}
+}
+
+func purged(res invalidate.Result, err error) int {
+	if err != nil {
+		return -2
+	}
+	return res.L1
 }
