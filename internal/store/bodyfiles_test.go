@@ -100,7 +100,7 @@ func TestAnEntryWithABodyFileStaysInL1(t *testing.T) {
 func TestPurgesAndInvalidationsRemoveTheBodyFilesOfWhatTheyRemove(t *testing.T) {
 	targets := []string{"/a", "/api/1", "/api/2", "/tagged", "/other", "/v"}
 	cases := []struct {
-		name  string
+		name string
 		// purge returns the purge's answer of L1 responses removed, or
 		// -1 when it is not a purge.
 		purge func(p *invalidate.Purger) int
