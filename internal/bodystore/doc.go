@@ -83,6 +83,15 @@
 //     the returned entries into L1 and Removes the ones it does not want.
 //     So a body whose entry is purged or replaced must be Removed: a file
 //     left behind comes back at the next start.
+//   - Purges find files without L1 (index.go): every committed file is
+//     indexed by hashes of its key and of its primary key, and by its
+//     entry's Host, Target and Tags (copied from the entry in the trailer
+//     at Commit and at the restart scan). RemoveKey deletes the body
+//     stored under a key (under a primary key, its variants' too: deleting
+//     the primary key retires them); RemoveMatching deletes the bodies
+//     whose identity a purge's match selects. So a purge removes the file
+//     of an entry L1 has already evicted, which would otherwise come back
+//     at the next start. The index costs a few hundred bytes per file.
 //   - An unwritable directory at start is an error naming --body-dir, the
 //     path and the OS reason; writability is proven by creating a probe
 //     file, since permission bits do not stop root.

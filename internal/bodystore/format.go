@@ -125,39 +125,40 @@ func parseTail(t []byte, fileSize int64) (tail, error) {
 }
 
 // parseTrailer splits the variable part of a trailer (without the fixed
-// tail) into key and entry, and checks that the entry is a version 2 entry
-// of this body.
-func parseTrailer(v []byte, id [16]byte, tl tail) (key string, enc []byte, err error) {
+// tail) into key and entry, checks that the entry is a version 2 entry
+// of this body, and returns the entry's identity.
+func parseTrailer(v []byte, id [16]byte, tl tail) (key string, enc []byte, who ident, err error) {
 	if len(v) < 4 {
-		return "", nil, fmt.Errorf("%w: trailer of %d bytes", ErrMismatch, len(v))
+		return "", nil, ident{}, fmt.Errorf("%w: trailer of %d bytes", ErrMismatch, len(v))
 	}
 	kl := binary.LittleEndian.Uint32(v)
 	if uint64(kl) > uint64(len(v)-4) {
-		return "", nil, fmt.Errorf("%w: key length %d in a trailer of %d bytes", ErrMismatch, kl, len(v))
+		return "", nil, ident{}, fmt.Errorf("%w: key length %d in a trailer of %d bytes", ErrMismatch, kl, len(v))
 	}
 	key = string(v[4 : 4+kl])
 	enc = v[4+kl:]
-	if err := checkEntry(enc, id, tl.size, tl.crc); err != nil {
-		return "", nil, err
+	who, err = checkEntry(enc, id, tl.size, tl.crc)
+	if err != nil {
+		return "", nil, ident{}, err
 	}
-	return key, enc, nil
+	return key, enc, who, nil
 }
 
 // checkEntry verifies that enc is a version 2 entry referring to this
-// very body.
-func checkEntry(enc []byte, id [16]byte, size int64, crc uint32) error {
+// very body, and returns the entry's identity (copied out of enc).
+func checkEntry(enc []byte, id [16]byte, size int64, crc uint32) (ident, error) {
 	var e entry.Entry
 	if err := entry.Decode(enc, &e); err != nil {
-		return fmt.Errorf("%w: entry: %w", ErrMismatch, err)
+		return ident{}, fmt.Errorf("%w: entry: %w", ErrMismatch, err)
 	}
 	switch f := e.File; {
 	case f == nil:
-		return fmt.Errorf("%w: entry has its body inline, not in this file", ErrMismatch)
+		return ident{}, fmt.Errorf("%w: entry has its body inline, not in this file", ErrMismatch)
 	case f.ID != id:
-		return fmt.Errorf("%w: entry refers to body %x", ErrMismatch, f.ID)
+		return ident{}, fmt.Errorf("%w: entry refers to body %x", ErrMismatch, f.ID)
 	case f.Size != size || f.CRC != crc:
-		return fmt.Errorf("%w: entry says %d bytes with CRC %08x, body has %d with %08x",
+		return ident{}, fmt.Errorf("%w: entry says %d bytes with CRC %08x, body has %d with %08x",
 			ErrMismatch, f.Size, f.CRC, size, crc)
 	}
-	return nil
+	return identOf(&e), nil
 }

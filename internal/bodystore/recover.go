@@ -56,6 +56,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 		log:       o.Logger,
 		lru:       list.New(),
 		items:     make(map[[16]byte]*list.Element),
+		byPrim:    make(map[uint64]*item),
 		writers:   make(map[[16]byte]*Writer),
 	}
 	files, err := s.scan(ctx)
@@ -89,7 +90,7 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 	s.m.BodyStoreEvicted(len(evict))
 	out := make([]Recovered, 0, len(files))
 	for _, f := range files {
-		s.addLocked(&item{id: f.id, size: f.size, body: f.body, crc: f.crc})
+		s.addLocked(&item{id: f.id, size: f.size, body: f.body, crc: f.crc, who: f.who.withKey(f.rec.Key)})
 		out = append(out, f.rec)
 	}
 	s.m.BodyStoreUsage(s.committed, len(s.items))
@@ -143,6 +144,7 @@ type found struct {
 	body  int64 // what the trailer records
 	crc   uint32
 	mtime time.Time
+	who   ident
 	rec   Recovered
 }
 
@@ -238,7 +240,7 @@ func (s *Store) check(ctx context.Context, path, name string, buf []byte) (found
 	if _, err := f.ReadAt(v, headerSize+tl.size); err != nil {
 		return found{}, err
 	}
-	key, enc, err := parseTrailer(v, id, tl)
+	key, enc, who, err := parseTrailer(v, id, tl)
 	if err != nil {
 		return found{}, err
 	}
@@ -252,7 +254,7 @@ func (s *Store) check(ctx context.Context, path, name string, buf []byte) (found
 	if crc != tl.crc {
 		return found{}, fmt.Errorf("%w: body CRC %08x, trailer says %08x", ErrMismatch, crc, tl.crc)
 	}
-	return found{id: id, size: size, body: tl.size, crc: tl.crc, mtime: fi.ModTime(), rec: Recovered{Key: key, Entry: enc}}, nil
+	return found{id: id, size: size, body: tl.size, crc: tl.crc, mtime: fi.ModTime(), who: who, rec: Recovered{Key: key, Entry: enc}}, nil
 }
 
 // crcOf streams r through CRC-32C with buf, stopping when ctx ends.

@@ -85,6 +85,7 @@ type Store struct {
 	mu        sync.Mutex
 	lru       *list.List // of *item, most recently used at the front
 	items     map[[16]byte]*list.Element
+	byPrim    map[uint64]*item // the chain of items under each primary key (index.go)
 	writers   map[[16]byte]*Writer
 	committed int64 // bytes of the files in items
 	reserved  int64 // bytes reserved by writers
@@ -99,6 +100,8 @@ type item struct {
 	size int64 // the whole file
 	body int64 // the body's length
 	crc  uint32
+	who  ident // what purges select it by (index.go)
+	next *item // the next item under the same primary key, guarded by s.mu
 }
 
 // path is dir/<hex id><suffix>, built with one allocation (it is on the
@@ -223,6 +226,7 @@ func (s *Store) reserveLocked(n int64) ([]string, error) {
 func (s *Store) forgetLocked(el *list.Element) *item {
 	it := s.lru.Remove(el).(*item)
 	delete(s.items, it.id)
+	s.unindexLocked(it)
 	s.committed -= it.size
 	s.m.BodyStoreUsage(s.committed, len(s.items))
 	return it
@@ -237,9 +241,11 @@ func (s *Store) forget(id [16]byte) {
 	s.mu.Unlock()
 }
 
-// addLocked puts a committed file at the front of the LRU.
+// addLocked puts a committed file at the front of the LRU and indexes it
+// by its identity (it.who).
 func (s *Store) addLocked(it *item) {
 	s.items[it.id] = s.lru.PushFront(it)
+	s.indexLocked(it)
 	s.committed += it.size
 	s.m.BodyStoreUsage(s.committed, len(s.items))
 }

@@ -403,7 +403,7 @@ func TestFilesDeletedUnderTheStore(t *testing.T) {
 }
 
 // TestConcurrentUseKeepsTheBudget runs fills, followers, hits and removes
-// at once under a budget that forces evictions, then checks the books:
+// (by id, key and match) at once under a budget that forces evictions, then checks the books:
 // what the index counts is what is on disk, and nothing stays reserved.
 func TestConcurrentUseKeepsTheBudget(t *testing.T) {
 	const n = 200 << 10
@@ -455,8 +455,13 @@ func TestConcurrentUseKeepsTheBudget(t *testing.T) {
 					errs <- fmt.Errorf("%s: Open: %v", key, err)
 					return
 				}
-				if i%3 == 0 {
+				switch i % 6 {
+				case 0, 3:
 					s.Remove(ref.ID)
+				case 1:
+					s.RemoveKey(key)
+				case 2:
+					s.RemoveMatching(func(e *entry.Entry) bool { return e.Target == key })
 				}
 			}
 		})
@@ -480,6 +485,17 @@ func TestConcurrentUseKeepsTheBudget(t *testing.T) {
 	}
 	if onDisk != committed || len(names) != nfiles {
 		t.Errorf("index counts %d bytes in %d files, disk has %d in %d", committed, nfiles, onDisk, len(names))
+	}
+	s.mu.Lock()
+	indexed := 0
+	for _, it := range s.byPrim {
+		for ; it != nil; it = it.next {
+			indexed++
+		}
+	}
+	s.mu.Unlock()
+	if indexed != nfiles {
+		t.Errorf("the identity index holds %d bodies, the LRU %d", indexed, nfiles)
 	}
 	if committed > s.maxBytes {
 		t.Errorf("committed %d bytes, budget %d", committed, s.maxBytes)

@@ -175,9 +175,11 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	}
 	ref := entry.BodyFile{ID: w.id, Size: w.written, CRC: w.crc}
 	enc := meta(ref)
-	if err := checkEntry(enc, w.id, w.written, w.crc); err != nil {
+	who, err := checkEntry(enc, w.id, w.written, w.crc)
+	if err != nil {
 		return fmt.Errorf("bodystore: the entry to commit: %w", err)
 	}
+	who = who.withKey(w.key)
 	trailer := appendTrailer(make([]byte, 0, 4+len(w.key)+len(enc)+tailSize), w.key, enc, w.written, w.crc)
 	size := headerSize + w.written + int64(len(trailer))
 	if err := w.grow(size, 0); err != nil {
@@ -193,7 +195,7 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	// The rename happens under w.mu so that Follow opens the temp name
 	// before it and the final name after it, never neither.
 	w.mu.Lock()
-	err := os.Rename(w.tmpPath(), w.bodyPath())
+	err = os.Rename(w.tmpPath(), w.bodyPath())
 	if err == nil {
 		w.state = committed
 		w.cond.Broadcast()
@@ -208,7 +210,7 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	s.reserved -= w.reserved
 	w.reserved = 0
 	delete(s.writers, w.id)
-	s.addLocked(&item{id: w.id, size: size, body: w.written, crc: w.crc})
+	s.addLocked(&item{id: w.id, size: size, body: w.written, crc: w.crc, who: who})
 	s.mu.Unlock()
 	return nil
 }

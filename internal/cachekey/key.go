@@ -47,6 +47,17 @@ func AppendVariant(dst []byte, nonce uint64) []byte {
 	return append(dst, 0)
 }
 
+// Primary returns the primary key of key: key itself when it is a
+// primary key, else the part of a variant key before its variant tag.
+// (Neither a normalized host nor an escaped target holds a NUL, so the
+// first variant tag is the variant's.)
+func Primary(key string) string {
+	if i := strings.Index(key, variantTag); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
 // Scheme returns the scheme a request is keyed under: the client-facing
 // scheme as told by X-Forwarded-Proto when it is exactly http or https
 // (an ingress in front of the pod sets it), else https for TLS, else http.

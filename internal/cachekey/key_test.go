@@ -66,3 +66,19 @@ func TestHostDoesNotAllocateWhenAlreadyNormal(t *testing.T) {
 		t.Fatalf("Host allocated %v times", allocs)
 	}
 }
+
+func TestPrimaryOfAKey(t *testing.T) {
+	prim := string(AppendPrimary(nil, "https", "a.example", "/x?y=1"))
+	variant := string(AppendVariant([]byte(prim), 0xabc))
+	cases := map[string]struct{ key, want string }{
+		"a primary key is its own primary key":                  {prim, prim},
+		"a variant key's primary key is what precedes its tag":  {variant + "gzip", prim},
+		"a variant key with rule extras keeps only the primary": {variant + "\x00c:session=1\x00gzip", prim},
+		"an empty key is its own primary key":                   {"", ""},
+	}
+	for name, c := range cases {
+		if got := Primary(c.key); got != c.want {
+			t.Errorf("%s: Primary(%q) = %q, want %q", name, c.key, got, c.want)
+		}
+	}
+}

@@ -495,17 +495,30 @@ func (s *Layered) writeCtx() context.Context {
 	return context.Background()
 }
 
-// BodyRemover deletes body files by id: the body store
-// (bodystore.Store.Remove). Removing a file that is gone is not an error.
+// BodyRemover deletes body files: the body store (bodystore.Store).
+// Removing a file that is gone is not an error. RemoveKey and
+// RemoveMatching find the files by the key and identity their entries
+// were stored with, so they remove files whose entries have already left
+// L1.
 type BodyRemover interface {
+	// Remove deletes the body id.
 	Remove(id [16]byte)
+	// RemoveKey deletes the body stored under key and, key being a
+	// primary key, those stored under its variants.
+	RemoveKey(key string)
+	// RemoveMatching deletes the bodies whose entries match selects
+	// (given an entry with Kind, Host, Target, Tags and File.ID only).
+	RemoveMatching(match func(e *entry.Entry) bool) int
 }
 
 // Local is this sidecar's L1 as purges and invalidations remove entries
 // from it (invalidate.Local): every entry it deletes takes its body file,
-// if it has one, with it. Files of entries that leave L1 otherwise
-// (evicted, or replaced behind a fill's back) stay until the body store's
-// own eviction reclaims them.
+// if it has one, with it, and so does every entry it would have deleted
+// had L1 still held it. A file's entry may have left L1 (evicted, or
+// dropped by a rebuild) while the file stayed; a purge that did not
+// remove it would see it come back at the next start, when the body store
+// recovers its files. So the files are found in the body store's own
+// index, not through L1.
 type Local struct {
 	l1     *l1.Cache
 	bodies BodyRemover
@@ -517,47 +530,48 @@ func NewLocal(cache *l1.Cache, bodies BodyRemover) *Local {
 	return &Local{l1: cache, bodies: bodies}
 }
 
-// Delete removes the entry under key and its body file.
+// Delete removes the entry under key and the body file stored under key
+// (key being a primary key, also those of its variants, which deleting
+// the primary key retires).
 func (l *Local) Delete(key string) {
-	if l.bodies == nil {
-		l.l1.Delete(key)
-		return
-	}
-	// The reference is read before the delete: a fill may store anew in
-	// between, and then its file is the one left behind (to eviction),
-	// never the one of an entry still in L1.
-	var e entry.Entry
-	found := l.l1.GetInto(key, &e) == nil && e.File != nil
 	l.l1.Delete(key)
-	if found {
-		l.bodies.Remove(e.File.ID)
+	if l.bodies != nil {
+		l.bodies.RemoveKey(key)
 	}
 }
 
-// DeleteMatching deletes every entry match selects, and their body files,
-// and returns how many entries it deleted (l1.Cache.DeleteMatching).
+// DeleteMatching deletes every entry match selects, and the body files of
+// every entry match selects whether or not L1 still holds it, and returns
+// how many L1 entries it deleted (l1.Cache.DeleteMatching). match sees
+// each L1 entry and, once, each body file whose entry it did not see in
+// L1 (with the identity only: Kind, Host, Target, Tags, File.ID).
 func (l *Local) DeleteMatching(match func(e *entry.Entry) bool) int {
 	if l.bodies == nil {
 		return l.l1.DeleteMatching(match)
 	}
-	var ids [][16]byte
+	// What match decided for the files of the entries L1 holds: match
+	// is not asked twice about one stored response (it may count them).
+	seen := make(map[[16]byte]bool)
 	n := l.l1.DeleteMatching(func(e *entry.Entry) bool {
 		hit := match(e)
-		if hit && e.File != nil {
-			ids = append(ids, e.File.ID)
+		if e.File != nil {
+			seen[e.File.ID] = hit
 		}
 		return hit
 	})
-	for _, id := range ids {
-		l.bodies.Remove(id)
-	}
+	l.bodies.RemoveMatching(func(e *entry.Entry) bool {
+		if hit, ok := seen[e.File.ID]; ok {
+			return hit
+		}
+		return match(e)
+	})
 	return n
 }
 
-// Reset drops every entry and the body files of those it finds.
+// Reset drops every entry and every body file.
 func (l *Local) Reset() {
 	if l.bodies != nil {
-		l.DeleteMatching(func(*entry.Entry) bool { return true })
+		l.bodies.RemoveMatching(func(*entry.Entry) bool { return true })
 	}
 	l.l1.Reset()
 }
