@@ -104,14 +104,23 @@ func (r bodyAt) ReadAt(p []byte, off int64) (int, error) {
 
 func (r bodyAt) Close() error { return r.b.Close() }
 
-// maxBodyCopies bounds the copies of bodies from L2 running at once on a
-// Proxy: each holds up to two 1 MiB chunks (and go-redis's read buffers
-// for them), so four are about 8-16 MiB however many requests want bodies
-// copied.
-const maxBodyCopies = 4
+const (
+	// maxBodyCopies bounds the copies of bodies from L2 running at once on
+	// a Proxy: each holds up to two 1 MiB chunks (and go-redis's read
+	// buffers for them), so four hold about 8-16 MiB however many requests
+	// want bodies copied.
+	maxBodyCopies = 4
+	// copySlotWait bounds how long a copy waits for a slot (or less, when
+	// the tier's coalescing.timeout is less): from a healthy Redis a 16 MiB
+	// body copies in tens of milliseconds, so a quarter second lets dozens
+	// of queued copies through, and slots taken for longer mean that Redis
+	// is slow and the origin is the better source. A request may try a
+	// copy up to three times (its lookup, and the re-checks of the
+	// collapsed miss), so it waits at most three times this.
+	copySlotWait = 250 * time.Millisecond
+)
 
-// errCopiesBusy: every copy slot stayed taken for as long as a request
-// waits on a collapsed fill (coalescing.timeout).
+// errCopiesBusy: every copy slot stayed taken for copySlotWait.
 var errCopiesBusy = errors.New("every copy of a body from L2 is busy")
 
 // errNotShareable: a body reference that no replica of this tier writes to
@@ -156,7 +165,8 @@ func (p *Proxy) bodyLost(ctx context.Context, key string, e *entry.Entry) (*body
 // copying it into a local file first when this replica has none: one
 // copy per body id at a time, which concurrent requests for it wait for
 // (each as long as its own request lasts), and at most maxBodyCopies
-// copies at once. A reference larger than the tier's l2.maxBodySize is
+// copies at once (a copy that finds every slot taken for copySlotWait is
+// not made: a miss). A reference larger than the tier's l2.maxBodySize is
 // refused before anything is read or reserved: no replica writes such a
 // body to L2. ok false means a miss.
 func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bodystore.Body, bool) {
@@ -166,7 +176,7 @@ func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bo
 		p.log.Debug("body in L2 not copied; treated as a miss", "key", key, "size", ref.Size, "err", errNotShareable)
 		return nil, false
 	}
-	wait := cfg.Coalescing.Timeout.Std()
+	wait := min(copySlotWait, cfg.Coalescing.Timeout.Std())
 	ch := p.copies.DoChan(string(ref.ID[:]), func() (any, error) {
 		return nil, p.copyBody(key, detach(e), wait)
 	})
@@ -199,14 +209,8 @@ func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bo
 // body's length and CRC at the end (ReadBody), and Commit checks them
 // again against the entry it stores in the file.
 func (p *Proxy) copyBody(key string, e *entry.Entry, wait time.Duration) error {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case p.copySlots <- struct{}{}:
-	case <-t.C:
-		return errCopiesBusy
-	case <-p.ctx.Done():
-		return p.ctx.Err()
+	if err := p.takeCopySlot(wait); err != nil {
+		return err
 	}
 	defer func() { <-p.copySlots }()
 
@@ -225,6 +229,26 @@ func (p *Proxy) copyBody(key string, e *entry.Entry, wait time.Duration) error {
 		return entry.Encode(nil, &m)
 	})
 	return err
+}
+
+// takeCopySlot takes one of the copy slots, waiting at most wait for one
+// to be free: errCopiesBusy when none is.
+func (p *Proxy) takeCopySlot(wait time.Duration) error {
+	select {
+	case p.copySlots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case p.copySlots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return errCopiesBusy
+	case <-p.ctx.Done():
+		return p.ctx.Err()
+	}
 }
 
 // copyDst is the file a copy from L2 writes to, created (without a size:
