@@ -233,3 +233,37 @@ func TestABodyReferenceAboveTheTiersL2MaxBodySizeIsNotCopied(t *testing.T) {
 		}
 	}
 }
+
+// A chunk of the right length but the wrong bytes (damaged in Redis, or
+// written by someone else) fails the body's CRC-32C: the copy is not
+// kept, and the response comes from the origin.
+func TestACopyFromL2WithADamagedChunkIsNotKept(t *testing.T) {
+	srv := testredis.Start(t)
+	rc := rawRedis(t, srv.Addr())
+	const size = 2 << 20
+	o := newOrigin(t, bodies(size))
+	a, _ := bodyReplica(t, srv.Addr(), o)
+	b, bdir := bodyReplica(t, srv.Addr(), o)
+
+	expectBody(t, a.get("/x", "Host", "shop"), 200, "MISS", bodyFor("/x", size))
+	waitFor(t, func() bool { c, e := chunksAndEntries(t, rc); return c == 2 && e == 1 }, "/x's chunks and entry in L2")
+	e, err := tierL2(t, srv.Addr()).Get(t.Context(), keyOf(a, "shop", "/x"))
+	if err != nil || e.File == nil {
+		t.Fatalf("/x's entry in L2: %v", err)
+	}
+	id := hex.EncodeToString(e.File.ID[:])
+	chunk := "tc:test/cluster:b:" + id + ":1"
+	if err := rc.Set(t.Context(), chunk, strings.Repeat("z", 1<<20), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	before := o.count()
+	expectBody(t, b.get("/x", "Host", "shop"), 200, "MISS", bodyFor("/x", size))
+	if n := o.count(); n != before+1 {
+		t.Fatalf("the origin saw %d more requests, want 1", n-before)
+	}
+	if slices.Contains(files(t, bdir, ".body"), id+".body") {
+		t.Fatalf("B kept a copy of /x (%s) whose second chunk was damaged", id)
+	}
+	waitFor(t, func() bool { return len(files(t, bdir, ".tmp")) == 0 }, "B to keep no temporary file")
+}
