@@ -113,10 +113,11 @@ func TestATTACK_ASlowReadingLeaderStallsEveryFollowerOfAFileFill(t *testing.T) {
 // it back) to defeat L2 sharing of large bodies and multiply origin load
 // by the replica count. The same replica also never copies back from L2
 // the body it shared.
-// Defence: a local file that is gone must never delete anything from L2:
-// delete the L1 entry only (or L1 keeps Chunks once the body is in L2,
-// so that the replica copies its body back like any other).
-func TestATTACK_ALocalEvictionOnOneReplicaDeletesTheSharedBodyForAllReplicas(t *testing.T) {
+// Defence (bodyLost, l2bodies.go): a local file that is gone never
+// deletes anything from L2: the replica drops its own L1 entry only (and
+// only while it still names that body), then finds L2's entry with its
+// chunks and copies the body back like any other replica.
+func TestALocalBodyFileEvictionOnOneReplicaLeavesTheSharedBodyToAllReplicas(t *testing.T) {
 	srv := testredis.Start(t)
 	rc := rawRedis(t, srv.Addr())
 	const size = 1 << 20
@@ -168,12 +169,12 @@ func TestATTACK_ALocalEvictionOnOneReplicaDeletesTheSharedBodyForAllReplicas(t *
 // hostile writer, a legitimate entry whose chunks Redis evicted
 // (allkeys-lru) makes a replica evict local files for a copy that cannot
 // succeed.
-// Defence: copyBody must refuse a reference larger than the tier's
-// l2.maxBodySize (no replica ever shares a larger body), and a copy
-// should reserve as it receives verified chunks (or check that every
-// chunk exists, e.g. with the EXISTS/PEXPIRE pass ExtendBody makes,
-// before reserving), so that a failed copy evicts nothing.
-func TestATTACK_AForgedBodySizeInL2EvictsEveryLocalBodyFile(t *testing.T) {
+// Defence (openShared and copyBody, l2bodies.go): a reference larger
+// than the tier's l2.maxBodySize is refused (no replica ever shares a
+// larger body), and a copy creates its file only once chunks have
+// arrived and reserves as they do, so that a copy whose chunks are not in
+// L2 evicts nothing.
+func TestAForgedBodySizeInL2EvictsNoLocalBodyFile(t *testing.T) {
 	srv := testredis.Start(t)
 	const size = 1 << 20
 	o := newOrigin(t, bodies(size))

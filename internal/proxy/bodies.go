@@ -30,8 +30,9 @@ func bodyLimits(cfg *tierconfig.Compiled) (threshold, maxObject int64) {
 // body: a GET that is not answered 304. It returns nil (and ok) for an
 // entry with an inline body and for a request that needs none: HEAD and
 // 304 never open a file. A file that is gone or is not e's body (another
-// key's, a replaced one) makes e unusable: its entry is deleted (ok false)
-// and the request goes on as a miss.
+// key's, a replaced one) makes e unusable here: bodyLost copies the body
+// back from L2 when it is there, else the request goes on as a miss (ok
+// false).
 func (p *Proxy) openBody(r *http.Request, key string, e *entry.Entry) (body *bodystore.Body, ok bool) {
 	if e.File == nil || r.Method != http.MethodGet || httpcache.NotModified(r.Header, e.Status, e) {
 		return nil, true
@@ -46,16 +47,9 @@ func (p *Proxy) openBody(r *http.Request, key string, e *entry.Entry) (body *bod
 			return p.openShared(r.Context(), key, e)
 		}
 		// Gone, damaged (which the store removes) or not this key's.
-		p.log.Debug("stored body file unusable; treated as a miss", "key", key, "err", err)
+		p.log.Debug("stored body file unusable", "key", key, "err", err)
 	}
-	if e.File.Chunks > 0 {
-		// Its body is in L2, where this replica cannot use it: the entry
-		// is good for the others, and is not deleted from the shared
-		// tier. The fill that follows replaces it.
-		return nil, false
-	}
-	_ = p.store.Delete(r.Context(), key)
-	return nil, false
+	return p.bodyLost(r.Context(), key, e)
 }
 
 // serveFile writes the body of a file-backed entry, whose header is in

@@ -151,6 +151,9 @@ func (s testStore) Delete(_ context.Context, key string) error {
 	s.c.Delete(key)
 	return nil
 }
+func (s testStore) DropLocal(key string, id [16]byte) {
+	s.c.DeleteIf(key, func(e *entry.Entry) bool { return e.File != nil && e.File.ID == id })
+}
 
 // response is a fully read answer.
 type response struct {

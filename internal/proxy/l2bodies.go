@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"time"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
@@ -103,14 +104,81 @@ func (r bodyAt) ReadAt(p []byte, off int64) (int, error) {
 
 func (r bodyAt) Close() error { return r.b.Close() }
 
+const (
+	// maxBodyCopies bounds the copies of bodies from L2 running at once on
+	// a Proxy: each holds up to two 1 MiB chunks (and go-redis's read
+	// buffers for them), so four hold about 8-16 MiB however many requests
+	// want bodies copied.
+	maxBodyCopies = 4
+	// copySlotWait bounds how long a copy waits for a slot (or less, when
+	// the tier's coalescing.timeout is less): from a healthy Redis a 16 MiB
+	// body copies in tens of milliseconds, so a quarter second lets dozens
+	// of queued copies through, and slots taken for longer mean that Redis
+	// is slow and the origin is the better source. A request may try a
+	// copy up to three times (its lookup, and the re-checks of the
+	// collapsed miss), so it waits at most three times this.
+	copySlotWait = 250 * time.Millisecond
+)
+
+// errCopiesBusy: every copy slot stayed taken for copySlotWait.
+var errCopiesBusy = errors.New("every copy of a body from L2 is busy")
+
+// errNotShareable: a body reference that no replica of this tier writes to
+// L2: larger than l2.maxBodySize (or empty). It is stale (the cap was
+// lowered since) or forged, and is not acted on.
+var errNotShareable = errors.New("body reference above l2.maxBodySize")
+
+// bodyLost handles e, whose body file this replica cannot use (gone: the
+// body store evicted it, it was deleted under the sidecar; damaged; not
+// this key's). ok false means a miss.
+//
+// Whatever happened to the file happened on this replica only, so nothing
+// is deleted from L2: the shared entry and its chunks serve the other
+// replicas, and this one. An entry that refers to L2 chunks (Chunks > 0:
+// another replica's fill, or one copied back) was tried already by
+// openShared; it stays, and the fill that follows the miss replaces it.
+// This replica's own fill (Chunks 0: its L1 entry does not count the
+// chunks it wrote to L2 after storing it) leaves L1, but only if L1 still
+// holds that very body (never a newer entry stored meanwhile), and its
+// body is copied back from L2's entry when that names the same body.
+func (p *Proxy) bodyLost(ctx context.Context, key string, e *entry.Entry) (*bodystore.Body, bool) {
+	if e.File.Chunks > 0 {
+		return nil, false
+	}
+	p.store.DropLocal(key, e.File.ID)
+	if p.shb == nil {
+		return nil, false
+	}
+	// L1 has no entry for key now (or a newer one, which is not e's body):
+	// this looks in L2, and promotes what it finds into L1.
+	var in2 entry.Entry
+	if _, err := p.store.Get(ctx, key, &in2); err != nil || in2.Kind != entry.KindResponse ||
+		in2.File == nil || in2.File.ID != e.File.ID || in2.File.Chunks == 0 {
+		return nil, false
+	}
+	c := detach(e)
+	c.File.Chunks = in2.File.Chunks
+	return p.openShared(ctx, key, c)
+}
+
 // openShared opens the body of e, an entry with its body in L2 chunks,
 // copying it into a local file first when this replica has none: one
 // copy per body id at a time, which concurrent requests for it wait for
-// (each as long as its own request lasts). ok false means a miss.
+// (each as long as its own request lasts), and at most maxBodyCopies
+// copies at once (a copy that finds every slot taken for copySlotWait is
+// not made: a miss). A reference larger than the tier's l2.maxBodySize is
+// refused before anything is read or reserved: no replica writes such a
+// body to L2. ok false means a miss.
 func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bodystore.Body, bool) {
 	ref := *e.File
+	cfg := p.cfg.Load().Config
+	if ref.Size <= 0 || ref.Size > int64(cfg.L2MaxBodySize()) {
+		p.log.Debug("body in L2 not copied; treated as a miss", "key", key, "size", ref.Size, "err", errNotShareable)
+		return nil, false
+	}
+	wait := min(copySlotWait, cfg.Coalescing.Timeout.Std())
 	ch := p.copies.DoChan(string(ref.ID[:]), func() (any, error) {
-		return nil, p.copyBody(key, detach(e))
+		return nil, p.copyBody(key, detach(e), wait)
 	})
 	select {
 	case res := <-ch:
@@ -129,25 +197,85 @@ func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bo
 }
 
 // copyBody copies the body of e (stored under key, in L2 chunks) into a
-// local file with the same id. It runs on the Proxy's context: a client
-// that leaves does not cut a copy that others wait for.
-func (p *Proxy) copyBody(key string, e *entry.Entry) error {
+// local file with the same id, once one of the copy slots is free (waiting
+// at most wait). It runs on the Proxy's context: a client that leaves does
+// not cut a copy that others wait for.
+//
+// The file is created when the first chunk has arrived, and its budget
+// grows as chunks arrive: a reference to chunks that are not in L2 (forged,
+// or evicted by Redis) reserves nothing and so evicts no local body, and a
+// copy that fails half-way has evicted at most what it received. Each
+// chunk's length is checked as it arrives (l2.Client.GetBody), the whole
+// body's length and CRC at the end (ReadBody), and Commit checks them
+// again against the entry it stores in the file.
+func (p *Proxy) copyBody(key string, e *entry.Entry, wait time.Duration) error {
+	if err := p.takeCopySlot(wait); err != nil {
+		return err
+	}
+	defer func() { <-p.copySlots }()
+
 	ref := *e.File
-	w, err := p.bodies.CreateWithID(ref.ID, key, ref.Size)
-	if err != nil {
+	dst := &copyDst{bodies: p.bodies, id: ref.ID, key: key}
+	if err := p.shb.ReadBody(p.ctx, ref, dst); err != nil {
+		dst.abort()
 		return err
 	}
-	if err := p.shb.ReadBody(p.ctx, ref, w); err != nil {
-		w.Abort()
-		return err
+	if dst.w == nil {
+		return errors.New("copying a body from L2: no chunk was written") // unreachable: ReadBody checks the length
 	}
-	_, err = w.Commit(func(got entry.BodyFile) []byte {
+	_, err := dst.w.Commit(func(entry.BodyFile) []byte {
 		m := *e
-		got.Chunks = ref.Chunks
-		m.File, m.Body = &got, nil
+		m.File, m.Body = &ref, nil
 		return entry.Encode(nil, &m)
 	})
 	return err
+}
+
+// takeCopySlot takes one of the copy slots, waiting at most wait for one
+// to be free: errCopiesBusy when none is.
+func (p *Proxy) takeCopySlot(wait time.Duration) error {
+	select {
+	case p.copySlots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case p.copySlots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return errCopiesBusy
+	case <-p.ctx.Done():
+		return p.ctx.Err()
+	}
+}
+
+// copyDst is the file a copy from L2 writes to, created (without a size:
+// its budget grows as written) at the first write, that is once the first
+// chunks have arrived.
+type copyDst struct {
+	bodies *bodystore.Store
+	id     [16]byte
+	key    string
+	w      *bodystore.Writer
+}
+
+func (d *copyDst) Write(b []byte) (int, error) {
+	if d.w == nil {
+		w, err := d.bodies.CreateWithID(d.id, d.key, -1)
+		if err != nil {
+			return 0, err
+		}
+		d.w = w
+	}
+	return d.w.Write(b)
+}
+
+func (d *copyDst) abort() {
+	if d.w != nil {
+		d.w.Abort()
+	}
 }
 
 // isGone reports whether err says a body file does not exist here.

@@ -30,10 +30,14 @@ import (
 // Store keeps entries by key. Get decodes into e (reusing its slices) and
 // reports which layer answered ("l1", "l2"); any error is a miss. Keys
 // passed to Get may alias a reused buffer: a Store must not retain them.
+// DropLocal forgets key in this replica's own layer only, and only while
+// the entry there refers to body file id (store.Layered.DropLocal): a body
+// file gone from this replica's disk never deletes the shared entry.
 type Store interface {
 	Get(ctx context.Context, key string, e *entry.Entry) (string, error)
 	Set(ctx context.Context, key string, e *entry.Entry) error
 	Delete(ctx context.Context, key string) error
+	DropLocal(key string, id [16]byte)
 }
 
 // Invalidator removes entries when an unsafe request changes a resource
@@ -119,6 +123,9 @@ type Proxy struct {
 	flights flightGroup
 	// refreshes bounds the background refreshes in flight.
 	refreshes slots
+	// copySlots bounds the copies of bodies from L2 running at once
+	// (l2bodies.go): each holds chunks in memory.
+	copySlots chan struct{}
 	keys      sync.Pool // *keyBuf
 	bufs      sync.Pool // *[]byte copy buffers
 
@@ -181,6 +188,7 @@ func New(o Options) (*Proxy, error) {
 	if sb, ok := o.Cluster.(SharedBodies); ok && p.bodies != nil {
 		p.shb = sb
 	}
+	p.copySlots = make(chan struct{}, maxBodyCopies)
 	p.flights.m = make(map[string]*flight)
 	p.refreshes.max = maxRefreshes
 	p.keys.New = func() any { return &keyBuf{b: make([]byte, 0, 256)} }

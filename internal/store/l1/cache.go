@@ -225,6 +225,29 @@ func (c *Cache) Delete(key string) {
 	c.deleteStored(storedKey(key))
 }
 
+// DeleteIf removes the entry stored under key when match, given that
+// entry, returns true, and reports whether it removed one. The look and
+// the delete hold the key's Set lock: an entry that a concurrent Set
+// stores in between is never the one deleted. It is for a caller that
+// found something wrong with the entry it read (its body file is gone),
+// not a purge: Removals does not count it. match must not call into the
+// cache.
+func (c *Cache) DeleteIf(key string, match func(e *entry.Entry) bool) bool {
+	sk := storedKey(key)
+	mu := &c.setMu[maphash.String(c.seed, sk)%stripes]
+	mu.Lock()
+	defer mu.Unlock()
+	v, err := c.bc.Get(sk)
+	if err != nil {
+		return false
+	}
+	var e entry.Entry
+	if entry.Decode(v, &e) != nil || !match(&e) {
+		return false
+	}
+	return c.deleteStored(sk)
+}
+
 // Removals counts the calls that removed entries on purpose (Delete,
 // DeleteMatching, Reset), not evictions. A caller that read an entry from
 // elsewhere to copy it here compares it before and after: a change means
