@@ -70,9 +70,11 @@ func TestStoredAgeAndContentLengthAreReplacedNotRepeated(t *testing.T) {
 	kb.build(req, f.px.cfg.Load().Match(req.URL.Path))
 	key := kb.primary()
 	var e entry.Entry
-	if _, err := f.px.store.Get(context.Background(), key, &e); err != nil {
-		t.Fatalf("the fill was not stored: %v", err)
-	}
+	// The client has the whole response before the fill stores it.
+	waitFor(t, func() bool {
+		_, err := f.px.store.Get(context.Background(), key, &e)
+		return err == nil
+	}, "the fill to be stored")
 	e.Header = append(e.Header, entry.Field{Name: "Age", Value: "99999"}, entry.Field{Name: "Content-Length", Value: "7"})
 	if err := f.px.store.Set(context.Background(), key, &e); err != nil {
 		t.Fatal(err)
