@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -117,28 +116,23 @@ func (fd *feed) leave() {
 	}
 }
 
-func (fd *feed) wake() {
-	fd.mu.Lock()
-	fd.cond.Broadcast()
-	fd.mu.Unlock()
-}
-
 // next waits until there is something for a client that has been sent
 // pos bytes: more bytes in memory, the file to follow (unless foDone: it
-// broke), or the end. ok is false when ctx (the client's) is done.
-func (fd *feed) next(ctx context.Context, pos int64, foDone bool) (mem []byte, fo *bodystore.Follower, t *rest, ok bool) {
+// broke), or the end. The wait is bounded by the fill's origin timeouts.
+// (It does not end with the client's context: net/http cancels that when
+// a client half-closes its side, while it may still be reading. A client
+// that left is found by a write that fails, as for every follower.)
+func (fd *feed) next(pos int64, foDone bool) (mem []byte, fo *bodystore.Follower, t *rest) {
 	fd.mu.Lock()
 	defer fd.mu.Unlock()
 	for {
 		switch {
-		case ctx.Err() != nil:
-			return nil, nil, nil, false
 		case pos < int64(len(fd.mem)):
-			return fd.mem[pos:], nil, nil, true
+			return fd.mem[pos:], nil, nil
 		case fd.fo != nil && !foDone:
-			return nil, fd.fo, nil, true
+			return nil, fd.fo, nil
 		case fd.tail != nil:
-			return nil, nil, fd.tail, true
+			return nil, nil, fd.tail
 		}
 		fd.cond.Wait()
 	}
@@ -152,18 +146,14 @@ func (fd *feed) next(ctx context.Context, pos int64, foDone bool) (mem []byte, f
 // from the origin. A response that cannot be completed is broken off.
 func (p *Proxy) serveFeed(w http.ResponseWriter, r *http.Request, fd *feed, chunked bool) outcome {
 	defer fd.leave()
-	stop := context.AfterFunc(r.Context(), fd.wake)
-	defer stop()
 	out := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 	broken := outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
 	rc := http.NewResponseController(w)
 	var pos, foPos int64 // bytes sent, and read from fo
 	foDone := false
 	for {
-		mem, fo, t, ok := fd.next(r.Context(), pos, foDone)
+		mem, fo, t := fd.next(pos, foDone)
 		switch {
-		case !ok:
-			return broken // the client left
 		case mem != nil:
 			if _, err := w.Write(mem); err != nil {
 				return broken
