@@ -10,7 +10,10 @@ import (
 // Follow returns a reader of the body as it grows, for the waiters of a
 // collapsed fill: Read blocks until more is written, returns io.EOF after
 // Commit once everything is read, and an error when the writer breaks or
-// is aborted. Each follower has its own file descriptor; Close it.
+// is aborted, once it has read every byte written before that. (The fill's
+// own client follows the file too; when the file fails it goes on from
+// the origin where the file stopped, so it must be able to read that far.)
+// Each follower has its own file descriptor; Close it.
 func (w *Writer) Follow() *Follower {
 	fo := &Follower{w: w}
 	w.mu.Lock()
@@ -49,7 +52,9 @@ type Follower struct {
 
 // wait blocks until there are bytes after f.pos, and returns how many;
 // io.EOF when the body is committed and all read; the writer's error when
-// it broke or was aborted; ErrClosed when f is closed.
+// it broke or was aborted and every byte written before is read; ErrClosed
+// when f is closed. (The temp file of an aborted writer is unlinked, but
+// f's descriptor still reads it.)
 func (f *Follower) wait() (int64, error) {
 	if f.err != nil {
 		return 0, f.err
@@ -63,12 +68,12 @@ func (f *Follower) wait() (int64, error) {
 	switch {
 	case f.closed:
 		return 0, ErrClosed
+	case f.pos < w.written:
+		return w.written - f.pos, nil
 	case w.err != nil:
 		return 0, w.abortErr()
-	case f.pos >= w.written && w.state == committed:
-		return 0, io.EOF
 	}
-	return w.written - f.pos, nil
+	return 0, io.EOF // committed, all read
 }
 
 // errCut is what a follower gets when the file holds fewer bytes than the

@@ -50,28 +50,28 @@ func dialSlowReader(t *testing.T, addr, path string) net.Conn {
 	return conn
 }
 
-// ATTACK: a client requests a large cacheable URL nobody has cached yet
-// and then reads its response as slowly as TCP lets it (a tiny receive
-// window, or simply not reading). fillFile writes every chunk to that
-// client (w.Write + Flush) inside the loop that reads the origin and
-// appends to the body file, so the leader's socket paces the whole fill:
-// the body file grows only as fast as the slowest client drains, every
-// waiter that follows the growing file (the "streaming waiters" feature)
-// is stalled at the attacker's pace, the fill's budget reservation is
-// pinned, and once the origin's body has been unread for
-// origin.idleTimeout the watchdog cuts it, which aborts the file: every
-// follower's response is broken off and nothing is stored, so the next
-// request elects a new leader the attacker can stall again. One
-// connection per hot large object denies it to all clients of the pod.
+// A slow-reading leader stalls no follower of its file fill.
+//
+// ATTACK (attacker review of issue 12): a client requests a large
+// cacheable URL nobody has cached yet and then reads its response as
+// slowly as TCP lets it (a tiny receive window, or simply not reading).
+// fillFile wrote every chunk to that client (w.Write + Flush) inside the
+// loop that reads the origin and appends to the body file, so the
+// leader's socket paced the whole fill: the body file grew only as fast as
+// the slowest client drained, every waiter that follows the growing file
+// was stalled at the attacker's pace, the fill's budget reservation was
+// pinned, and once the origin's body had been unread for
+// origin.idleTimeout the watchdog cut it, which aborted the file: every
+// follower's response was broken off and nothing stored, so the next
+// request elected a new leader the attacker could stall again. One
+// connection per hot large object denied it to all clients of the pod.
 // (nginx's proxy_cache writes the upstream body to its temp file at
 // upstream speed, independently of the client; proxy_cache_lock waiters
 // read the finished file.)
-// Defence: decouple the client from the fill once a body file is begun:
-// the fill goroutine writes the origin body to the file only, and the
-// leader's own client follows the file like any waiter (or the client
-// write gets a deadline after which that client is dropped, never the
-// fill).
-func TestATTACK_ASlowReadingLeaderStallsEveryFollowerOfAFileFill(t *testing.T) {
+// Defence: once a fill has begun its file, the copy origin -> file runs
+// at the origin's pace on a goroutine of its own (fillfile.go), and the
+// leader's client follows the file like any waiter (fillfeed.go).
+func TestASlowReadingLeaderStallsNoFollowerOfAFileFill(t *testing.T) {
 	const size = 48 << 20 // far above what the socket buffers of a loopback connection hold
 	body := payload(21, size)
 	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {

@@ -43,10 +43,18 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	staleRes := func() shared {
 		return shared{e: c.stale, xcache: xStaleCoal, out: outcome{metrics.ResultStale, c.layer, false}}
 	}
+	// detached: a fill going to a body file went on on a goroutine of its
+	// own (fillfile.go), which ends the watch, the watchdog and the
+	// response.
+	var detached bool
 	// Watch before asking the origin: a purge of this resource from here
 	// on means the answer may be served but not stored.
 	watch := p.inval.Watch(c.host, c.tgt)
-	defer watch.End()
+	defer func() {
+		if !detached {
+			watch.End()
+		}
+	}()
 	base := context.WithoutCancel(r.Context())
 	if c.background {
 		base = p.ctx
@@ -57,7 +65,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	o := c.cfg.Config.Origin
 	o.ResponseHeaderTimeout = min(o.ResponseHeaderTimeout, o.Timeout)
 	ctx, wd := p.watch(base, &o, w)
-	defer wd.close()
+	defer func() {
+		if !detached {
+			wd.close()
+		}
+	}()
 
 	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
 	if c.mark != nil {
@@ -93,7 +105,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		p.originFailed(w, r, wd, err)
 		return outcome{metrics.ResultError, failedLayer(err), false}
 	}
-	defer resp.Body.Close()
+	defer func() {
+		if !detached {
+			resp.Body.Close()
+		}
+	}()
 	body := wd.receiving(resp.Body)
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
 		finish(staleRes())
@@ -194,7 +210,9 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		Flags:                flags(d),
 	}
 	if p.bodies != nil && (resp.ContentLength < 0 || resp.ContentLength > fileAbove) {
-		return p.fillFile(ctx, bodyW, r, c, f, e, resp, body, wd, watch, fileAbove, storeMax)
+		var out outcome
+		out, detached = p.fillFile(ctx, bodyW, r, c, f, e, resp, body, wd, watch, fileAbove, storeMax)
+		return out
 	}
 	data, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
 		// Too large to store: waiters fetch for themselves and later

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 
@@ -11,11 +13,24 @@ import (
 	"github.com/tiercache/tiercache/internal/metrics"
 )
 
-// fillFile streams a stored fill's body to the client w (nil: nobody) and
-// into a body file, for a body longer than fileAbove bytes or of unknown
-// length (kept in memory until it passes fileAbove, then spilled into the
-// file; a shorter one is stored inline after all). e is the entry to
-// store, without its body.
+// fillFile stores a fill's body in a body file, for a body longer than
+// fileAbove bytes or of unknown length (kept in memory until it passes
+// fileAbove, then spilled into the file; a shorter one is stored inline
+// after all). e is the entry to store, without its body.
+//
+// The copy from the origin into memory and the file runs at the origin's
+// pace, whatever any client does, as nginx writes an upstream body to its
+// temp file: with a client (w not nil) it runs on a goroutine of its own,
+// owned by the Proxy (Close cuts its origin and waits for it), and the
+// client is served like any waiter, from what the fill has read so far
+// (fillfeed.go: the memory, then the growing file, with sendfile when the
+// length is known). So a client that reads slowly, or not at all, holds
+// its own connection and nothing else: not the file, not the waiters
+// that follow it, not the budget reservation. detached reports that the
+// goroutine took over what the fill holds (the origin response, its
+// watchdog and watch, the flight and the lease); the caller must then
+// leave the response and its watchdog and watch alone. Without a client the copy runs on the caller's
+// goroutine.
 //
 // As soon as the file is begun the fill publishes it on its flight, so
 // that waiters stream it as it grows. A body larger than l2.maxBodySize
@@ -28,160 +43,298 @@ import (
 // stands still.
 //
 // The client is never failed by the store: when the file cannot be begun
-// or written (budget, ENOSPC, EIO) the fill stops storing, aborts the file
-// (its followers' responses are broken off) and keeps serving the client
-// from the origin. A body the origin breaks off stores nothing and breaks
-// off the client's response. The client leaving does not stop the fill.
+// or written (budget, ENOSPC, EIO) the fill stops storing and aborts the
+// file (its followers' responses are broken off); the client gets what
+// the file holds, then the rest straight from the origin at its own pace,
+// as a response that is not stored. A body the origin breaks off stores
+// nothing and breaks off every response, the client's too. The client
+// leaving does not stop the fill.
 func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, f *flight, e *entry.Entry,
-	resp *http.Response, body io.Reader, wd *watchdog, watch *invalidate.Watch, fileAbove, maxObject int64) outcome {
-	finish := func(res shared) {
-		if f != nil {
-			p.flights.finish(c.key, f, res)
-		}
+	resp *http.Response, body io.Reader, wd *watchdog, watch *invalidate.Watch, fileAbove, maxObject int64) (out outcome, detached bool) {
+	ff := &fileFill{
+		p: p, ctx: ctx, c: c, f: f, r: r, e: e, status: resp.StatusCode, body: body, wd: wd, watch: watch,
+		hint: resp.ContentLength, fileAbove: fileAbove, maxObject: maxObject,
 	}
-	client := w != nil
+	ff.pl = p.place(ctx, c, resp.Header, r)
+	if w != nil {
+		ff.fd = newFeed()
+	}
+	if ff.hint >= 0 && !ff.begin() {
+		// Not stored after all: a plain pass-through.
+		ff.giveUp()
+		if w == nil {
+			return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, false
+		}
+		if err := p.stream(w, body); err != nil {
+			p.bodyFailed(r, wd, err)
+			return outcome{metrics.ResultMiss, metrics.LayerOrigin, true}, false
+		}
+		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, false
+	}
+	if w == nil {
+		return ff.run(), false
+	}
+	// The request and its header are read after the handler returns:
+	// the goroutine keeps its own copy.
+	ff.r = r.Clone(ctx)
+	ff.closeResp = func() {
+		_ = resp.Body.Close()
+		wd.close()
+	}
+	// The goroutine takes the call (and with it the tier-wide lease, if
+	// held) and the flight: the handler's defers leave them alone.
+	own := *c
+	ff.c = &own
+	c.release, c.shared = nil, false
+	if f != nil {
+		f.detached = true
+	}
+	p.bg.Add(1)
+	go ff.runDetached()
+	return p.serveFeed(w, r, ff.fd, ff.hint < 0), true
+}
+
+// fileFill is one fill going to a body file; its fields are its
+// goroutine's own.
+type fileFill struct {
+	p      *Proxy
+	ctx    context.Context
+	c      *call
+	f      *flight // nil: no flight
+	r      *http.Request
+	e      *entry.Entry
+	status int
+	body   io.Reader // the origin's body, under the watchdog
+	wd     *watchdog
+	watch  *invalidate.Watch
+	pl     placement
+	fd     *feed // the client's view of the fill; nil: no client
+
+	hint, fileAbove, maxObject int64
+
+	mem   []byte            // the body so far, while its length is unknown and short
+	inMem int64             // bytes of the body the client can have from memory (fd.mem)
+	bw    *bodystore.Writer // the body file, once begun
+	filed int64             // bytes of the body in the file
+
+	// Of a detached fill: closeResp closes the origin response and its
+	// watchdog, unless handedOff gave them to the client's handler;
+	// unhook stops Close of the Proxy from cutting the origin.
+	closeResp func()
+	handedOff bool
+	unhook    func() bool
+}
+
+// errProxyClosed cuts the origin of a detached fill when the Proxy
+// closes.
+var errProxyClosed = errors.New("proxy: closed")
+
+// runDetached runs the fill on its own goroutine (p.bg) and then ends
+// what the fill holds, as fill and coalesce do for a fill on theirs.
+func (ff *fileFill) runDetached() {
+	p, c := ff.p, ff.c
+	defer p.bg.Done()
+	ff.unhook = context.AfterFunc(p.ctx, func() { ff.wd.cancel(errProxyClosed) })
+	ff.run()
+	ff.unhook()
+	if !ff.handedOff {
+		ff.closeResp()
+	}
+	ff.watch.End()
+	c.releaseLease()
+	if ff.f != nil {
+		p.flights.finish(c.key, ff.f, shared{})
+	}
+	// Only the first end counts: after a stored body (the client reads
+	// it to its end from the file) or a hand-over, this is a no-op.
+	ff.fd.end(&rest{err: errFillLost})
+}
+
+// errFillLost: the fill ended without telling its client how its
+// response ends (a bug); the response is broken off, never complete-looking.
+var errFillLost = errors.New("the fill ended without finishing its client's response")
+
+// run copies the origin's body into memory or the body file until its
+// end, stores it, and hands it to the flight's waiters.
+func (ff *fileFill) run() outcome {
+	p := ff.p
 	miss := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
-	pl := p.place(ctx, c, resp.Header, r)
-	hint := resp.ContentLength
-
-	var (
-		mem     []byte            // the body so far, while its length is unknown and short
-		bw      *bodystore.Writer // the body file, once begun
-		storing = true
-	)
-	giveUp := func() {
-		storing, mem = false, nil
-		if bw != nil {
-			bw.Abort()
-			bw = nil
-		}
-		wd.stopStoring()
-		c.releaseLease()
-		finish(shared{})
-	}
-	begin := func() bool {
-		if wd.late.Load() {
-			return false
-		}
-		nw, err := p.bodies.Create(pl.key, hint)
-		if err != nil {
-			p.log.Debug("body not stored: the body store refused it", "path", r.URL.Path, "err", err)
-			return false
-		}
-		bw = nw
-		wd.stopStoring()
-		if hint >= 0 && !p.sharesBody(c, hint) || p.shb == nil {
-			// Local to this replica: the others fetch for themselves
-			// at once. (Of unknown length, it may still be shared:
-			// the lease goes when it grows past the cap, below.)
-			c.releaseLease()
-		}
-		if f != nil {
-			le := *e
-			f.start(&live{e: &le, size: hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: pl.names, varyKey: pl.vk})
-		}
-		return true
-	}
-	if hint >= 0 && !begin() {
-		giveUp()
-	}
-
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
-	var rc *http.ResponseController
-	if w != nil {
-		rc = http.NewResponseController(w)
-	}
 	var total int64
 	for {
-		n, rerr := body.Read(buf)
-		if storing && bw == nil && wd.late.Load() {
-			giveUp() // still in memory past origin.timeout
+		n, rerr := ff.body.Read(buf)
+		chunk := buf[:n]
+		if ff.bw == nil && ff.wd.late.Load() {
+			return ff.stop(chunk, rerr) // still in memory past origin.timeout
 		}
 		if n > 0 {
-			chunk := buf[:n]
 			total += int64(n)
-			if c.shared && hint < 0 && bw != nil && !p.sharesBody(c, total) {
-				c.releaseLease() // past l2.maxBodySize: it stays local
+			if ff.c.shared && ff.hint < 0 && ff.bw != nil && !p.sharesBody(ff.c, total) {
+				ff.c.releaseLease() // past l2.maxBodySize: it stays local
 			}
 			switch {
-			case !storing:
-			case total > maxObject:
+			case total > ff.maxObject:
 				// Of unknown length and too large to store: later
 				// requests skip coalescing.
-				giveUp()
-				p.uncacheable(ctx, c, r, resp.StatusCode)
-			case bw != nil:
-				// The file first, so that followers are never behind the
-				// client; a write to the page cache is quick.
-				if _, err := bw.Write(chunk); err != nil {
-					p.log.Warn("body not stored: writing its file failed", "path", r.URL.Path, "err", err)
-					giveUp()
+				out := ff.stop(chunk, rerr)
+				p.uncacheable(ff.ctx, ff.c, ff.r, ff.status)
+				return out
+			case ff.bw != nil:
+				if _, err := ff.bw.Write(chunk); err != nil {
+					p.log.Warn("body not stored: writing its file failed", "path", ff.r.URL.Path, "err", err)
+					return ff.stop(chunk, rerr)
 				}
+				ff.filed += int64(n)
 			default:
-				mem = append(mem, chunk...)
-				if int64(len(mem)) > fileAbove {
-					if !begin() {
-						giveUp()
-					} else if _, err := bw.Write(mem); err != nil {
-						p.log.Warn("body not stored: writing its file failed", "path", r.URL.Path, "err", err)
-						giveUp()
+				ff.mem = append(ff.mem, chunk...)
+				ff.inMem = int64(len(ff.mem))
+				ff.fd.publish(ff.mem)
+				if ff.inMem > ff.fileAbove {
+					if !ff.begin() {
+						return ff.stop(nil, rerr)
 					}
-					mem = nil
+					if _, err := ff.bw.Write(ff.mem); err != nil {
+						p.log.Warn("body not stored: writing its file failed", "path", ff.r.URL.Path, "err", err)
+						return ff.stop(nil, rerr)
+					}
+					ff.filed, ff.mem = ff.inMem, nil
 				}
 			}
-			if w != nil {
-				if _, err := w.Write(chunk); err != nil {
-					w = nil // the client left; the fill goes on for the cache
-				} else {
-					_ = rc.Flush()
-				}
-			}
-		}
-		if w == nil && !storing {
-			return miss
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			// Truncated or stalled: nothing is stored and the client's
-			// response is broken off, never complete-looking.
-			if storing {
-				giveUp()
-			}
-			p.bodyFailed(r, wd, rerr)
-			return outcome{metrics.ResultMiss, metrics.LayerOrigin, client}
+			// Truncated or stalled: nothing is stored and every response
+			// is broken off, never complete-looking.
+			ff.giveUp()
+			p.bodyFailed(ff.r, ff.wd, rerr)
+			ff.fd.end(&rest{from: ff.covered(), err: rerr})
+			return outcome{metrics.ResultMiss, metrics.LayerOrigin, ff.fd != nil}
 		}
 	}
-	if !storing {
-		return miss
-	}
-	wd.stop()
-	if bw == nil {
+	ff.wd.stop()
+	if ff.bw == nil {
 		// Of unknown length but short after all: inline, as without a
-		// body store.
-		if mem == nil {
-			mem = []byte{}
+		// body store. The client has it all from memory.
+		if ff.mem == nil {
+			ff.mem = []byte{}
 		}
-		e.Body = mem
-		p.keep(ctx, c, f, e, pl, watch)
+		ff.fd.end(&rest{from: ff.inMem})
+		ff.e.Body = ff.mem
+		p.keep(ff.ctx, ff.c, ff.f, ff.e, ff.pl, ff.watch)
 		return miss
 	}
-	ref, err := bw.Commit(func(ref entry.BodyFile) []byte {
-		m := *e
+	ref, err := ff.bw.Commit(func(ref entry.BodyFile) []byte {
+		m := *ff.e
 		m.File, m.Body = &ref, nil
 		return entry.Encode(nil, &m)
 	})
 	if err != nil {
-		// The origin's body did not match its Content-Length, or the
-		// file could not be finished: the file is gone.
-		p.log.Warn("body not stored: finishing its file failed", "path", r.URL.Path, "err", err)
-		finish(shared{})
+		// The file could not be finished: it is gone. The client still
+		// reads what it held, which is the whole body (a body longer than
+		// its Content-Length breaks a write, a shorter one fails the read).
+		p.log.Warn("body not stored: finishing its file failed", "path", ff.r.URL.Path, "err", err)
+		if ff.f != nil {
+			p.flights.finish(ff.c.key, ff.f, shared{})
+		}
+		t := &rest{from: ff.filed}
+		if ff.hint >= 0 && ff.filed != ff.hint {
+			t.err = err
+		}
+		ff.fd.end(t)
 		return miss
 	}
-	e.File = &ref
-	p.keep(ctx, c, f, e, pl, watch)
+	// The client's follower reads the committed file to its end.
+	ff.fd.end(&rest{from: ff.filed})
+	ff.e.File = &ref
+	p.keep(ff.ctx, ff.c, ff.f, ff.e, ff.pl, ff.watch)
+	return miss
+}
+
+// begin creates the body file and publishes it to the client and the
+// flight's waiters; false when the store refuses it.
+func (ff *fileFill) begin() bool {
+	p, c := ff.p, ff.c
+	if ff.wd.late.Load() {
+		return false
+	}
+	nw, err := p.bodies.Create(ff.pl.key, ff.hint)
+	if err != nil {
+		p.log.Debug("body not stored: the body store refused it", "path", ff.r.URL.Path, "err", err)
+		return false
+	}
+	if !ff.fd.attach(nw) {
+		// The client could not follow the file (no descriptor left):
+		// it could not be served from it.
+		p.log.Warn("body not stored: following its file failed", "path", ff.r.URL.Path)
+		nw.Abort()
+		return false
+	}
+	ff.bw = nw
+	ff.wd.stopStoring()
+	if ff.hint >= 0 && !p.sharesBody(c, ff.hint) || p.shb == nil {
+		// Local to this replica: the others fetch for themselves at
+		// once. (Of unknown length, it may still be shared: the lease
+		// goes when it grows past the cap, in run.)
+		c.releaseLease()
+	}
+	if ff.f != nil {
+		le := *ff.e
+		ff.f.start(&live{e: &le, size: ff.hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: ff.pl.names, varyKey: ff.pl.vk})
+	}
+	return true
+}
+
+// giveUp stops storing: the file (if any) is aborted, its followers'
+// responses broken off, and the flight's waiters fetch for themselves.
+func (ff *fileFill) giveUp() {
+	ff.mem = nil
+	if ff.bw != nil {
+		ff.bw.Abort()
+		ff.bw = nil
+	}
+	ff.wd.stopStoring()
+	ff.c.releaseLease()
+	if ff.f != nil {
+		ff.p.flights.finish(ff.c.key, ff.f, shared{})
+	}
+}
+
+// covered is how much of the body the client can have from the fill's
+// memory or file.
+func (ff *fileFill) covered() int64 { return max(ff.filed, ff.inMem) }
+
+// stop gives up storing after the read that brought pending (not stored)
+// and ended with rerr. The client, if there is one, gets the rest of the
+// body straight from the origin: the fill hands the origin's response
+// over to the client's handler, which streams it at the client's pace as
+// a response that is not stored. Without a client there is nothing more
+// to read.
+func (ff *fileFill) stop(pending []byte, rerr error) outcome {
+	ff.giveUp()
+	miss := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	if ff.fd == nil {
+		return miss
+	}
+	t := &rest{from: ff.covered(), buf: bytes.Clone(pending), wd: ff.wd}
+	switch {
+	case rerr == io.EOF:
+	case rerr != nil:
+		ff.p.bodyFailed(ff.r, ff.wd, rerr)
+		t.err = rerr
+	default:
+		// The Proxy's Close no longer cuts it: it is a client's response
+		// now, not the cache's fill.
+		t.src, t.close = ff.body, ff.closeResp
+		if ff.unhook != nil {
+			ff.unhook()
+		}
+	}
+	if ff.fd.end(t) && t.src != nil {
+		ff.handedOff = true
+	}
 	return miss
 }

@@ -32,6 +32,11 @@ type flight struct {
 	started   chan struct{}
 	startOnce sync.Once
 	live      *live
+
+	// detached: the leader's fill went on on a goroutine of its own
+	// (fillfile.go), which finishes the flight; the leader's handler must
+	// not. Only the leader's goroutine reads and writes it.
+	detached bool
 }
 
 // live is a response being written to a body file while waiters stream
@@ -107,7 +112,11 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 	if !leader {
 		return p.wait(w, r, c, f)
 	}
-	defer p.flights.finish(c.key, f, shared{})
+	defer func() {
+		if !f.detached {
+			p.flights.finish(c.key, f, shared{})
+		}
+	}()
 
 	// Re-check inside the flight: another flight for this key may have
 	// stored a response between our lookup and our joining.

@@ -129,8 +129,9 @@ type Proxy struct {
 	keys      sync.Pool // *keyBuf
 	bufs      sync.Pool // *[]byte copy buffers
 
-	// Background refreshes are owned by the Proxy: they stop when ctx is
-	// cancelled by Close and Close waits for them.
+	// Background refreshes, L2 body writes and file fills (fillfile.go)
+	// are owned by the Proxy: they stop when ctx is cancelled by Close
+	// and Close waits for them.
 	ctx    context.Context
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
@@ -213,8 +214,9 @@ func NewTransport() *http.Transport {
 	}
 }
 
-// Close stops background refreshes, waits for them to end (bounded by ctx)
-// and closes idle origin connections.
+// Close stops background refreshes and file fills, waits for them (and
+// L2 body writes) to end, bounded by ctx, and closes idle origin
+// connections.
 func (p *Proxy) Close(ctx context.Context) error {
 	p.cancel()
 	if p.ownsUp {
@@ -230,7 +232,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 		select {
 		case <-done: // both ready: finished is what counts
 		default:
-			return fmt.Errorf("proxy: background refreshes still running: %w", ctx.Err())
+			return fmt.Errorf("proxy: background work (refreshes, fills, L2 writes) still running: %w", ctx.Err())
 		}
 	}
 	if t, ok := p.rt.(interface{ CloseIdleConnections() }); ok {
