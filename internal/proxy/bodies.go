@@ -17,8 +17,10 @@ import (
 // (Options.Bodies) while their entries, with a reference to the file,
 // stay in L1. A hit copies the file into the ResponseWriter, which
 // net/http hands to the TCP connection's ReadFrom: sendfile. A fill
-// writes the origin's body to the client and to the file as it arrives,
-// and the waiters of a collapsed fill stream from the growing file.
+// writes the origin's body to the file at the origin's pace
+// (fillfile.go); its own client and the waiters of a collapsed fill
+// stream from the growing file (fillfeed.go), so a client that reads
+// slowly holds up nobody but itself.
 
 // bodyLimits returns the tier's bodyStore.threshold and
 // bodyStore.maxObjectSize.
