@@ -583,21 +583,15 @@ func TestABodyOfUnknownLengthSpillsIntoAFilePastTheThreshold(t *testing.T) {
 func TestAFileWriteErrorMidFillStillServesTheWholeBody(t *testing.T) {
 	// Files this process writes may not grow past 1 MiB: the body file's
 	// writes fail with EFBIG midway, as they would on a full disk.
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
-		t.Skip("no RLIMIT_FSIZE:", err)
-	}
 	body := payload(5, 3<<20)
 	f := newFileFixture(t, "", newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=300")
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		_, _ = w.Write(body)
 	}), bodystore.Options{})
-	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 1 << 20, Max: old.Max}); err != nil {
-		t.Skip("cannot lower RLIMIT_FSIZE:", err)
-	}
+	restore := limitFileSize(t, 1<<20)
 	r := f.get("/disk")
-	_ = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	restore()
 	expectBody(t, r, 200, "MISS", body)
 	waitFor(t, func() bool { b, tmp := f.files(); return len(b) == 0 && len(tmp) == 0 }, "the temp file to be removed")
 	if e := f.stored("/disk"); e != nil {
@@ -810,4 +804,23 @@ func TestARevalidatedFileBackedEntryKeepsAndServesItsFile(t *testing.T) {
 	if b, _ := f.files(); len(b) != 1 || f.origin.count() != 2 {
 		t.Fatalf("%d body files and %d origin requests, want 1 and 2", len(b), f.origin.count())
 	}
+}
+
+// limitFileSize lowers this process's RLIMIT_FSIZE to n, so that writes
+// past n bytes into any file fail with EFBIG (Go ignores SIGXFSZ), as they
+// would on a full disk. restore puts the old limit back; it may be called
+// more than once, and runs at the test's end in any case.
+func limitFileSize(t *testing.T, n uint64) (restore func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Skip("no RLIMIT_FSIZE:", err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: old.Max}); err != nil {
+		t.Skip("cannot lower RLIMIT_FSIZE:", err)
+	}
+	var once sync.Once
+	restore = func() { once.Do(func() { _ = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old) }) }
+	t.Cleanup(restore)
+	return restore
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,27 +72,13 @@ func TestAFileWriteErrorWhileItsClientIsBehindStillServesItTheWholeBody(t *testi
 	// The client reads nothing until the fill's file has failed at 1 MiB
 	// (RLIMIT_FSIZE): it must then get what the file holds, and the rest
 	// from the origin, byte for byte.
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
-		t.Skip("no RLIMIT_FSIZE:", err)
-	}
 	body := payload(23, 4<<20)
 	f := newFileFixture(t, "", newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=300")
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		_, _ = w.Write(body)
 	}), bodystore.Options{})
-	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 1 << 20, Max: old.Max}); err != nil {
-		t.Skip("cannot lower RLIMIT_FSIZE:", err)
-	}
-	restored := false
-	restore := func() {
-		if !restored {
-			_ = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
-			restored = true
-		}
-	}
-	defer restore()
+	restore := limitFileSize(t, 1<<20)
 	conn := dialSlowReader(t, f.srv.Listener.Addr().String(), "/disk")
 	waitFor(t, func() bool { return f.bodyErrors(metrics.BodyOpWrite) >= 1 }, "the body file's write to fail")
 	restore()
