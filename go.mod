@@ -6,6 +6,7 @@ require (
 	github.com/allegro/bigcache/v3 v3.1.0
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2
 	github.com/coder/websocket v1.8.14
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.36.0
 	github.com/go-logr/logr v1.4.3

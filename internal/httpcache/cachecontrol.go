@@ -27,6 +27,10 @@ type ResponseCC struct {
 	// invalid value or conflicting duplicates; such a response is treated
 	// as stale (RFC 9111 §4.2.1).
 	Invalid bool
+	// Targeted names the targeted field (RFC 9213) these directives came
+	// from; empty when they are Cache-Control's. With a targeted field,
+	// Expires is ignored too.
+	Targeted string
 }
 
 // RequestCC holds the request Cache-Control directives (RFC 9111 §5.2.1).

@@ -41,6 +41,10 @@ type Policy struct {
 	// Default stale windows when the origin gives none.
 	StaleWhileRevalidate time.Duration
 	StaleIfError         time.Duration
+	// TargetedFields is the target list of RFC 9213: canonical names of
+	// the targeted cache-control fields this cache obeys, most applicable
+	// first (SelectResponseCC). Empty: Cache-Control and Expires alone.
+	TargetedFields []string
 }
 
 // Exchange is one request/response pair seen by the cache.
@@ -101,6 +105,12 @@ const (
 // revalidated. Responses with neither freshness nor validators are not
 // stored. An invalid Expires means already expired.
 //
+// The response directives are those SelectResponseCC picks: with a valid
+// targeted field of Policy.TargetedFields (RFC 9213), that field's alone,
+// and neither Cache-Control nor Expires counts for anything here; the
+// request's directives, Age, Date, validators, Vary and Set-Cookie count
+// as ever.
+//
 // Choices where the RFC leaves room (see also the package tests):
 //   - status: 1xx, anything outside 200–599, 206 and 304 are never stored;
 //     other statuses need to be cacheable by default (RFC 9110 §15.1),
@@ -143,7 +153,7 @@ func Decide(x Exchange, p Policy) Decision {
 	case x.Status == http.StatusNotModified:
 		return notStored("a 304 Not Modified response is not stored")
 	}
-	cc := ParseResponseCC(x.RespHeader)
+	cc := SelectResponseCC(x.RespHeader, p.TargetedFields)
 	understood := understoodStatus(x.Status)
 	if cc.MustUnderstand && !understood {
 		return notStored("must-understand with a status code the cache does not understand prevents storing")
@@ -180,7 +190,11 @@ func Decide(x Exchange, p Policy) Decision {
 	madeUpOK := !credentialed || p.ForceTTLWithCredentials || cc.Public
 	forced := p.ForceTTL > 0 && (!credentialed || p.ForceTTLWithCredentials) &&
 		(heuristic || x.Status == http.StatusFound || x.Status == http.StatusTemporaryRedirect)
-	expires := values(x.RespHeader, "Expires")
+	var expires []string
+	if cc.Targeted == "" {
+		// A targeted field replaces Expires as well (RFC 9213 §2.1).
+		expires = values(x.RespHeader, "Expires")
+	}
 	if !forced && !heuristic && !cc.Public && !cc.MaxAge.Valid && !cc.SMaxAge.Valid && len(expires) == 0 {
 		return notStored("the status code is not cacheable by default and the response has no explicit freshness")
 	}

@@ -2,6 +2,7 @@ package httpcache_test
 
 import (
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,45 @@ func FuzzAgeValue(f *testing.F) {
 		}
 		if got := httpcache.AgeHeader(age); got == "" || strings.HasPrefix(got, "-") {
 			t.Errorf("AgeHeader(%v) = %q", age, got)
+		}
+	})
+}
+
+func FuzzParseTargetedCC(f *testing.F) {
+	for _, s := range ccSeeds {
+		f.Add(s, "")
+	}
+	f.Add("max-age=60;a=1, no-cache;b", `private="x, y"`)
+	f.Add("max-age=(1 2), s-maxage=?0", "stale-if-error=999999999999999")
+	f.Add(`n=:aGk=:, d=@1, s=%"caf%c3%a9", t=*tok`, "")
+	f.Fuzz(func(t *testing.T, line1, line2 string) {
+		for _, lines := range [][]string{{line1}, {line1, line2}} {
+			r, ok := httpcache.ParseTargetedCC(lines)
+			if !ok && !reflect.DeepEqual(r, httpcache.ResponseCC{}) {
+				t.Errorf("ignored field %q with directives %+v", lines, r)
+			}
+			if r.Invalid || r.Targeted != "" {
+				t.Errorf("ParseTargetedCC(%q) = %+v: Invalid and Targeted are never its to set", lines, r)
+			}
+			for _, d := range []httpcache.Delta{r.MaxAge, r.SMaxAge, r.StaleWhileRevalidate, r.StaleIfError} {
+				if !validDelta(d) {
+					t.Errorf("delta %+v out of range for %q", d, lines)
+				}
+			}
+			for _, f := range append(r.PrivateFields, r.NoCacheFields...) {
+				if f == "" {
+					t.Errorf("empty field name in %+v", r)
+				}
+			}
+			// Selected or not, the decision of a cache with a target list
+			// is a decision: never a panic.
+			h := http.Header{"Cdn-Cache-Control": lines, "Cache-Control": {line2}, "Expires": {line1}}
+			x := httpcache.Exchange{Method: http.MethodGet, ReqHeader: http.Header{}, Status: 200, RespHeader: h,
+				RequestTime: t0, ResponseTime: t0}
+			d := httpcache.Decide(x, httpcache.Policy{TargetedFields: []string{"Cdn-Cache-Control"}})
+			if d.Store == (d.Reason != "") {
+				t.Errorf("Store %v with reason %q", d.Store, d.Reason)
+			}
 		}
 	})
 }
