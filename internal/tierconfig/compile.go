@@ -23,6 +23,10 @@ type Compiled struct {
 	// headers); StrictAllow holds canonical names.
 	StrictHeaders bool
 	StrictAllow   []string
+	// StripTargeted holds the canonical names of the targeted
+	// cache-control fields removed from every response to a client
+	// (defaults.targetedCacheControl.strip); nil when nothing is removed.
+	StripTargeted []string
 	rules         []*CompiledRule
 }
 
@@ -94,12 +98,16 @@ func Compile(c Config) (*Compiled, error) {
 		HeuristicMax:         d.HeuristicMaxTTL.Std(),
 		StaleWhileRevalidate: d.StaleWhileRevalidate.Std(),
 		StaleIfError:         d.StaleIfError.Std(),
+		TargetedFields:       canonicalTargeted(d),
 	}
 	out := &Compiled{
 		Config:  c,
 		Hash:    c.Hash(),
 		Default: &CompiledRule{Name: defaultRuleName, Policy: base},
 		rules:   make([]*CompiledRule, 0, len(c.Rules)),
+	}
+	if d.StripTargeted() {
+		out.StripTargeted = base.TargetedFields
 	}
 	if c.RequestHeaders.Mode == RequestHeadersStrict {
 		out.StrictHeaders = true

@@ -1,6 +1,7 @@
 package tierconfig
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +17,9 @@ func TestCompileDefaultRule(t *testing.T) {
 	if c.Hash != Default().Hash() || c.Config.Hash() != c.Hash {
 		t.Fatal("Compile(Config{}) did not fill defaults before hashing")
 	}
-	want := httpcache.Policy{HeuristicFraction: 0.1, HeuristicMax: 24 * time.Hour}
+	want := httpcache.Policy{HeuristicFraction: 0.1, HeuristicMax: 24 * time.Hour, TargetedFields: []string{"Cdn-Cache-Control"}}
 	d := c.Default
-	if d.Name != "default" || d.Bypass || d.ShapesQuery || d.HasKeyExtras || d.Policy != want {
+	if d.Name != "default" || d.Bypass || d.ShapesQuery || d.HasKeyExtras || !reflect.DeepEqual(d.Policy, want) {
 		t.Fatalf("Default rule = %+v, want name default, tier policy %+v and no key shaping", d, want)
 	}
 	if got := c.Match("/anything"); got != d {
@@ -55,6 +56,7 @@ func TestCompilePolicies(t *testing.T) {
 		AllowSetCookie: true, FallbackTTL: time.Minute, NegativeTTL: 5 * time.Second,
 		HeuristicFraction: 0.2, HeuristicMax: 6 * time.Hour,
 		StaleWhileRevalidate: 30 * time.Second, StaleIfError: time.Hour,
+		TargetedFields: []string{"Cdn-Cache-Control"},
 	}
 	tests := map[string]struct {
 		path       string
@@ -77,7 +79,7 @@ func TestCompilePolicies(t *testing.T) {
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			r := cc.Match(tt.path)
-			if r.Name != tt.wantName || r.Bypass != tt.wantBypass || r.Policy != tt.want {
+			if r.Name != tt.wantName || r.Bypass != tt.wantBypass || !reflect.DeepEqual(r.Policy, tt.want) {
 				t.Fatalf("Match(%q) = %+v\nwant name %q bypass %v policy %+v", tt.path, r, tt.wantName, tt.wantBypass, tt.want)
 			}
 		})

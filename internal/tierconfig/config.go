@@ -218,6 +218,10 @@ type Defaults struct {
 	// Cache-Control and Pragma (as Varnish and nginx do by default) so
 	// clients cannot force origin fetches. Default false (RFC behaviour).
 	IgnoreRequestCacheControl bool `json:"ignoreRequestCacheControl,omitempty"`
+	// TargetedCacheControl chooses the targeted cache-control fields (RFC
+	// 9213) the tier obeys instead of Cache-Control, and whether clients
+	// see them. Unset: CDN-Cache-Control, forwarded to clients.
+	TargetedCacheControl *TargetedCacheControl `json:"targetedCacheControl,omitempty"`
 }
 
 // Rule applies to requests whose path matches. The first matching rule

@@ -189,6 +189,7 @@ func (c Config) clone() Config {
 	c.Coalescing.Enabled = clonePtr(c.Coalescing.Enabled)
 	c.Coalescing.ClusterWide = clonePtr(c.Coalescing.ClusterWide)
 	c.RequestHeaders.Allow = cloneSlice(c.RequestHeaders.Allow)
+	c.Defaults.TargetedCacheControl = c.Defaults.TargetedCacheControl.clone()
 	c.SecretVersions = maps.Clone(c.SecretVersions)
 	return c
 }

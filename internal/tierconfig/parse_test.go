@@ -63,6 +63,9 @@ func TestParseExampleFile(t *testing.T) {
 			HeuristicMaxTTL:           Duration(12 * time.Hour),
 			HitForMissTTL:             Duration(time.Minute),
 			IgnoreRequestCacheControl: true,
+			TargetedCacheControl: &TargetedCacheControl{
+				Fields: []string{"Tiercache-Cache-Control", "CDN-Cache-Control"}, Strip: true,
+			},
 		},
 		Rules: []Rule{
 			{Name: "health", Match: Match{Path: "/healthz"}, Bypass: true},

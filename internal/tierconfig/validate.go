@@ -241,6 +241,7 @@ func (d Defaults) validate(p *problems) {
 	}
 	checkDuration(p, "defaults.heuristicMaxTTL", d.HeuristicMaxTTL)
 	checkDuration(p, "defaults.hitForMissTTL", d.HitForMissTTL)
+	d.TargetedCacheControl.validate(p)
 }
 
 // checkDuration applies the limits every duration shares.
