@@ -160,6 +160,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 
 	h := w.Header()
 	copyHeader(h, resp.Header)
+	stripTargeted(h, c.cfg.StripTargeted)
 	h["X-Cache"] = xMiss
 	// The client's own conditional is answered from the fresh response.
 	// A background refresh has no client to stream to.

@@ -291,6 +291,7 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 	}
 	h := w.Header()
 	writeEntryHeader(h, l.e, httpcache.AgeHeader(httpcache.CurrentAge(stored(l.e), p.now())), xMissCoalesced)
+	stripTargeted(h, c.cfg.StripTargeted)
 	out := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 	if httpcache.NotModified(r.Header, l.e.Status, l.e) {
 		notModified(w)

@@ -32,6 +32,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	body := wd.receiving(resp.Body)
 	h := w.Header()
 	copyHeader(h, resp.Header)
+	stripTargeted(h, cfg.StripTargeted)
 	h["X-Cache"] = xcache
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		// Invalidate before the client sees the answer, so that a client

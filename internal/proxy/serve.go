@@ -246,6 +246,9 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		f := &e.Header[i]
 		s.add(h, f.Name, f.Value)
 	}
+	// Read from the live config rather than passed in: every path that
+	// serves an entry (hit, stale, revalidated, coalesced) strips alike.
+	stripTargeted(h, p.cfg.Load().StripTargeted)
 	s.set(h, "Age", strconv.FormatInt(httpcache.AgeSeconds(age), 10))
 	h["X-Cache"] = xcache
 	s.add(h, "Via", viaValue)

@@ -158,6 +158,7 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.m.Upgrade(upgradeRefused)
 		h := w.Header()
 		copyHeader(h, resp.Header)
+		stripTargeted(h, cfg.StripTargeted)
 		h["X-Cache"] = xBypass
 		w.WriteHeader(resp.StatusCode)
 		// Streamed like any pass-through: flushed as it comes, ended when
@@ -183,7 +184,7 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tracked = true // tunnel takes the slot over (and gives it back)
-	if err := u.tunnel(w, r, resp, backend); err != nil {
+	if err := u.tunnel(w, r, resp, backend, cfg.StripTargeted); err != nil {
 		backend.Close()
 		u.fail(w, r, err.Error())
 		result = metrics.ResultError
@@ -206,14 +207,16 @@ func (u *Upgrades) outbound(ctx context.Context, r *http.Request) *http.Request 
 	return out
 }
 
-// tunnel answers 101 to the client with the origin's header, takes over
+// tunnel answers 101 to the client with the origin's header (less the
+// targeted fields in strip), takes over
 // the client's connection and copies bytes both ways until either side
 // closes. It returns an error only when the tunnel could not start (the
 // client has been answered nothing yet).
-func (u *Upgrades) tunnel(w http.ResponseWriter, r *http.Request, resp *http.Response, backend io.ReadWriteCloser) error {
+func (u *Upgrades) tunnel(w http.ResponseWriter, r *http.Request, resp *http.Response, backend io.ReadWriteCloser, strip []string) error {
 	h := w.Header()
 	upgrade := resp.Header.Values("Upgrade")
 	copyHeader(h, resp.Header)
+	stripTargeted(h, strip)
 	h["Upgrade"] = upgrade
 	h["Connection"] = []string{"Upgrade"}
 	rc := http.NewResponseController(w)
