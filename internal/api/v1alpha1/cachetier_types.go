@@ -323,6 +323,37 @@ type DefaultsSpec struct {
 	// fetches.
 	// +optional
 	IgnoreRequestCacheControl bool `json:"ignoreRequestCacheControl,omitempty"`
+	// TargetedCacheControl chooses the targeted cache-control fields (RFC
+	// 9213, such as CDN-Cache-Control) the sidecars obey instead of
+	// Cache-Control and Expires, and whether clients see them. Unset:
+	// CDN-Cache-Control, forwarded to clients.
+	// +optional
+	TargetedCacheControl *TargetedCacheControlSpec `json:"targetedCacheControl,omitempty"`
+}
+
+// TargetedCacheControlSpec is the tier's target list of RFC 9213.
+type TargetedCacheControlSpec struct {
+	// Fields are the targeted field names the sidecars obey, most
+	// applicable first: the first one a response carries with a valid,
+	// non-empty value (a Structured Fields Dictionary) alone decides
+	// whether and how long the sidecar stores the response; Cache-Control
+	// and Expires are then ignored. An invalid field is ignored as if
+	// absent. Unset: [CDN-Cache-Control]. An empty list turns targeted
+	// fields off. Names are case-insensitive, without duplicates, and not
+	// Cache-Control.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	// +listType=atomic
+	Fields []string `json:"fields,omitzero"`
+	// Strip removes the listed fields from every response the sidecars
+	// send their clients, hits and misses alike. Default false: they are
+	// forwarded, so a CDN in front still sees CDN-Cache-Control. Stored
+	// responses keep them either way.
+	// +optional
+	Strip bool `json:"strip,omitempty"`
 }
 
 // Rule applies to requests whose path matches.

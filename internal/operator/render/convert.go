@@ -3,6 +3,7 @@ package render
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/tierconfig"
@@ -85,6 +86,11 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		HitForMissTTL:             dur("defaults.hitForMissTTL", d.HitForMissTTL),
 		AllowSetCookie:            d.AllowSetCookie,
 		IgnoreRequestCacheControl: d.IgnoreRequestCacheControl,
+	}
+	if tc := d.TargetedCacheControl; tc != nil {
+		// slices.Clone keeps an empty list empty (targeted fields off),
+		// where append to nil would make it unset (the default list).
+		c.Defaults.TargetedCacheControl = &tierconfig.TargetedCacheControl{Fields: slices.Clone(tc.Fields), Strip: tc.Strip}
 	}
 
 	for i, r := range spec.Rules {
