@@ -1,6 +1,7 @@
 // Package httpcache holds the rules of RFC 9111 (HTTP caching) for a shared
-// cache, RFC 5861 (stale-while-revalidate, stale-if-error) and the RFC 9110
-// conditional and range rules a cache needs. Everything here is a pure
+// cache, RFC 5861 (stale-while-revalidate, stale-if-error), RFC 9213
+// (targeted cache-control fields such as CDN-Cache-Control) and the RFC
+// 9110 conditional and range rules a cache needs. Everything here is a pure
 // function of its arguments: no I/O, no clock (callers pass now), no
 // package state. The proxy asks these functions; it never re-derives a
 // caching rule itself.
