@@ -144,7 +144,7 @@ func TestObjectsDecodeStrictly(t *testing.T) {
 		"ValidatingWebhookConfiguration": func() any { return &admissionregistrationv1.ValidatingWebhookConfiguration{} },
 	}
 	// Kinds of CRDs the chart does not own, checked by the goldens only.
-	foreign := map[string]bool{"ServiceMonitor": true, "PodMonitor": true, "Certificate": true, "Issuer": true}
+	foreign := map[string]bool{"ServiceMonitor": true, "PodMonitor": true, "PrometheusRule": true, "Certificate": true, "Issuer": true}
 	for _, c := range valuesCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			for _, o := range parseObjects(t, render(t, c)) {

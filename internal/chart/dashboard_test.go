@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,13 +14,18 @@ import (
 
 	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 // descNames is a prometheus.Registerer that only records the metric names
-// its collectors describe, including vectors that have no series yet.
-type descNames map[string]bool
+// its collectors describe, with their variable label names, including
+// vectors that have no series yet.
+type descNames map[string][]string
 
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+var (
+	fqName    = regexp.MustCompile(`fqName: "([^"]+)"`)
+	varLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+)
 
 func (d descNames) Register(c prometheus.Collector) error {
 	ch := make(chan *prometheus.Desc)
@@ -28,9 +34,16 @@ func (d descNames) Register(c prometheus.Collector) error {
 		close(ch)
 	}()
 	for desc := range ch {
-		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
-			d[m[1]] = true
+		s := desc.String()
+		m := fqName.FindStringSubmatch(s)
+		if m == nil {
+			continue
 		}
+		var labels []string
+		if l := varLabels.FindStringSubmatch(s); l != nil && l[1] != "" {
+			labels = strings.Split(l[1], ",")
+		}
+		d[m[1]] = labels
 	}
 	return nil
 }
@@ -43,12 +56,17 @@ func (d descNames) MustRegister(cs ...prometheus.Collector) {
 
 func (d descNames) Unregister(prometheus.Collector) bool { return false }
 
-// TestDashboardQueriesRegisteredMetrics: the dashboard is valid JSON, every
-// panel has a query, and every tiercache_* metric it queries is one the
-// sidecar (internal/metrics) or the operator's control plane
-// (internal/controlplane) registers, so a renamed metric cannot leave a
-// silently empty panel.
-func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
+// has reports whether name is registered.
+func (d descNames) has(name string) bool {
+	_, ok := d[name]
+	return ok
+}
+
+// registeredMetrics describes every tiercache_* metric the code registers:
+// the sidecar's (internal/metrics and its control plane client) and the
+// operator's control plane server.
+func registeredMetrics(t *testing.T) descNames {
+	t.Helper()
 	known := descNames{}
 	if _, err := metrics.New(known, func() metrics.L1Stats { return metrics.L1Stats{} }); err != nil {
 		t.Fatal(err)
@@ -56,6 +74,22 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 	if _, err := controlplane.NewServer(controlplane.Options{Registerer: known}); err != nil {
 		t.Fatal(err)
 	}
+	apply := func(context.Context, tierconfig.Config, string) error { return nil }
+	if _, err := controlplane.NewClient(controlplane.ClientOptions{
+		Target: "127.0.0.1:1", Namespace: "ns", Pod: "pod", Tier: "tier", Apply: apply, Registerer: known,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return known
+}
+
+// TestDashboardQueriesRegisteredMetrics: the dashboard is valid JSON, every
+// panel has a query, and every tiercache_* metric it queries is one the
+// sidecar (internal/metrics) or the operator's control plane
+// (internal/controlplane) registers, so a renamed metric cannot leave a
+// silently empty panel.
+func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
+	known := registeredMetrics(t)
 
 	raw, err := os.ReadFile(filepath.Join(chartDir(t), "dashboards", "tiercache.json"))
 	if err != nil {
@@ -108,11 +142,11 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 	for m := range used {
 		base := m
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			if b, ok := strings.CutSuffix(m, suffix); ok && known[b] {
+			if b, ok := strings.CutSuffix(m, suffix); ok && known.has(b) {
 				base = b
 			}
 		}
-		if !known[base] {
+		if !known.has(base) {
 			unknown = append(unknown, m)
 		}
 	}

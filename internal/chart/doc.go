@@ -11,7 +11,8 @@
 //     the names they carry (Service, Secret, webhook configurations, xDS
 //     address) are the objects the chart renders;
 //   - the webhook registrations agree with config/webhook/manifests.yaml;
-//   - the dashboard only queries metrics the code registers;
+//   - the dashboard and the alerts only query metrics (and, for the
+//     alerts, labels and label values) the code registers;
 //   - helm install against envtest's real API server succeeds and its
 //     objects read back, the RBAC grants what the operator needs and no
 //     more, and an upgrade keeps the certificate the operator wrote.

@@ -99,3 +99,16 @@ JSON list without duplicates.
 {{- define "tiercache.excludedNamespaces" -}}
 {{- append (without (uniq .Values.injection.excludedNamespaces) .Release.Namespace) .Release.Namespace | toJson }}
 {{- end }}
+
+{{/*
+The labels block of one alert: (list .Values.prometheusRule severity).
+prometheusRule.alertLabels are added; severity wins over one of them.
+*/}}
+{{- define "tiercache.alertLabels" -}}
+{{- $pr := index . 0 -}}
+labels:
+  {{- with omit $pr.alertLabels "severity" }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  severity: {{ index . 1 }}
+{{- end }}
