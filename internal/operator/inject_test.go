@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -277,4 +278,77 @@ func labelledSecret(ns, name string, data map[string]string) *corev1.Secret {
 		StringData: data,
 	}
 	return s
+}
+
+// TestPerPodOverridesThroughTheAPIServer: the sidecar resource and drain
+// delay annotations reach the injected sidecar, and a bad one is refused
+// at admission with a message naming the annotation, before the tier is
+// even looked up.
+func TestPerPodOverridesThroughTheAPIServer(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+	if err := c.Create(ctx, newTier(ns, "pages", v1alpha1.CacheTierSpec{L1: v1alpha1.L1Spec{MaxSize: qty("64Mi")}})); err != nil {
+		t.Fatal(err)
+	}
+
+	pod := appPod(ns, "tuned", map[string]string{
+		inject.AnnotationTier:          "pages",
+		inject.AnnotationCPURequest:    "50m",
+		inject.AnnotationCPULimit:      "1",
+		inject.AnnotationMemoryRequest: "160Mi",
+		inject.AnnotationMemoryLimit:   "192Mi",
+		inject.AnnotationDrainDelay:    "8s",
+	})
+	eventually(t, 30*time.Second, func() error { return c.Create(ctx, pod) })
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+		t.Fatal(err)
+	}
+	sc := sidecarOf(&got)
+	if sc == nil {
+		t.Fatal("the stored pod has no sidecar")
+	}
+	r := sc.Resources
+	for name, pair := range map[string][2]resource.Quantity{
+		"cpu request":    {*r.Requests.Cpu(), resource.MustParse("50m")},
+		"cpu limit":      {*r.Limits.Cpu(), resource.MustParse("1")},
+		"memory request": {*r.Requests.Memory(), resource.MustParse("160Mi")},
+		"memory limit":   {*r.Limits.Memory(), resource.MustParse("192Mi")},
+	} {
+		if pair[0].Cmp(pair[1]) != 0 {
+			t.Errorf("%s %s, want %s", name, pair[0].String(), pair[1].String())
+		}
+	}
+	args := strings.Join(sc.Args, " ")
+	for _, want := range []string{"--memory-limit=172Mi", "--drain-delay=8s", "--shutdown-timeout=22s"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+
+	for name, tc := range map[string]struct {
+		annotations map[string]string
+		want        string
+	}{
+		"a quantity that does not parse is refused, naming the annotation": {
+			map[string]string{inject.AnnotationTier: "pages", inject.AnnotationMemoryLimit: "1 gig"},
+			`annotation tiercache.io/sidecar-memory-limit: "1 gig" is not a quantity`,
+		},
+		"a request above the limit is refused, naming the annotation": {
+			map[string]string{inject.AnnotationTier: "pages", inject.AnnotationCPURequest: "2", inject.AnnotationCPULimit: "1"},
+			`annotation tiercache.io/sidecar-cpu-request: 2 is above tiercache.io/sidecar-cpu-limit: 1`,
+		},
+		"a bad annotation is named even when the tier does not exist": {
+			map[string]string{inject.AnnotationTier: "nope", inject.AnnotationDrainDelay: "soon"},
+			`annotation tiercache.io/sidecar-drain-delay: "soon" is not a duration`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := c.Create(ctx, appPod(ns, "refused", tc.annotations))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Create: %v\nwant an error with %s", err, tc.want)
+			}
+		})
+	}
 }

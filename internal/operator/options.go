@@ -9,8 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tiercache/tiercache/internal/operator/inject"
 )
 
 // Options are the operator's parsed command line.
@@ -48,6 +51,13 @@ type Options struct {
 	// '*'. Empty: only SidecarImage.
 	AllowedSidecarImages   []string
 	SidecarImagePullPolicy string
+	// SidecarRunAsUser and SidecarRunAsGroup are the injected sidecars'
+	// uid and gid; nil leaves them unset (the image's numeric USER, or
+	// what OpenShift's SCC assigns).
+	SidecarRunAsUser, SidecarRunAsGroup *int64
+	// SidecarDrainDelay is the injected sidecars' --drain-delay unless a
+	// pod's tiercache.io/sidecar-drain-delay sets one.
+	SidecarDrainDelay time.Duration
 	// ControlPlaneAddress is passed to injected sidecars as
 	// --control-plane ("" = sidecars run on the config placed in the
 	// pod spec).
@@ -125,6 +135,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	var allowedImages string
 	fs.StringVar(&allowedImages, "allowed-sidecar-images", "", "comma-separated images a CacheTier's spec.sidecar.image may name besides --sidecar-image: exact references, or prefixes ending in * (registry.example.com/tiercache/*); empty: only --sidecar-image")
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "", "Always, IfNotPresent or Never (default: the cluster's)")
+	fs.Func("sidecar-run-as-user", "uid of injected sidecars (default: unset, the image's USER 65532 or what the pod's securityContext or OpenShift's SCC assigns)", intFlag(&o.SidecarRunAsUser))
+	fs.Func("sidecar-run-as-group", "gid of injected sidecars (default: unset)", intFlag(&o.SidecarRunAsGroup))
+	fs.DurationVar(&o.SidecarDrainDelay, "sidecar-drain-delay", inject.DefaultDrainDelay, "injected sidecars keep serving this long after SIGTERM with /readyz failing (cut to half a pod's terminationGracePeriodSeconds; a pod's tiercache.io/sidecar-drain-delay wins)")
 	fs.StringVar(&o.ControlPlaneAddress, "control-plane-address", "", "xDS address injected sidecars connect to (host:port); empty: no live config")
 	fs.StringVar(&o.XDSListen, "xds-listen", ":18000", "control plane (xDS over gRPC) address; empty disables live config")
 	fs.BoolVar(&o.XDSTLS, "xds-tls", true, "serve the control plane over TLS; false serves plaintext (sidecar tokens then cross the network in the clear)")
@@ -175,6 +188,17 @@ func (o Options) Validate() error {
 	if o.SidecarImage == "" {
 		errs = append(errs, errors.New("--sidecar-image: required"))
 	}
+	for _, id := range []struct {
+		flag string
+		v    *int64
+	}{{"--sidecar-run-as-user", o.SidecarRunAsUser}, {"--sidecar-run-as-group", o.SidecarRunAsGroup}} {
+		if id.v != nil && *id.v < 1 {
+			errs = append(errs, fmt.Errorf("%s: must be > 0, the sidecar runs as non-root (got %d)", id.flag, *id.v))
+		}
+	}
+	if o.SidecarDrainDelay < 0 || o.SidecarDrainDelay > inject.MaxDrainDelay {
+		errs = append(errs, fmt.Errorf("--sidecar-drain-delay: must be between 0s and %s (got %s)", inject.MaxDrainDelay, o.SidecarDrainDelay))
+	}
 	for _, img := range o.AllowedSidecarImages {
 		if i := strings.IndexByte(img, '*'); i >= 0 && i != len(img)-1 || img == "*" {
 			errs = append(errs, fmt.Errorf("--allowed-sidecar-images: %q: a '*' may only end a prefix, and a lone '*' would allow any image", img))
@@ -207,6 +231,22 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--sync-period: must be > 0 (got %s)", o.SyncPeriod))
 	}
 	return errors.Join(errs...)
+}
+
+// intFlag parses an optional integer flag into *dst: "" leaves it nil.
+func intFlag(dst **int64) func(string) error {
+	return func(v string) error {
+		if v == "" {
+			*dst = nil
+			return nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", v)
+		}
+		*dst = &n
+		return nil
+	}
 }
 
 // sidecarImageAllowed reports whether a tier may run image as its

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseArgsNamesTheBadFlag(t *testing.T) {
@@ -32,6 +33,9 @@ func TestParseArgsNamesTheBadFlag(t *testing.T) {
 		"an image allowlist of any image":                  {[]string{"--allowed-sidecar-images=*"}, "--allowed-sidecar-images"},
 		"a wildcard inside an allowed image":               {[]string{"--allowed-sidecar-images=reg/*/x"}, "--allowed-sidecar-images"},
 		"no namespace from the flag or POD_NAMESPACE":      {[]string{"--namespace="}, "--namespace"},
+		"a sidecar uid of root":                            {[]string{"--sidecar-run-as-user=0"}, "--sidecar-run-as-user"},
+		"a sidecar gid that is not a number":               {[]string{"--sidecar-run-as-group=staff"}, "sidecar-run-as-group"},
+		"a sidecar drain delay above 5m":                   {[]string{"--sidecar-drain-delay=10m"}, "--sidecar-drain-delay"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -54,6 +58,16 @@ func TestParseArgsNamesTheBadFlag(t *testing.T) {
 	}
 	if !o.XDSTLS || o.XDSAuth != XDSAuthTokenReview || o.XDSTokenAudience != "tiercache-xds" {
 		t.Errorf("xDS defaults: tls %v, auth %q, audience %q; want TLS and tokenreview for tiercache-xds", o.XDSTLS, o.XDSAuth, o.XDSTokenAudience)
+	}
+	if o.SidecarRunAsUser != nil || o.SidecarRunAsGroup != nil || o.SidecarDrainDelay != 5*time.Second {
+		t.Errorf("sidecar defaults: uid %v, gid %v, drain delay %s; want no uid or gid and 5s", o.SidecarRunAsUser, o.SidecarRunAsGroup, o.SidecarDrainDelay)
+	}
+	o, err = ParseArgs([]string{"--sidecar-run-as-user=1000", "--sidecar-run-as-group=", "--sidecar-drain-delay=0s"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.SidecarRunAsUser == nil || *o.SidecarRunAsUser != 1000 || o.SidecarRunAsGroup != nil || o.SidecarDrainDelay != 0 {
+		t.Errorf("sidecar flags: uid %v, gid %v, drain delay %s; want 1000, none, 0s", o.SidecarRunAsUser, o.SidecarRunAsGroup, o.SidecarDrainDelay)
 	}
 	if _, err := ParseArgs([]string{"--help"}, env, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)

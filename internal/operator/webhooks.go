@@ -60,6 +60,11 @@ func (w *podInjector) Default(ctx context.Context, pod *corev1.Pod) error {
 		logf.FromContext(ctx).V(1).Info("not injecting", "reason", reason)
 		return nil
 	}
+	// The pod's own overrides first: a bad one is the pod's fault, named
+	// whatever the tier.
+	if _, err := inject.PodOverrides(pod); err != nil {
+		return fmt.Errorf("tiercache: cannot inject the sidecar: %w", err)
+	}
 	name := pod.Annotations[inject.AnnotationTier]
 	tier, err := w.tier(ctx, ns, name)
 	if err != nil {
@@ -198,6 +203,9 @@ func (w *podInjector) params(ctx context.Context, t *v1alpha1.CacheTier) (inject
 		AdminPort:       sc.AdminPort,
 		ControlPlane:    w.Opts.ControlPlaneAddress,
 		Secrets:         files,
+		RunAsUser:       w.Opts.SidecarRunAsUser,
+		RunAsGroup:      w.Opts.SidecarRunAsGroup,
+		DrainDelay:      &w.Opts.SidecarDrainDelay,
 	}
 	if err := w.Opts.checkSidecarImage(t); err != nil {
 		// A tier written while the validating webhook was down (or

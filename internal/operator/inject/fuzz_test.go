@@ -52,8 +52,9 @@ func FuzzInject(f *testing.F) {
 			}
 			return
 		}
-		if len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != ContainerName {
-			t.Fatal("the sidecar is not the first init container")
+		at := sidecarIndex(before.Spec.InitContainers)
+		if len(pod.Spec.InitContainers) <= at || pod.Spec.InitContainers[at].Name != ContainerName {
+			t.Fatal("the sidecar is not the first init container after the mesh's")
 		}
 		if pod.Labels[LabelTier] != p.Tier || pod.Annotations[AnnotationInjected] != "true" {
 			t.Fatal("the injected pod lacks its tier label or injected annotation")

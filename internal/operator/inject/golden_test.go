@@ -8,9 +8,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/diff"
 	"sigs.k8s.io/yaml"
 )
@@ -45,6 +47,9 @@ type caseParams struct {
 	Secrets         []SecretFile                 `json:"secrets"`
 	BodyStoreSize   *resource.Quantity           `json:"bodyStoreSize"`
 	BodyStoreMedium corev1.StorageMedium         `json:"bodyStoreMedium"`
+	RunAsUser       *int64                       `json:"runAsUser"`
+	RunAsGroup      *int64                       `json:"runAsGroup"`
+	DrainDelay      *metav1.Duration             `json:"drainDelay"`
 }
 
 // defaultCaseParams are the Params of every golden case unless its
@@ -68,7 +73,14 @@ func (c caseParams) params(pod *corev1.Pod) Params {
 	if c.BodyStoreSize != nil {
 		bodies = c.BodyStoreSize.Value()
 	}
+	var drain *time.Duration
+	if c.DrainDelay != nil {
+		drain = &c.DrainDelay.Duration
+	}
 	return Params{
+		RunAsUser:       c.RunAsUser,
+		RunAsGroup:      c.RunAsGroup,
+		DrainDelay:      drain,
 		BodyStoreSize:   bodies,
 		BodyStoreMedium: c.BodyStoreMedium,
 		Tier:            tier,

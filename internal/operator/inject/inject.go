@@ -16,7 +16,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -70,6 +72,15 @@ type Params struct {
 	// Memory (tmpfs, charged to the sidecar's memory: see
 	// sidecarContainer).
 	BodyStoreMedium corev1.StorageMedium
+
+	// RunAsUser and RunAsGroup set the sidecar's uid and gid; nil leaves
+	// them unset: the image's numeric USER (65532), or what the pod's
+	// securityContext or OpenShift's SCC assigns.
+	RunAsUser, RunAsGroup *int64
+	// DrainDelay is the sidecar's drain delay unless the pod's
+	// AnnotationDrainDelay sets one; nil means DefaultDrainDelay. It is
+	// cut to half the pod's grace period (see shutdown).
+	DrainDelay *time.Duration
 }
 
 // SecretFile is one key of a Secret, projected as a file of SecretsDir.
@@ -124,6 +135,17 @@ func (p Params) validate() error {
 		return fmt.Errorf("params: body store medium %q is neither the default nor Memory", p.BodyStoreMedium)
 	case p.BodyStoreMedium != corev1.StorageMediumDefault && p.BodyStoreSize == 0:
 		return errors.New("params: a body store medium without a size")
+	}
+	for _, id := range []struct {
+		name string
+		v    *int64
+	}{{"--sidecar-run-as-user", p.RunAsUser}, {"--sidecar-run-as-group", p.RunAsGroup}} {
+		if id.v != nil && *id.v < 1 {
+			return fmt.Errorf("%s: must be > 0, the sidecar runs as non-root (got %d)", id.name, *id.v)
+		}
+	}
+	if d := p.DrainDelay; d != nil && (*d < 0 || *d > MaxDrainDelay) {
+		return fmt.Errorf("--sidecar-drain-delay: must be between 0s and %s (got %s)", MaxDrainDelay, *d)
 	}
 	port, admin := p.ports()
 	if port < 1 || port > 65535 {
@@ -181,6 +203,19 @@ func mutate(pod *corev1.Pod, p Params) error {
 		}
 	}
 
+	ov, err := PodOverrides(pod)
+	if err != nil {
+		return err
+	}
+	def := DefaultDrainDelay
+	if p.DrainDelay != nil {
+		def = *p.DrainDelay
+	}
+	drain, timeout, err := shutdown(gracePeriod(spec), def, ov.DrainDelay)
+	if err != nil {
+		return err
+	}
+
 	app, err := frontedPort(pod)
 	if err != nil {
 		return err
@@ -202,8 +237,12 @@ func mutate(pod *corev1.Pod, p Params) error {
 		appPort.Name = ""
 	}
 
-	sidecar := sidecarContainer(p, portName, appPort.ContainerPort)
-	spec.InitContainers = append([]corev1.Container{sidecar}, spec.InitContainers...)
+	sidecar, err := sidecarContainer(p, portName, appPort.ContainerPort, ov, drain, timeout)
+	if err != nil {
+		return err
+	}
+	at := sidecarIndex(spec.InitContainers)
+	spec.InitContainers = slices.Insert(spec.InitContainers, at, sidecar)
 	spec.Volumes = append(spec.Volumes, stateVolume())
 	if p.xdsToken() {
 		spec.Volumes = append(spec.Volumes, xdsTokenVolume(p.TokenAudience))
@@ -231,6 +270,13 @@ func mutate(pod *corev1.Pod, p Params) error {
 	pod.Annotations[AnnotationConfigHash] = p.podHash()
 	pod.Annotations[AnnotationUpstreamPort] = strconv.Itoa(int(appPort.ContainerPort))
 	pod.Annotations[AnnotationInjected] = "true"
+	// Under Istio, kubelet probes and Prometheus scrapes of the admin
+	// port would otherwise go through the mesh proxy, which refuses them
+	// in plaintext under STRICT mTLS.
+	if istioInjected(pod) {
+		_, admin := p.ports()
+		pod.Annotations[IstioExcludeInboundPorts] = excludeInboundPort(pod.Annotations[IstioExcludeInboundPorts], admin)
+	}
 	return nil
 }
 

@@ -67,10 +67,6 @@ const (
 	// DefaultAdminPort is the sidecar's admin port when the tier sets
 	// none.
 	DefaultAdminPort int32 = 15190
-
-	// SidecarUID is the user and group id the sidecar runs as (the
-	// distroless "nonroot" user).
-	SidecarUID int64 = 65532
 )
 
 // Environment variables of the sidecar container. No secret value is ever

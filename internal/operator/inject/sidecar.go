@@ -3,6 +3,7 @@ package inject
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -49,12 +50,16 @@ const derivedSlack = 80 * mi
 // limit: 90% of it, rounded down to a whole Mi (at least 1Mi), so the Go
 // runtime's soft limit sits below the kernel's hard one.
 func goMemoryLimit(limit resource.Quantity) string {
-	v := limit.Value()
-	n := (v/10*9 + v%10*9/10) / mi
-	return strconv.FormatInt(max(n, 1), 10) + "Mi"
+	return strconv.FormatInt(max(goMemoryBytes(limit)/mi, 1), 10) + "Mi"
 }
 
-func sidecarContainer(p Params, portName string, appPort int32) corev1.Container {
+// goMemoryBytes is 90% of limit, rounded down to a whole Mi.
+func goMemoryBytes(limit resource.Quantity) int64 {
+	v := limit.Value()
+	return (v/10*9 + v%10*9/10) / mi * mi
+}
+
+func sidecarContainer(p Params, portName string, appPort int32, ov Overrides, drain, timeout time.Duration) (corev1.Container, error) {
 	port, admin := p.ports()
 	args := []string{
 		fmt.Sprintf("--listen=:%d", port),
@@ -63,6 +68,8 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 		"--tier=" + p.Tier,
 		"--state-dir=" + StateDir,
 		"--log-format=json",
+		"--drain-delay=" + drain.String(),
+		"--shutdown-timeout=" + timeout.String(),
 	}
 	mounts := []corev1.VolumeMount{{Name: VolumeName, MountPath: StateDir}}
 	if p.ControlPlane != "" {
@@ -92,12 +99,6 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 	var res corev1.ResourceRequirements
 	if p.Resources != nil {
 		res = *p.Resources.DeepCopy()
-		if limit, ok := res.Limits[corev1.ResourceMemory]; ok {
-			// The Go heap gets 90% of what the tmpfs leaves (admission
-			// keeps at least 64Mi for it).
-			limit.Sub(*resource.NewQuantity(tmpfs, resource.BinarySI))
-			args = append(args, "--memory-limit="+goMemoryLimit(limit))
-		}
 	} else {
 		// The sidecar's own --memory-limit=auto derives the Go limit from
 		// l1.maxSize alone, which stays right: the tmpfs is not heap.
@@ -112,6 +113,22 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 			},
 			Limits: corev1.ResourceList{corev1.ResourceMemory: mem.DeepCopy()},
 		}
+	}
+	res, err := ov.applyResources(res)
+	if err != nil {
+		return corev1.Container{}, err
+	}
+	_, memAnnotated := ov.Limits[corev1.ResourceMemory]
+	if limit, ok := res.Limits[corev1.ResourceMemory]; ok && (p.Resources != nil || memAnnotated) {
+		// The Go heap gets 90% of what the tmpfs leaves (admission
+		// keeps at least 64Mi for it when the tier sets the limit).
+		limit.Sub(*resource.NewQuantity(tmpfs, resource.BinarySI))
+		goLimit := goMemoryLimit(limit)
+		if memAnnotated && goMemoryBytes(limit) < minGoMemory {
+			return corev1.Container{}, fmt.Errorf("annotation %s: %s leaves the sidecar's Go runtime %s (90%% of the limit less a Memory body store of %s), below its %s minimum; raise the limit",
+				AnnotationMemoryLimit, ov.Limits.Memory(), goLimit, tierconfig.Size(tmpfs), tierconfig.Size(minGoMemory))
+		}
+		args = append(args, "--memory-limit="+goLimit)
 	}
 
 	always := corev1.ContainerRestartPolicyAlways
@@ -131,16 +148,20 @@ func sidecarContainer(p Params, portName string, appPort int32) corev1.Container
 		LivenessProbe:  httpProbe("/healthz", admin, 10, 3),
 		StartupProbe:   httpProbe("/healthz", admin, 1, 30),
 		RestartPolicy:  &always,
+		// No uid or gid unless the operator sets one: the image's USER is
+		// numeric (65532), which satisfies runAsNonRoot anywhere, and
+		// OpenShift's restricted SCC refuses a uid outside the
+		// namespace's range but assigns one to a container without.
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
-			RunAsUser:                ptr.To(SidecarUID),
-			RunAsGroup:               ptr.To(SidecarUID),
+			RunAsUser:                p.RunAsUser,
+			RunAsGroup:               p.RunAsGroup,
 			ReadOnlyRootFilesystem:   ptr.To(true),
 			AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
-	}
+	}, nil
 }
 
 func env(p Params) []corev1.EnvVar {
