@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/generate.sh — regenerate what controller-gen derives from the API types
 # in internal/api: the deep-copy functions and the CRD in config/crd/ (and its
-# copy in the chart, when the chart exists).
+# copy in the chart, files/crds/, which templates/crds.yaml installs, when the
+# chart exists).
 #
 #   hack/generate.sh          write the generated files (make generate)
 #   hack/generate.sh --check  generate into a scratch copy and fail, with the
@@ -17,8 +18,8 @@ gen() {
   local root="$1"
   (cd "$root" && "$cg" object paths=./internal/api/... \
     crd paths=./internal/api/... output:crd:artifacts:config=config/crd)
-  if [[ -d "$root/charts/tiercache/crds" ]]; then
-    cp "$root"/config/crd/*.yaml "$root/charts/tiercache/crds/"
+  if [[ -d "$root/charts/tiercache/files/crds" ]]; then
+    cp "$root"/config/crd/*.yaml "$root/charts/tiercache/files/crds/"
   fi
 }
 
@@ -35,13 +36,13 @@ mkdir -p "$scratch/internal" "$scratch/config"
 cp go.mod go.sum "$scratch/"
 cp -r internal/api "$scratch/internal/"
 cp -r config/crd "$scratch/config/"
-if [[ -d charts/tiercache/crds ]]; then
-  mkdir -p "$scratch/charts/tiercache"
-  cp -r charts/tiercache/crds "$scratch/charts/tiercache/"
+if [[ -d charts/tiercache/files/crds ]]; then
+  mkdir -p "$scratch/charts/tiercache/files"
+  cp -r charts/tiercache/files/crds "$scratch/charts/tiercache/files/"
 fi
 gen "$scratch"
 status=0
-for d in internal/api config/crd charts/tiercache/crds; do
+for d in internal/api config/crd charts/tiercache/files/crds; do
   [[ -d "$d" ]] || continue
   if ! diff -ru "$d" "$scratch/$d"; then
     status=1

@@ -14,6 +14,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/yaml"
 )
 
 func TestLintStrict(t *testing.T) {
@@ -40,7 +43,7 @@ func TestLintStrict(t *testing.T) {
 func TestGolden(t *testing.T) {
 	for _, c := range valuesCases(t) {
 		t.Run(c.name, func(t *testing.T) {
-			got := render(t, c)
+			got := elideCRDSpecs(render(t, c))
 			path := filepath.Join("testdata", "golden", c.name+".yaml")
 			if *update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -84,15 +87,20 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestCRDsAreConfigCRD: the chart installs exactly the generated CRDs
-// (hack/generate.sh copies them; make generate keeps both).
+// TestCRDsAreConfigCRD: the chart carries exactly the generated CRDs in
+// files/crds (hack/generate.sh copies them; make generate keeps both), and
+// has no crds/ directory, which Helm would install on its own, once, and
+// never upgrade (templates/crds.yaml installs and upgrades them).
 func TestCRDsAreConfigCRD(t *testing.T) {
 	root := repoRoot(t)
+	if _, err := os.Stat(filepath.Join(chartDir(t), "crds")); !os.IsNotExist(err) {
+		t.Errorf("charts/tiercache/crds exists (%v): Helm would install it besides templates/crds.yaml and the install would fail; the CRDs belong in files/crds", err)
+	}
 	src, err := filepath.Glob(filepath.Join(root, "config", "crd", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst, err := filepath.Glob(filepath.Join(chartDir(t), "crds", "*.yaml"))
+	dst, err := filepath.Glob(filepath.Join(chartDir(t), "files", "crds", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +115,7 @@ func TestCRDsAreConfigCRD(t *testing.T) {
 		return strings.Join(b, " ")
 	}
 	if names(src) != names(dst) {
-		t.Fatalf("config/crd has [%s], charts/tiercache/crds has [%s]: run make generate", names(src), names(dst))
+		t.Fatalf("config/crd has [%s], charts/tiercache/files/crds has [%s]: run make generate", names(src), names(dst))
 	}
 	for i := range src {
 		a, err := os.ReadFile(src[i])
@@ -119,9 +127,99 @@ func TestCRDsAreConfigCRD(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(a, b) {
-			t.Errorf("charts/tiercache/crds/%s differs from config/crd: run make generate", filepath.Base(src[i]))
+			t.Errorf("charts/tiercache/files/crds/%s differs from config/crd: run make generate", filepath.Base(src[i]))
 		}
 	}
+}
+
+// TestCRDTemplateIsConfigCRD: with crds.enabled (the default) every values
+// case renders each CRD of config/crd as it is but for the chart's labels
+// and, with crds.keep, Helm's keep annotation; with crds.enabled=false
+// none.
+func TestCRDTemplateIsConfigCRD(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "crd", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]any{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd map[string]any
+		if err := yaml.Unmarshal(raw, &crd); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		want[crd["metadata"].(map[string]any)["name"].(string)] = crd
+	}
+	check := func(t *testing.T, manifest string, keep bool) {
+		t.Helper()
+		crds := byKind(parseObjects(t, manifest), "CustomResourceDefinition")
+		if len(crds) != len(want) {
+			t.Fatalf("%d CRDs rendered, want the %d of config/crd", len(crds), len(want))
+		}
+		for _, o := range crds {
+			got := o.u.DeepCopy()
+			if got.GetLabels()["app.kubernetes.io/managed-by"] != "Helm" || got.GetLabels()["app.kubernetes.io/instance"] != releaseName {
+				t.Errorf("%s labels %v lack the release's", o, got.GetLabels())
+			}
+			ann := got.GetAnnotations()
+			if (ann["helm.sh/resource-policy"] == "keep") != keep {
+				t.Errorf("%s annotations %v: want helm.sh/resource-policy keep %v", o, ann, keep)
+			}
+			delete(ann, "helm.sh/resource-policy")
+			got.SetAnnotations(ann)
+			got.SetLabels(nil)
+			w, ok := want[got.GetName()]
+			if !ok {
+				t.Errorf("%s is not in config/crd", o)
+				continue
+			}
+			if !equality.Semantic.DeepEqual(got.Object, w) {
+				gotYAML, _ := yaml.Marshal(got.Object)
+				wantYAML, _ := yaml.Marshal(w)
+				d, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{A: difflib.SplitLines(string(wantYAML)), B: difflib.SplitLines(string(gotYAML)), FromFile: "config/crd", ToFile: "rendered", Context: 2})
+				t.Errorf("%s differs from config/crd beyond labels and annotations:\n%s", o, d)
+			}
+		}
+	}
+	for _, c := range valuesCases(t) {
+		t.Run(c.name, func(t *testing.T) { check(t, render(t, c), true) })
+	}
+	t.Run("crds.keep=false", func(t *testing.T) {
+		check(t, helm(t, "template", releaseName, chartDir(t), "--namespace", releaseNS, "--set", "crds.keep=false"), false)
+	})
+	t.Run("crds.enabled=false", func(t *testing.T) {
+		out := helm(t, "template", releaseName, chartDir(t), "--namespace", releaseNS, "--set", "crds.enabled=false")
+		if n := len(byKind(parseObjects(t, out), "CustomResourceDefinition")); n != 0 {
+			t.Errorf("%d CRDs rendered with crds.enabled=false", n)
+		}
+	})
+}
+
+// elideCRDSpecs replaces the spec of every CustomResourceDefinition in a
+// manifest with a note: the goldens would otherwise repeat the whole
+// generated schema once per values case, and change with every API field.
+// TestCRDTemplateIsConfigCRD checks the specs instead.
+func elideCRDSpecs(manifest string) string {
+	var b strings.Builder
+	crd, skip := false, false
+	for _, l := range strings.SplitAfter(manifest, "\n") {
+		switch {
+		case l == "---\n":
+			crd, skip = false, false
+		case l == "kind: CustomResourceDefinition\n":
+			crd = true
+		case crd && l == "spec:\n":
+			b.WriteString("spec: {} # elided: files/crds as generated (TestCRDTemplateIsConfigCRD)\n")
+			skip = true
+		}
+		if !skip {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
 
 // TestObjectsDecodeStrictly decodes every rendered object of a built-in
@@ -142,6 +240,7 @@ func TestObjectsDecodeStrictly(t *testing.T) {
 		"NetworkPolicy":                  func() any { return &networkingv1.NetworkPolicy{} },
 		"MutatingWebhookConfiguration":   func() any { return &admissionregistrationv1.MutatingWebhookConfiguration{} },
 		"ValidatingWebhookConfiguration": func() any { return &admissionregistrationv1.ValidatingWebhookConfiguration{} },
+		"CustomResourceDefinition":       func() any { return &apiextensionsv1.CustomResourceDefinition{} },
 	}
 	// Kinds of CRDs the chart does not own, checked by the goldens only.
 	foreign := map[string]bool{"ServiceMonitor": true, "PodMonitor": true, "PrometheusRule": true, "Certificate": true, "Issuer": true}
