@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -332,6 +333,7 @@ spec:
 	sidecarURL := map[string]string{}
 	adminURL := map[string]string{}
 	secretsOf := map[string]string{} // pod → its projected secrets directory
+	procs := map[string]*proc{}
 	for _, name := range []string{"web-0", "web-1"} {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: name, Labels: map[string]string{"app": "web"},
@@ -401,7 +403,11 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !contains(args, "--drain-delay=5s") || !contains(args, "--shutdown-timeout=25s") {
+			t.Fatalf("injected args %q lack the drain delay and shutdown timeout of a pod with the default grace period", args)
+		}
 		p := start(t, name, bins.sidecar, args, envs)
+		procs[name] = p
 		waitTCP(t, p, listen, 30*time.Second)
 		sidecarURL[name], adminURL[name] = "http://"+listen, "http://"+adminAddr
 		secretsOf[name] = secretsDir
@@ -550,6 +556,35 @@ spec:
 			t.Fatalf("%s not ready without the operator: %v %v", name, err, resp)
 		}
 		resp.Body.Close()
+	}
+
+	// 13. A pod's shutdown, with the injected drain delay: SIGTERM to
+	// web-1's sidecar, as the kubelet sends it once the app has exited.
+	// It reports not ready at once and keeps serving from its cache while
+	// endpoints would update, then exits by itself.
+	sc := procs["web-1"]
+	if err := sc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "web-1 reports not ready after SIGTERM", 4*time.Second, func() error {
+		resp, err := http.Get(adminURL["web-1"] + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return fmt.Errorf("/readyz %d, want 503", resp.StatusCode)
+		}
+		return nil
+	})
+	expectXCache(t, b+"/hello", "HIT")
+	select {
+	case <-sc.done:
+	case <-time.After(5*time.Second + 25*time.Second + 5*time.Second):
+		t.Fatal("web-1's sidecar did not exit within its drain delay and shutdown timeout")
+	}
+	if sc.err != nil {
+		t.Logf("web-1's sidecar exited with %v (Redis and the operator are down)", sc.err)
 	}
 }
 

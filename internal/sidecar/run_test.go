@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -322,23 +323,80 @@ func TestMemoryLimitFollowsL1UnlessTheOperatorSetsOne(t *testing.T) {
 	}
 }
 
+// TestDuringTheDrainDelayItServesButReportsNotReady: on shutdown (SIGTERM
+// in a pod) readiness fails first; a request already in flight and new
+// requests during the drain delay are served; then Run returns.
 func TestDuringTheDrainDelayItServesButReportsNotReady(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
 		_, _ = io.WriteString(w, "still here")
 	}))
 	defer origin.Close()
-	s := start(t, origin.URL, "--drain-delay", "300ms")
+	var releaseOnce sync.Once
+	releaseOrigin := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseOrigin() // before origin.Close, also when the test fails
+	s := start(t, origin.URL, "--drain-delay", "2s")
+
+	inflight := make(chan error, 1)
+	go func() {
+		resp, err := s.client.Get("http://" + s.addrs.Serve + "/slow")
+		if err != nil {
+			inflight <- err
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || string(body) != "still here" {
+			inflight <- fmt.Errorf("%d %q %v", resp.StatusCode, body, err)
+			return
+		}
+		inflight <- nil
+	}()
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the in-flight request did not reach the origin")
+	}
 	s.cancel()
-	time.Sleep(50 * time.Millisecond)
-	if resp, _ := s.get(t, "http://"+s.addrs.Admin+"/readyz"); resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz during the drain delay: %d, want 503", resp.StatusCode)
+	deadline := time.Now().Add(time.Second)
+	for {
+		resp, _ := s.get(t, "http://"+s.addrs.Admin+"/readyz")
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %d a second after shutdown began, want 503 during the drain delay", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if resp, body := s.get(t, "http://"+s.addrs.Serve+"/x"); resp.StatusCode != 200 || body != "still here" {
-		t.Fatalf("a request during the drain delay: %d %q", resp.StatusCode, body)
+		t.Fatalf("a new request during the drain delay: %d %q", resp.StatusCode, body)
+	}
+	select {
+	case err := <-s.done:
+		t.Fatalf("Run returned during the drain delay: %v", err)
+	default:
+	}
+	releaseOrigin()
+	if err := <-inflight; err != nil {
+		t.Fatalf("the request in flight at shutdown: %v", err)
 	}
 	s.client.CloseIdleConnections()
-	if err := <-s.done; err != nil {
-		t.Fatalf("Run: %v", err)
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the drain delay")
 	}
 }
 
