@@ -173,10 +173,9 @@ func podState(p *corev1.Pod) string {
 		return "not injected"
 	case p.DeletionTimestamp != nil:
 		return "terminating"
+	case p.Status.Phase == "", p.Status.Phase == corev1.PodPending && p.Spec.NodeName == "":
+		return "not scheduled"
 	case p.Status.Phase != corev1.PodRunning:
-		if p.Status.Phase == "" {
-			return "not scheduled"
-		}
 		return strings.ToLower(string(p.Status.Phase))
 	}
 	return ""

@@ -2,14 +2,17 @@ package kubectlplugin
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -48,11 +51,30 @@ func newAPIServerPods(cfg *rest.Config) (*apiServerPods, error) {
 }
 
 func (a *apiServerPods) Metrics(ctx context.Context, pod *corev1.Pod, port int32) ([]byte, error) {
-	return a.cs.CoreV1().RESTClient().Get().
+	b, err := a.cs.CoreV1().RESTClient().Get().
 		Namespace(pod.Namespace).Resource("pods").Name(pod.Name+":"+strconv.Itoa(int(port))).
 		SubResource("proxy").Suffix("metrics").
 		SetHeader("Accept", textFormat).
 		Do(ctx).Raw()
+	if err != nil {
+		return nil, proxyError(err, b)
+	}
+	return b, nil
+}
+
+// proxyError says why the pod proxy failed: the message of the Status the
+// API server answered ("error trying to reach service: dial tcp ...:
+// connection refused"), or the text the pod answered, rather than the
+// generic message client-go makes of the status code.
+func proxyError(err error, body []byte) error {
+	var st metav1.Status
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Message != "" {
+		return fmt.Errorf("pod proxy: %s", st.Message)
+	}
+	if text := strings.TrimSpace(string(body)); text != "" {
+		return fmt.Errorf("pod proxy: %w: %.200q", err, text)
+	}
+	return err
 }
 
 func (a *apiServerPods) Forward(ctx context.Context, pod *corev1.Pod, port int32) (string, func(), error) {

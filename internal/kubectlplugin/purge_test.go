@@ -281,6 +281,9 @@ func TestPurgeCommandLinesThatCannotRunAreUsageErrors(t *testing.T) {
 func TestPurgeTargetsTheRunningSidecarsReadyOnesFirstWithL2(t *testing.T) {
 	pod := func(name string, injected bool, phase corev1.PodPhase, ready, deleting bool) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{Phase: phase}}
+		if phase != "" {
+			p.Spec.NodeName = "node-1"
+		}
 		if injected {
 			p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName}}
 		}
@@ -300,8 +303,10 @@ func TestPurgeTargetsTheRunningSidecarsReadyOnesFirstWithL2(t *testing.T) {
 		pod("e-leaving", true, corev1.PodRunning, true, true),
 		pod("f-ready", true, corev1.PodRunning, true, false),
 		pod("g-unscheduled", true, "", false, false),
+		pod("h-unscheduled", true, corev1.PodPending, false, false),
 	}
-	skipped := []string{"c-pending: pending", "d-plain: not injected", "e-leaving: terminating", "g-unscheduled: not scheduled"}
+	pods[len(pods)-1].Spec.NodeName = ""
+	skipped := []string{"c-pending: pending", "d-plain: not injected", "e-leaving: terminating", "g-unscheduled: not scheduled", "h-unscheduled: not scheduled"}
 	cases := []struct {
 		name string
 		l2   bool

@@ -286,7 +286,7 @@ func (r *runner) printStatus(rep *statusReport, output string) error {
 				what = "metrics unavailable"
 				notes = append(notes, l.Name+": "+l.Error)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\n", l.Name, ready, what)
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Name, ready, what)
 			continue
 		}
 		config := l.Config

@@ -221,8 +221,8 @@ func podIP(t *testing.T) string {
 }
 
 // createPod creates a pod of the tier as injection leaves it, with the
-// sidecar's admin port adminPort, and gives it the status of a running
-// pod at ip (ready or not); phase "" leaves it unscheduled.
+// sidecar's admin port adminPort, and gives it a node and the status of
+// a pod in phase at ip (ready or not); phase "" leaves it unscheduled.
 func createPod(t *testing.T, tier *v1alpha1.CacheTier, name string, injected bool, adminPort int32, ip string, phase corev1.PodPhase, ready bool) *corev1.Pod {
 	t.Helper()
 	c := needCluster(t)
@@ -242,6 +242,9 @@ func createPod(t *testing.T, tier *v1alpha1.CacheTier, name string, injected boo
 				{Name: inject.AdminPortName, ContainerPort: adminPort},
 			},
 		}}
+	}
+	if phase != "" {
+		p.Spec.NodeName = "node-1"
 	}
 	ctx := context.Background()
 	if err := c.Create(ctx, p); err != nil {
