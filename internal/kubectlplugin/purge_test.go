@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -427,6 +428,20 @@ func TestPurgeWithL2GoesToTheFirstReadySidecarThatAnswersAndReachesEveryReplica(
 		})
 	}
 
+	t.Run("a refusal stops the purge: every sidecar of the tier would refuse it alike", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(file, []byte("not-the-tiers-token-000"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := run(t, Options{Pods: podsThroughAPIServer(t)}, "purge", "web", "-n", ns, "--url", "/page", "--purge-token-file", file, "-o", "json")
+		if r.code() != 1 || !strings.Contains(r.err.Error(), "sidecar web-2 refused the purge with 401") {
+			t.Fatalf("purge with a wrong token: exit %d, err %v; want 1 naming web-2's 401", r.code(), r.err)
+		}
+		if rep, _ := purgeJSON(t, r); !slices.Equal(sidecars(rep), []string{"web-1-gone", "web-2"}) {
+			t.Fatalf("purge went to %v, want no pod after web-2's refusal", sidecars(rep))
+		}
+	})
+
 	t.Run("when L2 fails the purge goes to every pod and fails", func(t *testing.T) {
 		rs.Stop()
 		r := run(t, Options{Pods: podsThroughAPIServer(t)}, "purge", "web", "-n", ns, "--url", "/page", "-o", "json")
@@ -450,4 +465,32 @@ func closedPort(t *testing.T, ip string) int32 {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	return int32(port)
+}
+
+func TestPurgeDoesNotFollowARedirectWithTheToken(t *testing.T) {
+	ns := namespace(t)
+	tier := createTier(t, ns, "web", v1alpha1.CacheTierSpec{})
+	generatedSecret(t, tier, "token-of-web-0123456789")
+	leaked := make(chan string, 1)
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case leaked <- r.Header.Get("Authorization"):
+		default:
+		}
+		fmt.Fprint(w, `{"purged":0}`)
+	}))
+	defer elsewhere.Close()
+	redirecting := httptest.NewServer(http.RedirectHandler(elsewhere.URL+"/purge", http.StatusTemporaryRedirect))
+	defer redirecting.Close()
+
+	r := run(t, Options{}, "purge", "web", "-n", ns, "--address", strings.TrimPrefix(redirecting.URL, "http://"), "--url", "/a", "-o", "json")
+	select {
+	case h := <-leaked:
+		t.Fatalf("the redirect was followed: the other server got Authorization %q", h)
+	default:
+	}
+	rep, _ := purgeJSON(t, r)
+	if r.code() != 1 || len(rep.Answers) != 1 || rep.Answers[0].Status != http.StatusTemporaryRedirect {
+		t.Fatalf("purge through a redirect: exit %d, answers %+v; want 1 and the 307 itself", r.code(), rep.Answers)
+	}
 }

@@ -266,6 +266,11 @@ func TestParseMetrics(t *testing.T) {
 			err:  "not a Tiercache sidecar's metrics",
 		},
 		{
+			name: "a page larger than 8 MiB is refused before it is parsed",
+			page: append(page(`tiercache_requests_total{result="miss"} 1`), strings.Repeat("# padding\n", maxMetricsBodyBytes/10+1)...),
+			err:  "is larger than",
+		},
+		{
 			name: "text that is no metrics page is an error",
 			page: []byte("<html>502 Bad Gateway</html>\n"),
 			err:  "parsing the metrics page",
