@@ -106,6 +106,15 @@ func TestExplainUsesTheSidecarsRulesAndKey(t *testing.T) {
 			},
 		},
 		{
+			name: "a percent-encoded path is matched decoded, as the origin routes it",
+			url:  "http://shop.example/%61pi/cart",
+			check: func(t *testing.T, e explanation) {
+				if e.MatchedPath != "/api/cart" || e.Rule != "api" || !e.Bypass || e.Key.Path != "/%61pi/cart" {
+					t.Fatalf("matched %q under %q (bypass %v), keyed path %q; want /api/cart under api, bypassed, keyed as received", e.MatchedPath, e.Rule, e.Bypass, e.Key.Path)
+				}
+			},
+		},
+		{
 			name:    "keyed header and cookie values join the key",
 			url:     "/home",
 			headers: []string{"Host: Shop.Example:80", "Accept-Language: fr", "Accept-Language: de", "Cookie: theme=dark; session=abc"},
