@@ -29,7 +29,7 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/ (tiercache-sidecar, demo-origin, loadgen, ...)
+build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache, demo-origin, loadgen)
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in sidecar) n=$(BIN_NAME_sidecar) ;; operator) n=$(BIN_NAME_operator) ;; *) n=$$d ;; esac; \
