@@ -188,6 +188,10 @@ type lifetimes struct {
 	HeuristicPercent     float64 `json:"heuristicPercent,omitempty"`
 	HeuristicMaxTTL      string  `json:"heuristicMaxTTL,omitempty"`
 	AllowSetCookie       bool    `json:"allowSetCookie,omitempty"`
+	// TargetedFields are the targeted cache-control fields (RFC 9213)
+	// that decide instead of Cache-Control when a response carries one,
+	// as the tier names them (the policy holds them canonicalized).
+	TargetedFields []string `json:"targetedFields,omitempty"`
 	// From says where ttl, maxTTL and the stale windows come from: the
 	// rule or the tier's defaults.
 	From map[string]string `json:"from,omitempty"`
@@ -280,8 +284,8 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		StaleWhileRevalidate: dur(p.StaleWhileRevalidate), StaleIfError: dur(p.StaleIfError),
 		FallbackTTL: dur(p.FallbackTTL), NegativeTTL: dur(p.NegativeTTL),
 		HeuristicPercent: p.HeuristicFraction * 100, HeuristicMaxTTL: dur(p.HeuristicMax),
-		AllowSetCookie: p.AllowSetCookie,
-		From:           map[string]string{"staleWhileRevalidate": "tier", "staleIfError": "tier"},
+		AllowSetCookie: p.AllowSetCookie, TargetedFields: c.Config.Defaults.TargetedFields(),
+		From: map[string]string{"staleWhileRevalidate": "tier", "staleIfError": "tier"},
 	}
 	if conf != nil {
 		if conf.StaleWhileRevalidate != nil {
@@ -427,6 +431,11 @@ func printExplanation(out io.Writer, e *explanation, output string) error {
 	p("  fallbackTTL           %s (tier)", orDash(l.FallbackTTL))
 	p("  negativeTTL           %s (tier, 404 and 410)", orDash(l.NegativeTTL))
 	p("  heuristic             %g%% of the age since Last-Modified, at most %s (tier)", l.HeuristicPercent, orDash(l.HeuristicMaxTTL))
+	if len(l.TargetedFields) > 0 {
+		p("  targeted fields       %s (the first a response carries decides instead of Cache-Control and Expires)", strings.Join(l.TargetedFields, ", "))
+	} else {
+		p("  targeted fields       none (Cache-Control and Expires decide)")
+	}
 	if l.AllowSetCookie {
 		p("  allowSetCookie        true (responses with Set-Cookie are stored, without it)")
 	}

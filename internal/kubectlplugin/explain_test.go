@@ -178,7 +178,8 @@ func TestExplainUsesTheSidecarsRulesAndKey(t *testing.T) {
 			check: func(t *testing.T, e explanation) {
 				l := e.Lifetimes
 				if e.Rule != "default" || len(matching(e)) != 0 || len(e.Rules) != 5 || e.Key.KeyedQuery != "x=1" ||
-					l.TTL != "" || l.FallbackTTL != "5m0s" || l.NegativeTTL != "10s" || l.StaleIfError != "1h0m0s" || l.HeuristicPercent != 10 {
+					l.TTL != "" || l.FallbackTTL != "5m0s" || l.NegativeTTL != "10s" || l.StaleIfError != "1h0m0s" || l.HeuristicPercent != 10 ||
+					!slices.Equal(l.TargetedFields, []string{"CDN-Cache-Control"}) {
 					t.Fatalf("rule %q rules %+v key %+v lifetimes %+v, want default with the tier's lifetimes", e.Rule, e.Rules, e.Key, l)
 				}
 			},
@@ -214,6 +215,7 @@ func TestExplainUsesTheSidecarsRulesAndKey(t *testing.T) {
 			`(?m)^  query +v=3&utm_source=mail → "v=3" \(drops utm_\*; sorted by name\)$`,
 			`(?m)^  ttl +24h0m0s \(replaces the origin's freshness; not for requests with Authorization or Cookie\)$`,
 			`(?m)^  staleIfError +1h0m0s \(tier\)$`,
+			`(?m)^  targeted fields +CDN-Cache-Control \(the first a response carries decides instead of Cache-Control and Expires\)$`,
 		} {
 			if !regexp.MustCompile(want).MatchString(r.out) {
 				t.Errorf("explain printed:\n%s\nno line matches %s", r.out, want)
