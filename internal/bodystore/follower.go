@@ -51,10 +51,10 @@ type Follower struct {
 }
 
 // wait blocks until there are bytes after f.pos, and returns how many;
-// io.EOF when the body is committed and all read; the writer's error when
-// it broke or was aborted and every byte written before is read; ErrClosed
-// when f is closed. (The temp file of an aborted writer is unlinked, but
-// f's descriptor still reads it.)
+// io.EOF when the body is committed (and released, see HoldEnd) and all
+// read; the writer's error when it broke or was aborted and every byte
+// written before is read; ErrClosed when f is closed. (The temp file of
+// an aborted writer is unlinked, but f's descriptor still reads it.)
 func (f *Follower) wait() (int64, error) {
 	if f.err != nil {
 		return 0, f.err
@@ -62,18 +62,28 @@ func (f *Follower) wait() (int64, error) {
 	w := f.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for f.pos >= w.written && w.state == writing && w.err == nil && !f.closed {
+	for f.pos >= w.shown() && (w.state == writing || w.held) && w.err == nil && !f.closed {
 		w.cond.Wait()
 	}
 	switch {
 	case f.closed:
 		return 0, ErrClosed
-	case f.pos < w.written:
-		return w.written - f.pos, nil
+	case f.pos < w.shown():
+		return w.shown() - f.pos, nil
 	case w.err != nil:
 		return 0, w.abortErr()
 	}
-	return 0, io.EOF // committed, all read
+	return 0, io.EOF // committed, released, all read
+}
+
+// shown is how much of the body followers may read: what is written,
+// but the last byte of an announced length while the end is held; w.mu
+// held.
+func (w *Writer) shown() int64 {
+	if w.held && w.err == nil && w.hint > 0 && w.written == w.hint {
+		return w.written - 1
+	}
+	return w.written
 }
 
 // errCut is what a follower gets when the file holds fewer bytes than the

@@ -40,6 +40,9 @@ type Writer struct {
 	written int64 // body bytes in the file
 	state   writerState
 	err     error // the error that broke the writer
+	// held: followers are not shown the body's end (HoldEnd) until
+	// Release.
+	held bool
 
 	reserved int64 // guarded by s.mu
 }
@@ -213,6 +216,28 @@ func (w *Writer) commit(meta func(entry.BodyFile) []byte) error {
 	s.addLocked(&item{id: w.id, size: size, body: w.written, crc: w.crc, who: who})
 	s.mu.Unlock()
 	return nil
+}
+
+// HoldEnd keeps the body's end from followers until Release: they read
+// every byte but the last of a body whose length was announced (a client
+// that knows the length has the whole response with its last byte), and
+// no body's io.EOF, even once it is committed. A fill uses it to store its
+// response, and hand it to its waiters, before any client has all of it,
+// so that what a client asks next finds it stored. A writer that breaks or
+// is aborted shows everything written, as without HoldEnd. Call it before
+// the first Follow.
+func (w *Writer) HoldEnd() {
+	w.mu.Lock()
+	w.held = true
+	w.mu.Unlock()
+}
+
+// Release lets followers read the body's end (see HoldEnd).
+func (w *Writer) Release() {
+	w.mu.Lock()
+	w.held = false
+	w.cond.Broadcast()
+	w.mu.Unlock()
 }
 
 // Abort discards the body: the temp file is removed, the reservation

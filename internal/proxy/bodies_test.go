@@ -41,7 +41,7 @@ type fileFixture struct {
 	rec    *readFromLog
 }
 
-func newFileFixture(t *testing.T, cfgYAML string, o *origin, bo bodystore.Options) *fileFixture {
+func newFileFixture(t *testing.T, cfgYAML string, o *origin, bo bodystore.Options, more ...func(*Options)) *fileFixture {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, nil)
@@ -66,6 +66,9 @@ func newFileFixture(t *testing.T, cfgYAML string, o *origin, bo bodystore.Option
 	log := &readFromLog{}
 	f := newFixtureWith(t, cfgYAML, o, func(po *Options) {
 		po.Bodies, po.Metrics = bodies, m
+		for _, fn := range more {
+			fn(po)
+		}
 	}, func(h http.Handler) *httptest.Server {
 		srv := httptest.NewUnstartedServer(connguard.Middleware(h))
 		srv.Config.ConnContext = connguard.ConnContext

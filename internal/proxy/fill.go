@@ -215,7 +215,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		out, detached = p.fillFile(ctx, bodyW, r, c, f, e, resp, body, wd, watch, fileAbove, storeMax)
 		return out
 	}
-	data, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
+	data, held, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.
 		wd.stopStoring()
@@ -233,6 +233,13 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	wd.stop()
 	e.Body = data
 	p.keep(ctx, c, f, e, p.place(ctx, c, resp.Header, r), watch)
+	// Stored and handed to the waiters: now the client may have its
+	// final bytes, and whatever it asks next finds the entry.
+	if len(held) > 0 {
+		if _, err := bodyW.Write(held); err == nil {
+			_ = http.NewResponseController(bodyW).Flush()
+		}
+	}
 	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 }
 
@@ -472,7 +479,15 @@ var errStaleBodyGone = errors.New("origin failed and the stored response's body 
 // after the client has gone for as long as it is collecting, since the
 // fill serves everyone; with nobody left to serve it stops. complete is
 // true when the whole body was collected.
-func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, late *atomic.Bool, overflow func()) (data []byte, complete bool, err error) {
+//
+// A client that knows the body's length (hint, its Content-Length) has
+// the whole response with its final byte, and may ask again at once: so
+// the read that completes a collected body is not written to w but
+// returned as held, for the caller to send once the response is stored
+// and handed to the flight's waiters (read your own fill). A body of
+// unknown length ends for the client only when the handler returns, which
+// is after that anyway.
+func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, late *atomic.Bool, overflow func()) (data, held []byte, complete bool, err error) {
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
@@ -484,10 +499,26 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, la
 	if w != nil {
 		rc = http.NewResponseController(w)
 	}
+	send := func(b []byte) {
+		if w == nil {
+			return
+		}
+		if _, werr := w.Write(b); werr != nil {
+			w = nil
+		} else {
+			_ = rc.Flush()
+		}
+	}
 	for {
 		n, rerr := body.Read(buf)
 		if collect && late.Load() {
 			collect, data = false, nil
+		}
+		if held != nil && (n > 0 || !collect) {
+			// More than announced, or no longer stored: nothing to wait
+			// for before the client has them.
+			send(held)
+			held = nil
 		}
 		if n > 0 {
 			if collect {
@@ -498,25 +529,23 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, la
 					data = append(data, buf[:n]...)
 				}
 			}
-			if w != nil {
-				if _, werr := w.Write(buf[:n]); werr != nil {
-					w = nil
-				} else {
-					_ = rc.Flush()
-				}
+			if collect && w != nil && hint >= 0 && int64(len(data)) == hint {
+				held = data[len(data)-n:]
+			} else {
+				send(buf[:n])
 			}
 		}
 		if w == nil && !collect {
-			return nil, false, nil
+			return nil, nil, false, nil
 		}
 		if rerr == io.EOF {
 			if data == nil && collect {
 				data = []byte{}
 			}
-			return data, collect, nil
+			return data, held, collect, nil
 		}
 		if rerr != nil {
-			return nil, false, rerr
+			return nil, nil, false, rerr
 		}
 	}
 }

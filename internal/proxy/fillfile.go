@@ -222,9 +222,11 @@ func (ff *fileFill) run() outcome {
 		if ff.mem == nil {
 			ff.mem = []byte{}
 		}
-		ff.fd.end(&rest{from: ff.inMem})
 		ff.e.Body = ff.mem
 		p.keep(ff.ctx, ff.c, ff.f, ff.e, ff.pl, ff.watch)
+		// Stored and handed to the waiters: now the client's response
+		// may end.
+		ff.fd.end(&rest{from: ff.inMem})
 		return miss
 	}
 	ref, err := ff.bw.Commit(func(ref entry.BodyFile) []byte {
@@ -247,10 +249,13 @@ func (ff *fileFill) run() outcome {
 		ff.fd.end(t)
 		return miss
 	}
-	// The client's follower reads the committed file to its end.
-	ff.fd.end(&rest{from: ff.filed})
 	ff.e.File = &ref
 	p.keep(ff.ctx, ff.c, ff.f, ff.e, ff.pl, ff.watch)
+	// Stored and handed to the waiters: now the followers of the file,
+	// the client among them, may read its end (HoldEnd in begin), so
+	// that whatever they ask next finds it.
+	ff.bw.Release()
+	ff.fd.end(&rest{from: ff.filed})
 	return miss
 }
 
@@ -266,6 +271,9 @@ func (ff *fileFill) begin() bool {
 		p.log.Debug("body not stored: the body store refused it", "path", ff.r.URL.Path, "err", err)
 		return false
 	}
+	// No follower reads the body's end before the response is stored
+	// (run releases it).
+	nw.HoldEnd()
 	if !ff.fd.attach(nw) {
 		// The client could not follow the file (no descriptor left):
 		// it could not be served from it.
