@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
@@ -37,6 +38,10 @@ type flight struct {
 	// (fillfile.go), which finishes the flight; the leader's handler must
 	// not. Only the leader's goroutine reads and writes it.
 	detached bool
+
+	// waiters counts the requests that joined the flight to wait for it,
+	// so that a test can tell when a herd has gathered.
+	waiters atomic.Int32
 }
 
 // live is a response being written to a body file while waiters stream
@@ -247,6 +252,7 @@ func (p *Proxy) poll(wait time.Duration, try func() (done bool)) {
 // waiter that gives up never affects the leader's fetch.
 func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight) outcome {
 	p.m.Coalesced.Inc()
+	f.waiters.Add(1)
 	timer := time.NewTimer(c.cfg.Config.Coalescing.Timeout.Std())
 	defer timer.Stop()
 	select {
