@@ -24,6 +24,7 @@ import (
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/originconn"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -200,11 +201,15 @@ func New(o Options) (*Proxy, error) {
 
 // NewTransport returns the origin transport the proxy uses by default:
 // keep-alive connections sized for a sidecar, no transparent compression
-// (the proxy must see and store exactly what the origin sends), and bounded
-// response headers.
+// (the proxy must see and store exactly what the origin sends), bounded
+// response headers, and connections that are never reused once the origin
+// sent bytes past the end of a response (internal/originconn: they would
+// be read as the next request's response).
 func NewTransport() *http.Transport {
+	d := &originconn.Dialer{Dialer: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}}
 	return &http.Transport{
-		DialContext:            (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:            d.DialContext,
+		DialTLSContext:         d.DialTLSContext,
 		MaxIdleConns:           1024,
 		MaxIdleConnsPerHost:    1024,
 		IdleConnTimeout:        90 * time.Second,
