@@ -233,6 +233,9 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	wd.stop()
 	e.Body = data
 	p.keep(ctx, c, f, e, p.place(ctx, c, resp.Header, r), watch)
+	// The shared fetch is over too: a replica asked next finds the entry
+	// in L2 (SetShared) and no lease.
+	c.releaseLease()
 	// Stored and handed to the waiters: now the client may have its
 	// final bytes, and whatever it asks next finds the entry.
 	if len(held) > 0 {
