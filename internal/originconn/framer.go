@@ -182,87 +182,77 @@ func (f *framer) collectBlock(p []byte) (int, bool) {
 	return len(p), false
 }
 
-// lines calls each with every line of block (each ends with LF), without
-// its line end, as ReadLine reads it, until each returns false.
-func lines(block []byte, each func(line []byte) bool) {
-	for len(block) > 0 {
-		j := bytes.IndexByte(block, '\n')
-		line := block[:j]
-		block = block[j+1:]
-		if n := len(line); n > 0 && line[n-1] == '\r' {
-			line = line[:n-1]
-		}
-		if !each(line) {
-			return
-		}
+// nextLine returns the first line of block (each line ends with LF)
+// without its line end, as ReadLine reads it, and the rest.
+func nextLine(block []byte) (line, rest []byte) {
+	j := bytes.IndexByte(block, '\n')
+	line, rest = block[:j], block[j+1:]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
 	}
+	return line, rest
 }
 
 // endHeader decides, from the complete header block in hdr, how the
 // response's body is framed, as readTransfer does; it reports whether
 // the exchange ends with the block.
 func (f *framer) endHeader() bool {
+	line, rest := nextLine(f.hdr[:f.scan])
+	status, http10, ok := statusLine(line)
 	var (
-		first    = true
-		status   int
-		http10   bool
-		cls, tes [][]byte
-		lastLen  bool // the previous field line was a Content-Length or Transfer-Encoding
-		ok       = true
+		cl, te           []byte // the first values
+		cls, tes         int    // how many fields
+		clsDiffer        bool
+		lastLen          bool // the previous field line was a Content-Length or Transfer-Encoding
+		contentLength    = []byte("Content-Length")
+		transferEncoding = []byte("Transfer-Encoding")
 	)
-	lines(f.hdr[:f.scan], func(line []byte) bool {
-		if first {
-			first = false
-			status, http10, ok = statusLine(line)
-			return ok
-		}
+	for ok && len(rest) > 0 {
+		line, rest = nextLine(rest)
 		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
 			// obs-fold: net/http joins it to the previous field's value,
 			// which the framer does not follow for the fields that frame
 			// the body.
 			ok = !lastLen
-			return ok
+			continue
 		}
-		name, value, found := bytes.Cut(line, []byte(":"))
-		if !found {
+		colon := bytes.IndexByte(line, ':')
+		if colon < 0 {
 			ok = false // net/http: malformed MIME header line
-			return false
+			break
 		}
-		value = trimOWS(value)
+		name, value := line[:colon], trimOWS(line[colon+1:])
 		switch {
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			cls, lastLen = append(cls, value), true
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			tes, lastLen = append(tes, value), true
+		case bytes.EqualFold(name, contentLength):
+			if cls == 0 {
+				cl = trimSpace(value)
+			} else if !bytes.Equal(trimSpace(value), cl) {
+				clsDiffer = true
+			}
+			cls, lastLen = cls+1, true
+		case bytes.EqualFold(name, transferEncoding):
+			te, tes, lastLen = value, tes+1, true
 		default:
 			lastLen = false
 		}
-		return true
-	})
+	}
 	if !ok {
 		f.giveUp()
 		return false
 	}
 	chunked := false
-	if len(tes) > 0 && !http10 {
-		if len(tes) != 1 || !bytes.EqualFold(tes[0], []byte("chunked")) {
+	if tes > 0 && !http10 {
+		if tes != 1 || !bytes.EqualFold(te, []byte("chunked")) {
 			f.giveUp() // net/http refuses it (unsupported transfer coding)
 			return false
 		}
 		chunked = true
 	}
 	var length uint64
-	if len(cls) > 0 {
-		first := trimSpace(cls[0])
-		for _, v := range cls[1:] {
-			if !bytes.Equal(trimSpace(v), first) {
-				f.giveUp() // net/http refuses differing Content-Lengths
-				return false
-			}
-		}
+	if cls > 0 {
 		var valid bool
-		if length, valid = decimal(first); !valid {
-			f.giveUp() // net/http: bad Content-Length
+		if length, valid = decimal(cl); clsDiffer || !valid {
+			f.giveUp() // net/http refuses differing or bad Content-Lengths
 			return false
 		}
 	}
@@ -275,14 +265,14 @@ func (f *framer) endHeader() bool {
 		// An interim response: the final one follows.
 		f.st = fsHeader
 		return false
-	case f.head || status == 204 || status == 304 || !chunked && len(cls) > 0 && length == 0:
+	case f.head || status == 204 || status == 304 || !chunked && cls > 0 && length == 0:
 		f.st = fsIdle
 		f.dropLargeBuffer()
 		return true
 	case chunked:
 		f.st = fsChunkLine
 		return false
-	case len(cls) > 0:
+	case cls > 0:
 		f.st, f.remain = fsBody, length
 		f.dropLargeBuffer()
 		return false
@@ -296,17 +286,21 @@ func (f *framer) endHeader() bool {
 // ignores Transfer-Encoding (and "HTTP/0.0", which it takes as 1.1, is
 // not).
 func statusLine(line []byte) (status int, http10, ok bool) {
-	proto, rest, found := bytes.Cut(line, []byte(" "))
-	if !found {
+	sp := bytes.IndexByte(line, ' ')
+	if sp < 0 {
 		return 0, false, false
 	}
+	proto, rest := line[:sp], line[sp+1:]
 	major, minor, ok := httpVersion(proto)
 	if !ok {
 		return 0, false, false
 	}
 	http10 = (major != 0 || minor != 0) && (major < 1 || major == 1 && minor < 1)
 	rest = bytes.TrimLeft(rest, " ")
-	code, _, _ := bytes.Cut(rest, []byte(" "))
+	code := rest
+	if sp := bytes.IndexByte(rest, ' '); sp >= 0 {
+		code = rest[:sp]
+	}
 	if len(code) != 3 {
 		return 0, false, false
 	}
@@ -388,7 +382,9 @@ func (f *framer) endChunkLine() {
 	}
 	line = line[:len(line)-2]
 	line = bytes.TrimRight(line, " \t")
-	line, _, _ = bytes.Cut(line, []byte(";"))
+	if semi := bytes.IndexByte(line, ';'); semi >= 0 {
+		line = line[:semi]
+	}
 	if len(line) == 0 || len(line) > 16 {
 		f.giveUp()
 		return

@@ -20,14 +20,20 @@ func waitingOn(c net.Conn) func() bool {
 	if err != nil {
 		return nil
 	}
+	// Made once per connection: a check costs a system call, no
+	// allocation. The Conn calls it under its lock.
+	var (
+		buf  [1]byte
+		more bool
+	)
+	read := func(fd uintptr) bool {
+		n, err := syscall.Read(int(fd), buf[:])
+		more = n > 0 || n == 0 && err == nil
+		return true // never wait
+	}
 	return func() bool {
-		var buf [1]byte
-		more := false
-		_ = raw.Read(func(fd uintptr) bool {
-			n, err := syscall.Read(int(fd), buf[:])
-			more = n > 0 || n == 0 && err == nil
-			return true // never wait
-		})
+		more = false
+		_ = raw.Read(read)
 		return more
 	}
 }
