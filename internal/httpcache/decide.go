@@ -3,6 +3,7 @@ package httpcache
 import (
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"time"
 )
@@ -45,11 +46,19 @@ type Policy struct {
 	// the targeted cache-control fields this cache obeys, most applicable
 	// first (SelectResponseCC). Empty: Cache-Control and Expires alone.
 	TargetedFields []string
+	// StorePOST lets a 200 answer to a POST be stored for later GETs of
+	// its target URI when it has explicit freshness and a
+	// Content-Location naming that URI (RFC 9110 §9.3.3). Off, only GET
+	// responses are stored.
+	StorePOST bool
 }
 
 // Exchange is one request/response pair seen by the cache.
 type Exchange struct {
-	Method       string
+	Method string
+	// Target is the absolute request URI; only a POST's is read (its
+	// Content-Location must name it).
+	Target       *url.URL
 	ReqHeader    Header
 	Status       int
 	RespHeader   Header
@@ -94,7 +103,9 @@ const (
 )
 
 // Decide applies RFC 9111 §3 for a shared cache. Only GET responses are
-// stored. Rules, in order: no-store (request or response) and private
+// stored, and POST responses when Policy.StorePOST allows it (status 200,
+// explicit freshness, a Content-Location naming the target URI; RFC 9110
+// §9.3.3): the stored answer is then served to later GETs of that URI. Rules, in order: no-store (request or response) and private
 // (unqualified) prevent storing; a request with Authorization is stored
 // only with public, s-maxage or must-revalidate (§3.5); Set-Cookie prevents
 // storing unless Policy.AllowSetCookie (or no-cache/private names it);
@@ -140,7 +151,8 @@ const (
 //     personal copy with its Last-Modified, and an origin comparing dates
 //     would confirm it).
 func Decide(x Exchange, p Policy) Decision {
-	if x.Method != http.MethodGet {
+	post := x.Method == http.MethodPost && p.StorePOST
+	if x.Method != http.MethodGet && !post {
 		return notStored("only GET responses are stored")
 	}
 	switch {
@@ -152,6 +164,17 @@ func Decide(x Exchange, p Policy) Decision {
 		return notStored("partial content (206) is not stored")
 	case x.Status == http.StatusNotModified:
 		return notStored("a 304 Not Modified response is not stored")
+	}
+	if post {
+		// Checked before anything else about the response: a POST's
+		// answer is a candidate for storing only as the representation
+		// of its target URI.
+		switch {
+		case x.Status != http.StatusOK:
+			return notStored("a POST response is stored only with status 200")
+		case !ContentLocationIsTarget(x.Target, x.RespHeader):
+			return notStored("a POST response is stored only with a Content-Location naming its target URI")
+		}
 	}
 	cc := SelectResponseCC(x.RespHeader, p.TargetedFields)
 	understood := understoodStatus(x.Status)
@@ -194,6 +217,14 @@ func Decide(x Exchange, p Policy) Decision {
 	if cc.Targeted == "" {
 		// A targeted field replaces Expires as well (RFC 9213 §2.1).
 		expires = values(x.RespHeader, "Expires")
+	}
+	if post {
+		// RFC 9110 §9.3.3: explicit freshness from the origin, never a
+		// lifetime the cache makes up (a rule's ttl included).
+		if !cc.MaxAge.Valid && !cc.SMaxAge.Valid && len(expires) == 0 {
+			return notStored("a POST response is stored only with explicit freshness (max-age, s-maxage or Expires)")
+		}
+		forced = false
 	}
 	if !forced && !heuristic && !cc.Public && !cc.MaxAge.Valid && !cc.SMaxAge.Valid && len(expires) == 0 {
 		return notStored("the status code is not cacheable by default and the response has no explicit freshness")
