@@ -99,6 +99,7 @@ func Compile(c Config) (*Compiled, error) {
 		StaleWhileRevalidate: d.StaleWhileRevalidate.Std(),
 		StaleIfError:         d.StaleIfError.Std(),
 		TargetedFields:       canonicalTargeted(d),
+		StorePOST:            d.StorePostResponses,
 	}
 	out := &Compiled{
 		Config:  c,

@@ -222,6 +222,31 @@ type Defaults struct {
 	// 9213) the tier obeys instead of Cache-Control, and whether clients
 	// see them. Unset: CDN-Cache-Control, forwarded to clients.
 	TargetedCacheControl *TargetedCacheControl `json:"targetedCacheControl,omitempty"`
+
+	// Choices the RFCs leave to a cache (docs/caching.md "Choices"); all
+	// off by default, and off the wire while off.
+
+	// UpdateFromHead lets the 200 answer to a HEAD that was forwarded
+	// because the stored GET response could not be used as it was (stale,
+	// or the client asked to revalidate) update that stored response's
+	// header fields, or remove it when its ETag, Last-Modified or
+	// Content-Length show that it changed (RFC 9111 §4.3.5). Default
+	// false: the HEAD's answer is passed through and changes nothing.
+	UpdateFromHead bool `json:"updateFromHead,omitempty"`
+	// ForwardClientValidators sends the client's If-None-Match and
+	// If-Modified-Since to the origin on a miss when nothing is stored for
+	// the request; the origin's 304 is passed through and not stored.
+	// Default false: fills ask for the full response, so that it can be
+	// stored, and answer the client's conditional from it.
+	ForwardClientValidators bool `json:"forwardClientValidators,omitempty"`
+	// StorePostResponses stores a POST's 200 answer that has explicit
+	// freshness and a Content-Location naming the POST's own URI, and
+	// serves it to later GETs of that URI (RFC 9110 §9.3.3). Default
+	// false: the answer depends on what one client sent, and storing it
+	// lets that client decide what every other client's GET receives.
+	// Turn it on only for an origin trusted to mark only answers that are
+	// the resource's current representation.
+	StorePostResponses bool `json:"storePostResponses,omitempty"`
 }
 
 // Rule applies to requests whose path matches. The first matching rule

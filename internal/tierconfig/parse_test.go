@@ -66,6 +66,9 @@ func TestParseExampleFile(t *testing.T) {
 			TargetedCacheControl: &TargetedCacheControl{
 				Fields: []string{"Tiercache-Cache-Control", "CDN-Cache-Control"}, Strip: true,
 			},
+			UpdateFromHead:          true,
+			ForwardClientValidators: true,
+			StorePostResponses:      true,
 		},
 		Rules: []Rule{
 			{Name: "health", Match: Match{Path: "/healthz"}, Bypass: true},
