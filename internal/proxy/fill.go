@@ -83,8 +83,14 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		out.URL.RawQuery = string(c.rule.AppendQuery(nil, r.URL.RawQuery))
 	}
 	out.Body = wd.sending(out.Body)
+	// The client's validators reach the origin only on a fill of its own
+	// (f == nil) with nothing stored, when the tier says so (validators.go).
+	forwarded := f == nil && forwardsValidators(c, r)
 	for _, k := range clientConditionals {
 		delete(out.Header, k)
+	}
+	if forwarded {
+		forwardValidators(out.Header, r.Header)
 	}
 	validating := false
 	if c.stale != nil {
@@ -180,7 +186,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 
 	if !d.Store {
 		finish(shared{})
-		p.uncacheable(ctx, c, r, resp.StatusCode)
+		if !forwarded || resp.StatusCode != http.StatusNotModified {
+			// A 304 to the client's own validators says nothing about
+			// what may be stored for everyone.
+			p.uncacheable(ctx, c, r, resp.StatusCode)
+		}
 		if bodyW == nil {
 			return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
 		}

@@ -46,8 +46,12 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	return outcome{result, metrics.LayerOrigin, err != nil}
 }
 
-// serveUnsafe forwards methods other than GET and HEAD.
+// serveUnsafe forwards methods other than GET and HEAD (a POST whose
+// answer the tier may store: post.go).
 func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
+	if r.Method == http.MethodPost && cfg.Config.Defaults.StorePostResponses {
+		return p.servePost(w, r, cfg)
+	}
 	return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
 }
 

@@ -150,6 +150,10 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		http.Error(w, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
 		return outcome{metrics.ResultMiss, metrics.LayerNone, false}
 	}
+	if r.Method == http.MethodHead && f.ok && updatesFromHead(cfg, r, rcc) {
+		// The HEAD's answer may update the stored GET response (head.go).
+		return p.headUpdate(w, r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
+	}
 	if r.Method == http.MethodHead || r.Header.Get("Range") != "" {
 		// A HEAD miss is forwarded as HEAD and never stored as a GET
 		// body; a Range miss is forwarded and its 206 not stored.
@@ -161,6 +165,9 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	c.body = body
 	if f.hitForMiss || rcc.NoStore || !coalescingOn(cfg) {
 		return p.fill(w, r, c, nil)
+	}
+	if forwardsValidators(c, r) {
+		return p.conditionalMiss(w, r, c)
 	}
 	return p.coalesce(w, r, c)
 }

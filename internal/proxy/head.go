@@ -1,0 +1,146 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// updatesFromHead reports whether the HEAD r, for which a stored GET
+// response exists that cannot be served as it is, goes to the origin as a
+// HEAD whose answer may update that stored response (defaults.
+// updateFromHead, RFC 9111 §4.3.5). A HEAD with Range, with the request's
+// no-store, or with credentials (Cookie, Authorization: its answer may be
+// personal, and must neither change nor remove what everyone else gets)
+// is passed through as ever.
+func updatesFromHead(cfg *tierconfig.Compiled, r *http.Request, rcc httpcache.RequestCC) bool {
+	return cfg.Config.Defaults.UpdateFromHead && len(r.Header["Range"]) == 0 && !rcc.NoStore &&
+		!httpcache.Credentialed(r.Header)
+}
+
+// headUpdate forwards the HEAD r for c's stored response (c.stale) and
+// applies its answer: a 200 whose validators and length agree with the
+// stored response updates its header fields as a 304 would (the client
+// is then served the updated response, X-Cache REVALIDATED); one that
+// disagrees removes it; anything else leaves it. The HEAD is sent as a
+// fill is (the unkeyed forwarding headers withheld, the keyed query), since
+// its fields may be stored; it is bound to the client like a pass-through.
+func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outcome {
+	watch := p.inval.Watch(c.host, c.tgt)
+	defer watch.End()
+	ctx, wd := p.watch(r.Context(), &c.cfg.Config.Origin, w)
+	defer wd.close()
+
+	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
+	if c.mark != nil {
+		c.fwd.vary = c.mark.Vary
+	}
+	out := p.outbound(ctx, r, c.fwd)
+	if c.rule.ShapesQuery {
+		out.URL.RawQuery = string(c.rule.AppendQuery(nil, r.URL.RawQuery))
+	}
+	out.Body = wd.sending(out.Body)
+	for _, k := range clientConditionals {
+		// Its answer must describe the representation, not the client's
+		// copy; the client's conditional is answered from the result.
+		delete(out.Header, k)
+	}
+	reqTime := p.now()
+	resp, err := p.roundTrip(out, w)
+	respTime := p.now()
+	if err != nil {
+		if p.staleOnError(c) {
+			return p.serveStale(w, r, c)
+		}
+		p.originFailed(w, r, wd, err)
+		return outcome{metrics.ResultError, failedLayer(err), false}
+	}
+	defer resp.Body.Close()
+	wd.stop()
+	if resp.StatusCode >= 500 && p.staleOnError(c) {
+		return p.serveStale(w, r, c)
+	}
+
+	switch httpcache.EffectOfHead(c.stale.Status, c.stale, storedLength(c.stale), resp.StatusCode, resp.Header) {
+	case httpcache.HeadUpdates:
+		e := p.headUpdated(ctx, c, resp.Header, reqTime, respTime, watch)
+		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, nil)
+		return outcome{metrics.ResultRevalidated, c.layer, false}
+	case httpcache.HeadInvalidates:
+		// Removed only while it is still the response this HEAD was
+		// compared with: a fill may have stored a newer one meanwhile.
+		watch.Commit(nil, func() {
+			if p.stillStored(ctx, c) {
+				_ = p.store.Delete(ctx, c.key)
+				p.superseded(c, nil)
+			}
+		})
+	}
+	h := w.Header()
+	copyHeader(h, resp.Header)
+	stripTargeted(h, c.cfg.StripTargeted)
+	h["X-Cache"] = xMiss
+	w.WriteHeader(resp.StatusCode)
+	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+}
+
+// headUpdated merges the HEAD's header fields into c's stored response
+// (RFC 9111 §3.2, as for a 304), decides it again and stores it, unless a
+// purge overtook the HEAD or the stored response changed meanwhile. When
+// the merged response may not be stored (the HEAD now says no-store or
+// private, say), the stored one is removed. It returns the response to
+// serve either way.
+func (p *Proxy) headUpdated(ctx context.Context, c *call, head http.Header, reqTime, respTime time.Time, watch *invalidate.Watch) *entry.Entry {
+	merged := httpcache.MergeNotModified(c.stale.HTTPHeader(), head)
+	d := httpcache.Decide(httpcache.Exchange{
+		Method: http.MethodGet, ReqHeader: c.reqH,
+		Status: c.stale.Status, RespHeader: merged,
+		RequestTime: reqTime, ResponseTime: respTime,
+	}, c.rule.Policy)
+	e := *c.stale
+	e.Header = entry.FieldsFrom(storedHeader(merged, d.Strip))
+	e.Tags = httpcache.Tags(merged)
+	e.RequestTime, e.ResponseTime = reqTime, respTime
+	e.InitialAge, e.Lifetime = d.InitialAge, d.Lifetime
+	e.StaleWhileRevalidate, e.StaleIfError = d.StaleWhileRevalidate, d.StaleIfError
+	e.Flags = flags(d)
+	watch.Commit(e.Tags, func() {
+		if !p.stillStored(ctx, c) {
+			return
+		}
+		if d.Store {
+			p.set(ctx, c, c.key, &e)
+			return
+		}
+		_ = p.store.Delete(ctx, c.key)
+		p.superseded(c, nil)
+	})
+	return &e
+}
+
+// stillStored reports whether c's key still holds the response c.stale
+// was looked up as (same response time and body).
+func (p *Proxy) stillStored(ctx context.Context, c *call) bool {
+	var cur entry.Entry
+	if _, err := p.store.Get(ctx, c.key, &cur); err != nil || cur.Kind != entry.KindResponse {
+		return false
+	}
+	if !cur.ResponseTime.Equal(c.stale.ResponseTime) || storedLength(&cur) != storedLength(c.stale) {
+		return false
+	}
+	return (cur.File == nil) == (c.stale.File == nil) && (cur.File == nil || cur.File.ID == c.stale.File.ID)
+}
+
+// storedLength is the length of e's body, inline or in a file.
+func storedLength(e *entry.Entry) int64 {
+	if e.File != nil {
+		return e.File.Size
+	}
+	return int64(len(e.Body))
+}

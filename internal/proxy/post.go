@@ -1,0 +1,146 @@
+package proxy
+
+import (
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// servePost forwards a POST as any unsafe request is forwarded (all the
+// client's headers, the body streamed, the target invalidated on
+// success) and, when the tier stores POST responses
+// (defaults.storePostResponses) and httpcache.Decide lets this answer
+// stand for its target URI (RFC 9110 §9.3.3: a 200 with explicit
+// freshness and a Content-Location naming that URI), stores it where a
+// GET of that URI finds it.
+//
+// A POST is not a fill: the origin receives what the client sent. Its
+// answer is stored only when that is what a fill would have sent, so that
+// it is the answer a GET's fill would have got for the same headers: no
+// header a fill withholds (the unkeyed forwarding headers; in strict mode
+// everything off the allowlist) apart from those that describe the
+// request's body, and a query the rule does not reshape.
+func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
+	if httpcache.NamesFields(r.Header["Connection"]) {
+		httpcache.RemoveHopByHop(r.Header) // as for GET: keys see what the origin receives
+	}
+	rule := cfg.Match(r.URL.Path)
+	if rule.Bypass || oddPath(r.URL.Path) {
+		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+	}
+	kb := p.keys.Get().(*keyBuf)
+	defer p.keys.Put(kb)
+	kb.build(r, rule)
+	if kb.ambiguous {
+		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+	}
+	var rcc httpcache.RequestCC
+	var reqH httpcache.Header = r.Header
+	if cfg.Config.Defaults.IgnoreRequestCacheControl {
+		reqH = withoutCacheControl{r.Header}
+	} else {
+		rcc = httpcache.ParseRequestCC(r.Header)
+	}
+	c := p.newCall(cfg, rule, rcc, reqH, kb, &found{})
+	c.fwd = &fillHeaders{keyed: rule.KeyHeaders(), cookies: rule.KeyCookies(), strict: cfg.StrictHeaders, allow: cfg.StrictAllow}
+	if !sentAsFill(c.fwd, r.Header) || (rule.ShapesQuery && string(rule.AppendQuery(nil, r.URL.RawQuery)) != r.URL.RawQuery) {
+		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+	}
+	target := &url.URL{Scheme: kb.scheme, Host: kb.host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+
+	start := time.Now()
+	ctx, wd := p.watch(r.Context(), &cfg.Config.Origin, w)
+	defer wd.close()
+	out := p.outbound(ctx, r, nil)
+	out.Body = wd.sending(out.Body)
+	reqTime := p.now()
+	resp, err := p.roundTrip(out, w)
+	respTime := p.now()
+	if err != nil {
+		p.originFailed(w, r, wd, err)
+		return outcome{metrics.ResultError, failedLayer(err), false}
+	}
+	defer resp.Body.Close()
+	body := wd.receiving(resp.Body)
+	h := w.Header()
+	copyHeader(h, resp.Header)
+	stripTargeted(h, cfg.StripTargeted)
+	h["X-Cache"] = xBypass
+	// Invalidate before the client sees the answer, as pass does; the
+	// answer is stored after that, so the invalidation does not remove it.
+	p.invalidateAfter(r, resp)
+
+	d := httpcache.Decide(httpcache.Exchange{
+		Method: http.MethodPost, Target: target, ReqHeader: reqH,
+		Status: resp.StatusCode, RespHeader: resp.Header,
+		RequestTime: reqTime, ResponseTime: respTime,
+	}, rule.Policy)
+	limit := int64(cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
+	w.WriteHeader(resp.StatusCode)
+	if !d.Store || resp.ContentLength > limit || isEventStream(resp.Header) {
+		if err := p.stream(w, body); err != nil {
+			p.bodyFailed(r, wd, err)
+			return outcome{metrics.ResultBypass, metrics.LayerOrigin, true}
+		}
+		return outcome{metrics.ResultBypass, metrics.LayerOrigin, false}
+	}
+	// Watched from here on, after this request's own invalidation: a purge
+	// of the URI or of one of the answer's tags while its body arrives
+	// means it is served but not stored.
+	watch := p.inval.Watch(c.host, c.tgt)
+	defer watch.End()
+	wd.storeUntil(start.Add(cfg.Config.Origin.Timeout.Std()), func() {})
+	data, complete, err := p.tee(w, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
+	if err != nil {
+		p.bodyFailed(r, wd, err)
+		return outcome{metrics.ResultBypass, metrics.LayerOrigin, true}
+	}
+	if !complete {
+		return outcome{metrics.ResultBypass, metrics.LayerOrigin, false}
+	}
+	wd.stop()
+	e := &entry.Entry{
+		Kind:                 entry.KindResponse,
+		Host:                 c.host,
+		Target:               c.tgt,
+		Tags:                 httpcache.Tags(resp.Header),
+		Status:               resp.StatusCode,
+		Header:               entry.FieldsFrom(storedHeader(resp.Header, d.Strip)),
+		RequestTime:          reqTime,
+		ResponseTime:         respTime,
+		InitialAge:           d.InitialAge,
+		Lifetime:             d.Lifetime,
+		StaleWhileRevalidate: d.StaleWhileRevalidate,
+		StaleIfError:         d.StaleIfError,
+		Flags:                flags(d),
+		Body:                 data,
+	}
+	p.keep(ctx, c, nil, e, p.place(ctx, c, resp.Header, r), watch)
+	return outcome{metrics.ResultBypass, metrics.LayerOrigin, false}
+}
+
+// sentAsFill reports whether a request with header h sent the origin only
+// what a fill forwarding fh would have sent, apart from the fields that
+// describe the request's own content.
+func sentAsFill(fh *fillHeaders, h http.Header) bool {
+	for name := range h {
+		switch name {
+		case "Content-Type", "Content-Length", "Content-Encoding", "Content-Language":
+			continue
+		case "Cookie":
+			// A strict fill sends only the keyed cookies.
+			if fh.strict && !containsFold(fh.allow, "Cookie") {
+				return false
+			}
+		}
+		if !fh.forwards(name) {
+			return false
+		}
+	}
+	return true
+}
