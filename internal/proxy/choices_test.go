@@ -251,10 +251,15 @@ func TestAStoredResponseIsValidatedWithItsOwnValidatorsNotTheClients(t *testing.
 // whose full response answers its conditional: one origin request.
 func TestAConditionalMissJoinsARunningFetch(t *testing.T) {
 	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
 	f := newFixture(t, "defaults: {forwardClientValidators: true}", func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		validatorOrigin(w, r)
 	})
+	// Registered after the fixture, so it runs first: a failed wait must
+	// not leave the origin's handlers blocking the server's Close.
+	t.Cleanup(open)
 	var wg sync.WaitGroup
 	var first response
 	wg.Add(1)
@@ -265,7 +270,7 @@ func TestAConditionalMissJoinsARunningFetch(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); second = f.get("/a", "If-None-Match", `"v1"`) }()
 	waitFor(t, func() bool { return testCounter(f.px.m.Coalesced) > before }, "the conditional request to join")
-	close(release)
+	open()
 	wg.Wait()
 	expect(t, first, 200, "MISS")
 	expect(t, second, 304, "MISS; coalesced")
