@@ -329,6 +329,34 @@ type DefaultsSpec struct {
 	// CDN-Cache-Control, forwarded to clients.
 	// +optional
 	TargetedCacheControl *TargetedCacheControlSpec `json:"targetedCacheControl,omitempty"`
+
+	// Choices the RFCs leave to a cache (docs/caching.md "Choices"), all
+	// off by default.
+
+	// UpdateFromHead lets the 200 answer to a HEAD that the sidecar
+	// forwarded because its stored GET response could not be used as it
+	// was (stale, or the client asked to revalidate) update that stored
+	// response's header fields, or remove it when its ETag, Last-Modified
+	// or Content-Length show that it changed (RFC 9111 §4.3.5). Default
+	// false: the HEAD's answer is passed through and changes nothing.
+	// +optional
+	UpdateFromHead bool `json:"updateFromHead,omitempty"`
+	// ForwardClientValidators sends the client's If-None-Match and
+	// If-Modified-Since to the origin on a miss when nothing is stored for
+	// the request; the origin's 304 is passed through and not stored.
+	// Default false: the sidecar asks for the full response, stores it and
+	// answers the client's conditional itself.
+	// +optional
+	ForwardClientValidators bool `json:"forwardClientValidators,omitempty"`
+	// StorePostResponses stores a POST's 200 answer that has explicit
+	// freshness and a Content-Location naming the POST's own URI, and
+	// serves it to later GETs of that URI (RFC 9110 §9.3.3). Default
+	// false: the answer depends on what one client sent, and storing it
+	// lets that client decide what every other client's GET receives.
+	// Turn it on only for an origin trusted to mark only answers that are
+	// the resource's current representation.
+	// +optional
+	StorePostResponses bool `json:"storePostResponses,omitempty"`
 }
 
 // TargetedCacheControlSpec is the tier's target list of RFC 9213.

@@ -86,6 +86,9 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		HitForMissTTL:             dur("defaults.hitForMissTTL", d.HitForMissTTL),
 		AllowSetCookie:            d.AllowSetCookie,
 		IgnoreRequestCacheControl: d.IgnoreRequestCacheControl,
+		UpdateFromHead:            d.UpdateFromHead,
+		ForwardClientValidators:   d.ForwardClientValidators,
+		StorePostResponses:        d.StorePostResponses,
 	}
 	if tc := d.TargetedCacheControl; tc != nil {
 		// slices.Clone keeps an empty list empty (targeted fields off),

@@ -1,0 +1,58 @@
+package operator
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/operator/render"
+	"github.com/tiercache/tiercache/internal/testkube"
+)
+
+// TestChoiceSwitchesThroughTheAPIServer: spec.defaults.updateFromHead,
+// forwardClientValidators and storePostResponses survive the real API
+// server's schema (not pruned), reach the rendered config, and kubectl
+// explain documents them.
+func TestChoiceSwitchesThroughTheAPIServer(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+
+	tier := newTier(ns, "choices", v1alpha1.CacheTierSpec{Defaults: v1alpha1.DefaultsSpec{
+		UpdateFromHead: true, ForwardClientValidators: true, StorePostResponses: true,
+	}})
+	if err := c.Create(ctx, tier); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.CacheTier
+	if err := c.Get(ctx, client.ObjectKeyFromObject(tier), &got); err != nil {
+		t.Fatal(err)
+	}
+	d := got.Spec.Defaults
+	if !d.UpdateFromHead || !d.ForwardClientValidators || !d.StorePostResponses {
+		t.Fatalf("the API server gave back %+v", d)
+	}
+	rendered, err := render.Redacted(&got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd := rendered.Defaults; !rd.UpdateFromHead || !rd.ForwardClientValidators || !rd.StorePostResponses {
+		t.Fatalf("the sidecars would get %+v", rd)
+	}
+
+	kubectl, path := kubectlPath(t), testkube.Kubeconfig(t, cluster.env, testkube.Admin)
+	for field, want := range map[string]string{
+		"ct.spec.defaults.updateFromHead":          "RFC 9111 §4.3.5",
+		"ct.spec.defaults.forwardClientValidators": "304 is passed through",
+		"ct.spec.defaults.storePostResponses":      "decide what every other client's GET receives",
+	} {
+		out, err := exec.Command(kubectl, "--kubeconfig", path, "explain", field).CombinedOutput()
+		if err != nil || !strings.Contains(strings.Join(strings.Fields(string(out)), " "), want) {
+			t.Errorf("kubectl explain %s (%v) does not mention %q:\n%s", field, err, want, out)
+		}
+	}
+}
