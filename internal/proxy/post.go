@@ -95,7 +95,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	watch := p.inval.Watch(c.host, c.tgt)
 	defer watch.End()
 	wd.storeUntil(start.Add(cfg.Config.Origin.Timeout.Std()), func() {})
-	data, complete, err := p.tee(w, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
+	data, held, complete, err := p.tee(w, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
 		return outcome{metrics.ResultBypass, metrics.LayerOrigin, true}
@@ -121,6 +121,13 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 		Body:                 data,
 	}
 	p.keep(ctx, c, nil, e, p.place(ctx, c, resp.Header, r), watch)
+	// Stored: now the client may have its final bytes, and a GET it sends
+	// next finds the answer (read your own write).
+	if len(held) > 0 {
+		if _, err := w.Write(held); err == nil {
+			_ = http.NewResponseController(w).Flush()
+		}
+	}
 	return outcome{metrics.ResultBypass, metrics.LayerOrigin, false}
 }
 
