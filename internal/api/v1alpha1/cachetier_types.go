@@ -613,7 +613,7 @@ type CacheTierStatus struct {
 	// of any operator replica, by the config they run against configHash
 	// (kubectl get ct: Current, Behind, Rejected).
 	// +optional
-	Sidecars SidecarCounts `json:"sidecars"`
+	Sidecars *SidecarCounts `json:"sidecars,omitempty"`
 }
 
 // SidecarCounts are a tier's connected sidecars by the config they run,
