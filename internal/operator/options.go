@@ -81,7 +81,7 @@ type Options struct {
 	// (development only).
 	XDSAuth          string
 	XDSTokenAudience string
-	// ReplicaName identifies this replica in its connected-sidecars
+	// ReplicaName identifies this replica in its sidecar
 	// report (default $POD_NAME, else the host name, which is the pod
 	// name in Kubernetes).
 	ReplicaName string
@@ -150,7 +150,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.XDSService, "xds-service", "tiercache-xds", "Service in front of the xDS port (its DNS names go into the self-managed certificate)")
 	fs.StringVar(&o.XDSAuth, "xds-auth", XDSAuthTokenReview, "how sidecars authenticate to the control plane: tokenreview (projected ServiceAccount token, checked with a TokenReview) or none (development only)")
 	fs.StringVar(&o.XDSTokenAudience, "xds-token-audience", "tiercache-xds", "audience of the sidecars' projected ServiceAccount token")
-	fs.StringVar(&o.ReplicaName, "replica-name", defaultReplicaName(getenv), "this replica's name in its connected-sidecars report (default $POD_NAME or the host name)")
+	fs.StringVar(&o.ReplicaName, "replica-name", defaultReplicaName(getenv), "this replica's name in its sidecar report, the Lease tiercache-connected-<name> (default $POD_NAME or the host name)")
 	fs.DurationVar(&o.StatusRefresh, "status-refresh", 30*time.Second, "period of each replica's sidecar report (renewed this often, written early on a change at most every tenth of it, expired after three) and of each tier's status refresh")
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
 	fs.StringVar(&excluded, "excluded-namespaces", "kube-system,kube-public,kube-node-lease", "comma-separated namespaces never injected (the operator's own always is)")
