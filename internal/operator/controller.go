@@ -180,15 +180,15 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		r.emitTransitions(tier, status)
 		patch := client.MergeFrom(tier.DeepCopy())
 		tier.Status = *status
-		if perr := r.Client.Status().Patch(ctx, tier, patch); perr != nil {
-			return reconcile.Result{}, perr
+		if serr := r.Client.Status().Patch(ctx, tier, patch); serr != nil {
+			return reconcile.Result{}, serr
 		}
 	}
 	if requeueErr != nil {
 		return reconcile.Result{}, requeueErr // retried with backoff
 	}
-	// Connected sidecars change without any Kubernetes event: look again
-	// in a while.
+	// A report that expires changes nothing the leader watches: look
+	// again in a while.
 	return reconcile.Result{RequeueAfter: r.Refresh}, nil
 }
 
