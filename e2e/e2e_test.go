@@ -38,6 +38,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -413,13 +414,19 @@ spec:
 		secretsOf[name] = secretsDir
 	}
 	a, b := sidecarURL["web-0"], sidecarURL["web-1"]
-	eventually(t, "the tier's status counts both sidecars", 90*time.Second, func() error {
+	eventually(t, "the tier's status counts both sidecars, on the current config, and is Ready", 90*time.Second, func() error {
 		var tier v1alpha1.CacheTier
 		if err := c.Get(ctx, client.ObjectKey{Namespace: appNS, Name: "web"}, &tier); err != nil {
 			return err
 		}
 		if tier.Status.ConnectedSidecars != 2 || tier.Status.InjectedPods != 2 {
 			return fmt.Errorf("connectedSidecars %d, injectedPods %d", tier.Status.ConnectedSidecars, tier.Status.InjectedPods)
+		}
+		if sc := tier.Status.Sidecars; sc == nil || sc.Current != 2 || sc.Total != 2 {
+			return fmt.Errorf("sidecars %+v, want both current", sc)
+		}
+		if r := meta.FindStatusCondition(tier.Status.Conditions, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionTrue || r.Reason != v1alpha1.ReasonApplied {
+			return fmt.Errorf("Ready %+v, want True (Applied)", r)
 		}
 		return nil
 	})

@@ -119,6 +119,10 @@ func checkRBAC(t *testing.T, ctx context.Context, c client.Client) {
 		{"create", "coordination.k8s.io", "leases", "", releaseNS, ""},
 		{"update", "coordination.k8s.io", "leases", "", releaseNS, "tiercache-operator.tiercache.io"},
 		{"delete", "coordination.k8s.io", "leases", "", releaseNS, "tiercache-connected-tiercache-operator-0"},
+		// Each replica's sidecar report, which the leader watches.
+		{"patch", "coordination.k8s.io", "leases", "", releaseNS, "tiercache-connected-tiercache-operator-0"},
+		{"list", "coordination.k8s.io", "leases", "", releaseNS, ""},
+		{"watch", "coordination.k8s.io", "leases", "", releaseNS, ""},
 		{"create", "", "events", "", releaseNS, ""},
 		{"create", "", "secrets", "", releaseNS, ""},
 		{"update", "", "secrets", "", releaseNS, "tiercache-webhook-cert"},
@@ -142,6 +146,8 @@ func checkRBAC(t *testing.T, ctx context.Context, c client.Client) {
 		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", "other"},
 		{"create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "", ""},
 		{"create", "coordination.k8s.io", "leases", "", "shop", ""},
+		{"patch", "coordination.k8s.io", "leases", "", "shop", "tiercache-connected-tiercache-operator-0"},
+		{"watch", "coordination.k8s.io", "leases", "", "", ""},
 		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""},
 	}
 	ask := func(a access) bool {

@@ -43,7 +43,12 @@
 //
 // Connected sidecars and NACKs per tier are tracked from the server's
 // stream callbacks (stream to tier on its first request; the version last
-// sent on each stream names the version a NACK rejects).
+// sent on each stream names the version a NACK rejects). Each stream also
+// remembers the version its sidecar holds (the version_info of every
+// request, ACK or NACK) and the version its latest answer refused, so that
+// Sidecars can say how many sidecars run which version and how many
+// refused one; OnChange signals each change, for a report that is written
+// at its own pace.
 //
 // Shutdown: xDS streams never end on their own, so Serve ends them through
 // the SotW server's context and waits, up to a deadline, for their

@@ -51,6 +51,12 @@ type Options struct {
 	// (a blocked call holds up that stream, and makes Serve's shutdown
 	// wait for ShutdownTimeout).
 	OnNACK func(NACK)
+	// OnChange, when set, is called with a tier's key whenever what
+	// Sidecars reports for it changes (a stream counted or closed, a
+	// sidecar that applied or refused a version, a NACK), outside the
+	// Server's locks. It is called once per such request: it must not
+	// block (signal a channel with room, or drop).
+	OnChange func(tier string)
 	// Now is the clock for NACK times; default time.Now.
 	Now func() time.Time
 	// Authenticate, when set, checks every stream before anything of it
@@ -143,6 +149,12 @@ type streamInfo struct {
 	// lastVersion is the version last sent on the stream: the one a
 	// NACK rejects.
 	lastVersion string
+	// applied is the version the sidecar holds: the version_info of its
+	// latest request, ACK or NACK ("" when it is no version).
+	applied string
+	// rejected is the version its latest answer refused; an ACK clears
+	// it.
+	rejected string
 }
 
 // NewServer returns a Server with nothing published.
@@ -213,10 +225,19 @@ func (s *Server) publishResource(tierKey, name, version string, res *anypb.Any) 
 // Version returns the version published for tierKey, or "" if none.
 func (s *Server) Version(tierKey string) string { return s.cache.version(tierKey) }
 
-// Clear withdraws tierKey's config (its CacheTier is gone). Its sidecars
-// keep the config they have; if the tier is published again, those still
-// connected receive it.
-func (s *Server) Clear(tierKey string) { s.cache.clear(tierKey) }
+// Clear withdraws tierKey's config (its CacheTier is gone) and forgets its
+// NACKs. Its sidecars keep the config they have; if the tier is published
+// again, those still connected receive it.
+func (s *Server) Clear(tierKey string) {
+	s.cache.clear(tierKey)
+	s.mu.Lock()
+	_, had := s.nacks[tierKey]
+	delete(s.nacks, tierKey)
+	s.mu.Unlock()
+	if had && s.opts.OnChange != nil {
+		s.opts.OnChange(tierKey)
+	}
+}
 
 // Connected is the number of sidecars of tierKey with an open stream.
 func (s *Server) Connected(tierKey string) int {
@@ -405,6 +426,7 @@ func (s *Server) onStreamRequest(id int64, req *discoverygrpc.DiscoveryRequest) 
 	var nack *NACK
 	s.mu.Lock()
 	st := s.streams[id]
+	changed := st == nil
 	if st == nil {
 		// The server fills req.Node from the stream's first request.
 		tier := req.GetNode().GetCluster()
@@ -417,7 +439,11 @@ func (s *Server) onStreamRequest(id int64, req *discoverygrpc.DiscoveryRequest) 
 		s.connected[st.tier]++
 		s.connectedGauge.WithLabelValues(st.tier).Inc()
 	}
+	// A request names the version the sidecar holds, ACK or NACK alike:
+	// a NACK carries the last version it accepted.
+	applied, rejected := versionOrEmpty(req.GetVersionInfo()), ""
 	if d := req.GetErrorDetail(); d != nil {
+		rejected = st.lastVersion
 		n := s.nacks[st.tier]
 		if n == nil {
 			n = &NACKStats{}
@@ -428,7 +454,13 @@ func (s *Server) onStreamRequest(id int64, req *discoverygrpc.DiscoveryRequest) 
 		s.nackCounter.WithLabelValues(st.tier).Inc()
 		last := n.Last
 		nack = &last
+		changed = true
 	}
+	if st.applied != applied || st.rejected != rejected {
+		st.applied, st.rejected = applied, rejected
+		changed = true
+	}
+	tier := st.tier
 	s.mu.Unlock()
 	if nack != nil {
 		s.log.Warn("xds: sidecar rejected config", "tier", nack.Tier, "node", nack.Node, "version", nack.Version, "reason", nack.Message)
@@ -436,7 +468,25 @@ func (s *Server) onStreamRequest(id int64, req *discoverygrpc.DiscoveryRequest) 
 			s.opts.OnNACK(*nack)
 		}
 	}
+	if changed && s.opts.OnChange != nil {
+		s.opts.OnChange(tier)
+	}
 	return nil
+}
+
+// versionOrEmpty returns v when it can be a version (1 to 64 lowercase
+// hex digits, as Version makes them), else "": a sidecar's version_info
+// is its own to send, and is reported further.
+func versionOrEmpty(v string) string {
+	if len(v) == 0 || len(v) > 64 {
+		return ""
+	}
+	for i := range len(v) {
+		if c := v[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return ""
+		}
+	}
+	return v
 }
 
 func (s *Server) onStreamResponse(id int64, resp *discoverygrpc.DiscoveryResponse) {
@@ -449,9 +499,9 @@ func (s *Server) onStreamResponse(id int64, resp *discoverygrpc.DiscoveryRespons
 
 func (s *Server) onStreamClosed(id int64) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := s.streams[id]
 	if st == nil {
+		s.mu.Unlock()
 		return
 	}
 	delete(s.streams, id)
@@ -460,7 +510,11 @@ func (s *Server) onStreamClosed(id int64) {
 		delete(s.connected, st.tier)
 		// No series is left behind for a tier without sidecars.
 		s.connectedGauge.DeleteLabelValues(st.tier)
-		return
+	} else {
+		s.connectedGauge.WithLabelValues(st.tier).Dec()
 	}
-	s.connectedGauge.WithLabelValues(st.tier).Dec()
+	s.mu.Unlock()
+	if s.opts.OnChange != nil {
+		s.opts.OnChange(st.tier)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -38,7 +39,8 @@ func (r *runner) statusCommand() *cobra.Command {
 		Use:   "status TIER",
 		Short: "The tier's status and, per pod, config version, hit ratio and L2 state",
 		Long: `status prints the CacheTier's status (conditions, config hash, injected and
-connected sidecars, NACKs) and, for every pod labelled or annotated for the tier,
+connected sidecars, how many of those run the current config, are behind or
+rejected it, and the versions they run, as the operator counted them; NACKs) and, for every pod labelled or annotated for the tier,
 what its sidecar's metrics say: the config version in effect (current or behind
 the tier's), the hit ratio since the sidecar started (hits and stale hits over all
 requests), L2 (off, ok, circuit open; errors and dropped writes) and the control
@@ -81,9 +83,12 @@ type statusReport struct {
 	L2Mode             string             `json:"l2Mode,omitempty"`
 	InjectedPods       int32              `json:"injectedPods"`
 	ConnectedSidecars  int32              `json:"connectedSidecars"`
-	NACKs              int64              `json:"nacks,omitempty"`
-	LastNACK           string             `json:"lastNACK,omitempty"`
-	Sidecars           []sidecarStatus    `json:"sidecars"`
+	// SidecarCounts are the tier's status.sidecars: its connected
+	// sidecars by the config they run, as the operator counted them.
+	SidecarCounts *v1alpha1.SidecarCounts `json:"sidecarCounts,omitempty"`
+	NACKs         int64                   `json:"nacks,omitempty"`
+	LastNACK      string                  `json:"lastNACK,omitempty"`
+	Sidecars      []sidecarStatus         `json:"sidecars"`
 }
 
 // sidecarStatus is one pod's (or --address's) line.
@@ -127,7 +132,7 @@ func (r *runner) status(ctx context.Context, tierName string, addresses []string
 	rep := &statusReport{
 		Tier: tier.Namespace + "/" + tier.Name, Generation: tier.Generation, ObservedGeneration: s.ObservedGeneration,
 		Conditions: s.Conditions, ConfigHash: s.ConfigHash, L2Mode: s.L2Mode,
-		InjectedPods: s.InjectedPods, ConnectedSidecars: s.ConnectedSidecars, NACKs: s.NACKs, LastNACK: s.LastNACK,
+		InjectedPods: s.InjectedPods, ConnectedSidecars: s.ConnectedSidecars, SidecarCounts: s.Sidecars, NACKs: s.NACKs, LastNACK: s.LastNACK,
 	}
 	// read fills in one line from a metrics page reader.
 	type reader func(ctx context.Context) ([]byte, error)
@@ -263,7 +268,18 @@ func (r *runner) printStatus(rep *statusReport, output string) error {
 	}
 	fmt.Fprintf(out, "  %-10s %s\n", "Config:", orDash(rep.ConfigHash))
 	fmt.Fprintf(out, "  %-10s %s\n", "L2:", orDash(rep.L2Mode))
-	fmt.Fprintf(out, "  %-10s %d injected, %d connected to the control plane\n", "Sidecars:", rep.InjectedPods, rep.ConnectedSidecars)
+	fmt.Fprintf(out, "  %-10s %d injected, %d connected to the control plane", "Sidecars:", rep.InjectedPods, rep.ConnectedSidecars)
+	if c := rep.SidecarCounts; c != nil {
+		fmt.Fprintf(out, ": %d current, %d behind, %d rejected (reports of %d operator %s)", c.Current, c.Behind, c.Rejected, c.Replicas, plural(int(c.Replicas), "replica", "replicas"))
+	}
+	fmt.Fprintln(out)
+	if c := rep.SidecarCounts; c != nil && len(c.Versions) > 0 {
+		vs := make([]string, len(c.Versions))
+		for i, v := range c.Versions {
+			vs[i] = fmt.Sprintf("%s (%d)", v.Version, v.Sidecars)
+		}
+		fmt.Fprintf(out, "  %-10s %s\n", "Versions:", strings.Join(vs, ", "))
+	}
 	if rep.NACKs > 0 {
 		fmt.Fprintf(out, "  %-10s %d, last: %s\n", "NACKs:", rep.NACKs, rep.LastNACK)
 	}
@@ -310,6 +326,13 @@ func (r *runner) printStatus(rep *statusReport, output string) error {
 		fmt.Fprintln(out, n)
 	}
 	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func orDash(s string) string {

@@ -68,6 +68,9 @@ func TestStatusReadsEachPodsMetricsThroughTheAPIServer(t *testing.T) {
 	behind := startSidecar(t, o.URL, ip, "", smallL1+"defaults: {staleIfError: 1h}\n")
 	setStatus(t, tier, v1alpha1.CacheTierStatus{
 		ObservedGeneration: 1, ConfigHash: current.version(t), L2Mode: "none", InjectedPods: 4, ConnectedSidecars: 3, NACKs: 2,
+		Sidecars: &v1alpha1.SidecarCounts{Total: 3, Current: 1, Behind: 1, Rejected: 1, Replicas: 2, Versions: []v1alpha1.VersionCount{
+			{Version: behind.version(t)[:12], Sidecars: 2}, {Version: current.version(t)[:12], Sidecars: 1},
+		}},
 		LastNACK:   "version abc from shop/web-x: l1.maxSize: must be at least 1Mi",
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPublished, LastTransitionTime: metav1.Now()}},
 	})
@@ -83,7 +86,8 @@ func TestStatusReadsEachPodsMetricsThroughTheAPIServer(t *testing.T) {
 
 	rep := statusJSON(t, run(t, Options{}, "status", "web", "-n", ns, "-o", "json"))
 	if rep.Tier != ns+"/web" || rep.ConfigHash != current.version(t) || rep.InjectedPods != 4 || rep.ConnectedSidecars != 3 ||
-		rep.NACKs != 2 || !strings.Contains(rep.LastNACK, "l1.maxSize") || len(rep.Conditions) != 1 || len(rep.Sidecars) != 5 {
+		rep.NACKs != 2 || !strings.Contains(rep.LastNACK, "l1.maxSize") || len(rep.Conditions) != 1 || len(rep.Sidecars) != 5 ||
+		rep.SidecarCounts == nil || rep.SidecarCounts.Rejected != 1 || len(rep.SidecarCounts.Versions) != 2 {
 		t.Fatalf("status %+v, want the tier's status and five pods", rep)
 	}
 	l := line(t, rep, "web-1")
@@ -112,7 +116,8 @@ func TestStatusReadsEachPodsMetricsThroughTheAPIServer(t *testing.T) {
 		for _, want := range []*regexp.Regexp{
 			regexp.MustCompile(`(?m)^CacheTier ` + ns + `/web \(generation 1, observed 1\)$`),
 			regexp.MustCompile(`(?m)^  Ready: +True \(Published\)$`),
-			regexp.MustCompile(`(?m)^  Sidecars: +4 injected, 3 connected to the control plane$`),
+			regexp.MustCompile(`(?m)^  Sidecars: +4 injected, 3 connected to the control plane: 1 current, 1 behind, 1 rejected \(reports of 2 operator replicas\)$`),
+			regexp.MustCompile(`(?m)^  Versions: +` + behind.version(t)[:12] + ` \(2\), ` + current.version(t)[:12] + ` \(1\)$`),
 			regexp.MustCompile(`(?m)^  NACKs: +2, last: version abc`),
 			regexp.MustCompile(`(?m)^SIDECAR +READY +CONFIG +HIT RATIO +REQUESTS +L2 +CONTROL PLANE +NACKS$`),
 			regexp.MustCompile(`(?m)^web-1 +true +current +50\.0% +4 +off +- +0$`),

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,10 +19,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
@@ -67,12 +66,13 @@ type TierReconciler struct {
 	Random    io.Reader
 	Events    events.EventRecorder
 	Publisher Publisher
-	// Refresh re-reconciles each tier this often to update the connected
-	// sidecar count (0: only on changes).
+	// Refresh re-reconciles each tier this often, so that an expired
+	// report stops counting (0: only on changes).
 	Refresh time.Duration
-	// ConnectedCount counts a tier's sidecars across all replicas; nil =
-	// the Publisher's own count.
-	ConnectedCount func(ctx context.Context, key string) (int, error)
+	// Sidecars adds up a tier's sidecars over every replica's report; nil
+	// (no control plane) counts the Publisher's connected sidecars, and
+	// Ready then only says the config is published.
+	Sidecars func(ctx context.Context, key string) (sidecarTally, error)
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -118,26 +118,6 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		setCondition(status, gen, v1alpha1.ConditionValid, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, render.FieldErrors(err).ToAggregate().Error())
 	}
 
-	if err == nil {
-		status.ConfigHash = cfg.Hash()
-		status.L2Mode = "none"
-		if len(cfg.L2.Addresses) > 0 {
-			status.L2Mode = cfg.L2.Mode
-		}
-		if perr := r.Publisher.Publish(ctx, key, cfg); perr != nil {
-			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, perr.Error())
-			requeueErr = perr
-		} else {
-			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "the rendered config is published to the tier's sidecars")
-		}
-	} else if v := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionValid); v.Reason != v1alpha1.ReasonInvalidSpec {
-		// A Secret problem: say how to fix it here too.
-		setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v.Reason, v.Message+"; sidecars keep their last valid config")
-	} else {
-		// Sidecars keep the last config that was valid; say so.
-		setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNotValid, "the spec is not valid; sidecars keep their last valid config")
-	}
-
 	var pods corev1.PodList
 	if lerr := r.Client.List(ctx, &pods, client.InNamespace(tier.Namespace), client.MatchingLabels{inject.LabelTier: tier.Name}); lerr != nil {
 		return reconcile.Result{}, lerr
@@ -148,31 +128,67 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			status.InjectedPods++
 		}
 	}
-	connected := r.Publisher.Connected(key)
-	if r.ConnectedCount != nil {
-		if connected, err = r.ConnectedCount(ctx, key); err != nil {
-			return reconcile.Result{}, err
+
+	var perr error
+	if err == nil {
+		status.ConfigHash = cfg.Hash()
+		status.L2Mode = "none"
+		if len(cfg.L2.Addresses) > 0 {
+			status.L2Mode = cfg.L2.Mode
 		}
+		perr = r.Publisher.Publish(ctx, key, cfg)
 	}
-	status.ConnectedSidecars = int32(connected)
-	if nr, ok := r.Publisher.(nackReporter); ok {
-		total, last := nr.NACKs(key)
-		status.NACKs, status.LastNACK = int64(total), truncate(last, 1024)
+	// The sidecars are counted against the config in effect: the new one,
+	// or while the spec is not valid the last valid one, which they keep.
+	if r.Sidecars != nil {
+		tally, terr := r.Sidecars(ctx, key)
+		if terr != nil {
+			return reconcile.Result{}, terr
+		}
+		counts := sidecarCounts(tally, status.ConfigHash)
+		status.Sidecars = &counts
+		status.NACKs, status.LastNACK = int64(tally.NACKs), ""
+		if tally.LastNACK != nil {
+			status.LastNACK = truncate(tally.LastNACK.String(), 1024)
+		}
+	} else {
+		n := int32(r.Publisher.Connected(key))
+		status.Sidecars = &v1alpha1.SidecarCounts{Total: n, Behind: n}
+	}
+	status.ConnectedSidecars = status.Sidecars.Total
+
+	switch v := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionValid); {
+	case err == nil:
+		if perr != nil {
+			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, perr.Error())
+			requeueErr = perr
+		} else if r.Sidecars == nil {
+			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "the rendered config is published; no control plane counts the sidecars that apply it")
+		} else {
+			st, reason, msg := readiness(*status.Sidecars, status.ConfigHash, status.LastNACK)
+			setCondition(status, gen, v1alpha1.ConditionReady, st, reason, msg)
+		}
+	case v.Reason != v1alpha1.ReasonInvalidSpec:
+		// A Secret problem: say how to fix it here too.
+		setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v.Reason, v.Message+"; sidecars keep their last valid config")
+	default:
+		// Sidecars keep the last config that was valid; say so.
+		setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNotValid, "the spec is not valid; sidecars keep their last valid config")
 	}
 
 	if !equality.Semantic.DeepEqual(status, &tier.Status) {
 		r.emitTransitions(tier, status)
 		patch := client.MergeFrom(tier.DeepCopy())
 		tier.Status = *status
-		if perr := r.Client.Status().Patch(ctx, tier, patch); perr != nil {
-			return reconcile.Result{}, perr
+		if serr := r.Client.Status().Patch(ctx, tier, patch); serr != nil {
+			return reconcile.Result{}, serr
 		}
 	}
 	if requeueErr != nil {
 		return reconcile.Result{}, requeueErr // retried with backoff
 	}
-	// Connected sidecars change without any Kubernetes event: look again
-	// in a while.
+	// A report that expires changes nothing the leader watches: look
+	// again in a while.
 	return reconcile.Result{RequeueAfter: r.Refresh}, nil
 }
 
@@ -191,8 +207,11 @@ func liveTier(ctx context.Context, c client.Reader, req reconcile.Request, pub P
 	return &tier, nil
 }
 
-// emitTransitions records an Event when Valid or Ready changes or its
-// message does, so `kubectl describe ct` tells the story.
+// emitTransitions records an Event when Valid changes or its message
+// does, and when Ready's status or reason changes (its message carries
+// sidecar counts, which move with every rollout), so `kubectl describe
+// ct` tells the story. Sidecars still applying a new version is the
+// normal course of a change: a Normal Event.
 func (r *TierReconciler) emitTransitions(tier *v1alpha1.CacheTier, next *v1alpha1.CacheTierStatus) {
 	if r.Events == nil {
 		return
@@ -200,11 +219,12 @@ func (r *TierReconciler) emitTransitions(tier *v1alpha1.CacheTier, next *v1alpha
 	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady} {
 		now := meta.FindStatusCondition(next.Conditions, t)
 		before := meta.FindStatusCondition(tier.Status.Conditions, t)
-		if now == nil || (before != nil && before.Status == now.Status && before.Message == now.Message) {
+		if now == nil || (before != nil && before.Status == now.Status && before.Reason == now.Reason &&
+			(t == v1alpha1.ConditionReady || before.Message == now.Message)) {
 			continue
 		}
 		kind := corev1.EventTypeNormal
-		if now.Status != metav1.ConditionTrue {
+		if now.Status != metav1.ConditionTrue && now.Reason != v1alpha1.ReasonSidecarsBehind {
 			kind = corev1.EventTypeWarning
 		}
 		r.Events.Eventf(tier, nil, kind, now.Reason, "Reconcile", "%s", now.Message)
@@ -269,8 +289,9 @@ func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handler.EventHandle
 // CacheTiers, the Secrets they reference and their generated Secrets
 // (metadata only, and only labelled ones: see newManager), injected Pods
 // (by their tier label; the manager's cache holds only Pods that carry
-// it), and NACKs reported by the control plane on nacked.
-func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handler.EventHandler, nacked <-chan event.GenericEvent) error {
+// it), and, with a control plane, the replicas' sidecar reports (the
+// tiers a report's change touches).
+func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handler.EventHandler, reports *sidecarReports) error {
 	podToTier := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[inject.LabelTier]
 		if name == "" || strings.Contains(name, "/") {
@@ -278,11 +299,13 @@ func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handle
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("cachetier").
 		For(&v1alpha1.CacheTier{}).
 		Watches(&corev1.Secret{}, secretToTiers, builder.OnlyMetadata).
-		Watches(&corev1.Pod{}, podToTier).
-		WatchesRawSource(source.Channel(nacked, &handler.EnqueueRequestForObject{})).
-		Complete(r)
+		Watches(&corev1.Pod{}, podToTier)
+	if reports != nil {
+		b = b.Watches(&coordinationv1.Lease{}, reports.handler())
+	}
+	return b.Complete(r)
 }

@@ -81,11 +81,14 @@ type Options struct {
 	// (development only).
 	XDSAuth          string
 	XDSTokenAudience string
-	// ReplicaName identifies this replica in its connected-sidecars
+	// ReplicaName identifies this replica in its sidecar
 	// report (default $POD_NAME, else the host name, which is the pod
 	// name in Kubernetes).
 	ReplicaName string
-	// StatusRefresh re-reads connected sidecar counts this often.
+	// StatusRefresh is the sidecar report period: each replica renews
+	// its report this often (and writes it early on a change, at most
+	// every StatusRefresh/10), a report counts for three periods, and the
+	// leader re-reads each tier's counts this often.
 	StatusRefresh time.Duration
 	// MissingTier is "refuse" (admission denies a pod naming a tier that
 	// does not exist) or "defaults" (inject with the built-in config).
@@ -147,8 +150,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.XDSService, "xds-service", "tiercache-xds", "Service in front of the xDS port (its DNS names go into the self-managed certificate)")
 	fs.StringVar(&o.XDSAuth, "xds-auth", XDSAuthTokenReview, "how sidecars authenticate to the control plane: tokenreview (projected ServiceAccount token, checked with a TokenReview) or none (development only)")
 	fs.StringVar(&o.XDSTokenAudience, "xds-token-audience", "tiercache-xds", "audience of the sidecars' projected ServiceAccount token")
-	fs.StringVar(&o.ReplicaName, "replica-name", defaultReplicaName(getenv), "this replica's name in its connected-sidecars report (default $POD_NAME or the host name)")
-	fs.DurationVar(&o.StatusRefresh, "status-refresh", 30*time.Second, "how often each tier's status re-reads its connected sidecar count")
+	fs.StringVar(&o.ReplicaName, "replica-name", defaultReplicaName(getenv), "this replica's name in its sidecar report, the Lease tiercache-connected-<name> (default $POD_NAME or the host name)")
+	fs.DurationVar(&o.StatusRefresh, "status-refresh", 30*time.Second, "period of each replica's sidecar report (renewed this often, written early on a change at most every tenth of it, expired after three) and of each tier's status refresh")
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
 	fs.StringVar(&excluded, "excluded-namespaces", "kube-system,kube-public,kube-node-lease", "comma-separated namespaces never injected (the operator's own always is)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Hour, "full re-reconcile period")
@@ -261,6 +264,12 @@ func (o Options) sidecarImageAllowed(image string) bool {
 		}
 	}
 	return false
+}
+
+// reportMinGap is the shortest time between two writes of a replica's
+// sidecar report: a tenth of the period (3s by default), at least 100ms.
+func (o Options) reportMinGap() time.Duration {
+	return max(o.StatusRefresh/10, 100*time.Millisecond)
 }
 
 // xdsCertFiles are the certificate and key the control plane serves.

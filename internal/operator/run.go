@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -107,14 +107,13 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if reg == nil {
 		reg = crmetrics.Registry
 	}
-	nacked := make(chan event.GenericEvent, 64)
 	// certReady is closed once the webhook certificate files exist (the
 	// control plane serves TLS with them too).
 	certReady := make(chan struct{})
 	pub := env.Publisher
-	var totals *connectedTotals
+	var reports *sidecarReports
 	if pub == nil {
-		if pub, totals, err = setupControlPlane(mgr, o, reg, slog.New(slog.NewJSONHandler(env.Stderr, nil)), rec, nacked, certReady); err != nil {
+		if pub, reports, err = setupControlPlane(mgr, o, reg, slog.New(slog.NewJSONHandler(env.Stderr, nil)), rec, certReady); err != nil {
 			return err
 		}
 	}
@@ -131,10 +130,10 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if o.XDSListen != "" {
 		r.Refresh = o.StatusRefresh
 	}
-	if totals != nil {
-		r.ConnectedCount = totals.Connected
+	if reports != nil {
+		r.Sidecars = reports.Tally
 	}
-	if err := r.SetupWithManager(mgr, secretToTiers, nacked); err != nil {
+	if err := r.SetupWithManager(mgr, secretToTiers, reports); err != nil {
 		return err
 	}
 	if err := (&PublishReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Publisher: pub}).SetupWithManager(mgr, secretToTiers); err != nil {
@@ -185,6 +184,12 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Pod{}:    {Label: labels.NewSelector().Add(*tierLabel)},
 				&corev1.Secret{}: {Label: labels.NewSelector().Add(*allowed)},
+				// The replicas' sidecar reports, read by the leader
+				// only (the informer starts with its controller).
+				&coordinationv1.Lease{}: {
+					Namespaces: map[string]cache.Config{o.Namespace: {}},
+					Label:      labels.SelectorFromSet(labels.Set{labelConnectedReport: "true"}),
+				},
 			},
 		},
 	})

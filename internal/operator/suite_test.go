@@ -46,6 +46,8 @@ var cluster struct {
 	caFile  string
 	// reg holds the operator's own metrics.
 	reg *prometheus.Registry
+	// args are the operator's, for a restart (startSuiteOperator).
+	args []string
 }
 
 const xdsAudience = "tiercache-xds"
@@ -121,57 +123,79 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	cluster.args = []string{
+		"--namespace=" + operatorNS,
+		"--cert-mode=external",
+		"--webhook-host=" + wo.LocalServingHost,
+		"--webhook-port=" + strconv.Itoa(wo.LocalServingPort),
+		"--webhook-cert-dir=" + wo.LocalServingCertDir,
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:0",
+		"--sidecar-image=example.test/tiercache-sidecar:test",
+		"--allowed-sidecar-images=example.test/approved/*",
+		"--control-plane-address=tiercache-xds.tiercache-system.svc:18000",
+		"--xds-listen=" + cluster.xdsAddr,
+		"--xds-ca-file=" + cluster.caFile,
+		"--status-refresh=1s",
+	}
+	if err := startSuiteOperator(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	if err := stopSuiteOperator(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	return code
+}
+
+// startSuiteOperator runs the suite's operator (with cluster.args, a new
+// metrics registry) and waits until its webhooks answer: the API server
+// calls them with failurePolicy Fail.
+func startSuiteOperator() error {
 	cluster.reg = prometheus.NewRegistry()
-	opCtx, stop := context.WithCancel(ctx)
+	opCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- RunWith(opCtx, []string{
-			"--namespace=" + operatorNS,
-			"--cert-mode=external",
-			"--webhook-host=" + wo.LocalServingHost,
-			"--webhook-port=" + strconv.Itoa(wo.LocalServingPort),
-			"--webhook-cert-dir=" + wo.LocalServingCertDir,
-			"--metrics-bind-address=0",
-			"--health-probe-bind-address=127.0.0.1:0",
-			"--sidecar-image=example.test/tiercache-sidecar:test",
-			"--allowed-sidecar-images=example.test/approved/*",
-			"--control-plane-address=tiercache-xds.tiercache-system.svc:18000",
-			"--xds-listen=" + cluster.xdsAddr,
-			"--xds-ca-file=" + cluster.caFile,
-			"--status-refresh=1s",
-		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, SkipNameValidation: true, Registerer: cluster.reg})
+		done <- RunWith(opCtx, cluster.args, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cluster.cfg, SkipNameValidation: true, Registerer: cluster.reg})
 	}()
 	cluster.stop, cluster.done = stop, done
-	// The API server calls the webhooks with failurePolicy Fail: wait
-	// until they answer.
+	wo := cluster.env.WebhookInstallOptions
 	addr := net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		// A full handshake, so the server logs no aborted one.
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a liveness probe of the test's own server
 		if err == nil {
 			conn.Close()
-			break
+			return nil
+		}
+		select {
+		case err := <-done:
+			return fmt.Errorf("the operator exited before its webhook server started: %v", err)
+		default:
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintln(os.Stderr, "the operator's webhook server did not start within 60s:", err)
 			stop()
-			return 1
+			return fmt.Errorf("the operator's webhook server did not start within 60s: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	code := m.Run()
-	stop()
+}
+
+// stopSuiteOperator stops the suite's operator (it gives up the leader
+// Lease and deletes its sidecar report) and waits for it to return.
+func stopSuiteOperator() error {
+	cluster.stop()
 	select {
-	case err := <-done:
+	case err := <-cluster.done:
 		if err != nil && !errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "operator:", err)
-			code = 1
+			return fmt.Errorf("operator: %v", err)
 		}
+		return nil
 	case <-time.After(30 * time.Second):
-		fmt.Fprintln(os.Stderr, "operator did not stop within 30s")
-		code = 1
+		return errors.New("operator did not stop within 30s")
 	}
-	return code
 }
 
 // logSink is where the operator under test logs: stderr with

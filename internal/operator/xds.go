@@ -9,12 +9,12 @@ import (
 	"net"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -34,7 +33,7 @@ import (
 )
 
 // xdsPublisher adapts the control-plane server to the controller's
-// Publisher, and reports NACKs.
+// Publisher.
 type xdsPublisher struct{ srv *controlplane.Server }
 
 func (p xdsPublisher) Publish(ctx context.Context, key string, c tierconfig.Config) error {
@@ -43,18 +42,6 @@ func (p xdsPublisher) Publish(ctx context.Context, key string, c tierconfig.Conf
 }
 func (p xdsPublisher) Clear(key string)         { p.srv.Clear(key) }
 func (p xdsPublisher) Connected(key string) int { return p.srv.Connected(key) }
-func (p xdsPublisher) NACKs(key string) (uint64, string) {
-	n := p.srv.NACKs(key)
-	if n.Total == 0 {
-		return 0, ""
-	}
-	return n.Total, fmt.Sprintf("version %.12s refused by %s: %s", n.Last.Version, n.Last.Node, n.Last.Message)
-}
-
-// nackReporter is implemented by Publishers that hear NACKs.
-type nackReporter interface {
-	NACKs(key string) (total uint64, last string)
-}
 
 // xdsRunnable serves the control plane on every replica: sidecars may
 // connect to any of them, so none needs to lead. With TLS it waits for the
@@ -102,11 +89,12 @@ func (x xdsRunnable) Start(ctx context.Context) error {
 }
 
 // setupControlPlane starts the xDS server (unless --xds-listen is empty)
-// and returns the Publisher the controllers use. NACKs become Events on
-// the tier (from whichever replica heard them) and wake the status
-// controller through nacked. certReady is closed once the webhook
+// and returns the Publisher the controllers use and the leader's reader
+// of the replicas' sidecar reports. This replica reports its own
+// sidecars (sidecarReporter); NACKs become Events on the tier (from
+// whichever replica heard them). certReady is closed once the webhook
 // certificate files exist (with TLS, xDS serves from then on).
-func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer, log *slog.Logger, rec events.EventRecorder, nacked chan<- event.GenericEvent, certReady <-chan struct{}) (Publisher, *connectedTotals, error) {
+func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer, log *slog.Logger, rec events.EventRecorder, certReady <-chan struct{}) (Publisher, *sidecarReports, error) {
 	if o.XDSListen == "" {
 		return NoPublisher{}, nil, nil
 	}
@@ -139,27 +127,30 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 		}
 		authenticate = a.Authenticate
 	}
+	// changed has room for one signal: changes coalesce until the
+	// reporter writes.
+	changed := make(chan struct{}, 1)
 	srv, err := controlplane.NewServer(controlplane.Options{
 		Logger:       log,
 		Registerer:   reg,
 		GRPCOptions:  grpcOpts,
 		Authenticate: authenticate,
+		OnChange: func(string) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		},
 		OnNACK: func(n controlplane.NACK) {
 			ns, name, ok := strings.Cut(n.Tier, "/")
 			if !ok {
 				return
 			}
-			tier := &v1alpha1.CacheTier{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-			var cur v1alpha1.CacheTier
+			var tier v1alpha1.CacheTier
 			// The Event needs the tier's UID; the cache has it.
-			if err := mgr.GetClient().Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &cur); err == nil {
-				tier = &cur
-				rec.Eventf(tier, nil, corev1.EventTypeWarning, v1alpha1.ReasonConfigRejected, "Apply",
+			if err := mgr.GetClient().Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &tier); err == nil {
+				rec.Eventf(&tier, nil, corev1.EventTypeWarning, v1alpha1.ReasonConfigRejected, "Apply",
 					"sidecar %s refused config version %.12s: %s", n.Node, n.Version, n.Message)
-			}
-			select {
-			case nacked <- event.GenericEvent{Object: tier}:
-			default: // the status controller is already behind; a later reconcile sees the count
 			}
 		},
 	})
@@ -175,13 +166,18 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 		ln.Close()
 		return nil, nil, err
 	}
-	if err := mgr.Add(&connectedReporter{
-		c: mgr.GetClient(), r: mgr.GetAPIReader(), ns: o.Namespace, replica: o.ReplicaName,
-		every: o.StatusRefresh, counts: srv.ConnectedAll, log: log,
+	if err := mgr.Add(&sidecarReporter{
+		c: mgr.GetClient(), ns: o.Namespace, replica: o.ReplicaName,
+		every: o.StatusRefresh, minGap: o.reportMinGap(),
+		sidecars: srv.Sidecars, changed: changed, log: log, now: time.Now,
 	}); err != nil {
 		return nil, nil, err
 	}
-	return xdsPublisher{srv}, &connectedTotals{r: mgr.GetAPIReader(), ns: o.Namespace, every: o.StatusRefresh}, nil
+	reports := newSidecarReports(mgr.GetClient(), mgr.GetClient(), o.Namespace, o.StatusRefresh, log)
+	if err := mgr.Add(reportJanitor{reports}); err != nil {
+		return nil, nil, err
+	}
+	return xdsPublisher{srv}, reports, nil
 }
 
 // PublishReconciler runs on every replica (not only the leader): it

@@ -153,7 +153,7 @@ func TestReviewsOfUnseenTokensAreBounded(t *testing.T) {
 // The pod annotation tiercache.io/tier is free text that anyone who may
 // edit their own pod can change at any time (the webhook sees CREATE
 // only). Were the control plane to serve whatever tier key it names, two
-// streams under 150 kB keys would make the replica's connected-sidecars
+// streams under 150 kB keys would make the replica's sidecar
 // report (one JSON annotation of its Lease) larger than the API server
 // allows: the report would go stale and the leader would count 0
 // sidecars for EVERY tier of the cluster, and each key would stay a

@@ -21,7 +21,10 @@ type Duration string
 // +kubebuilder:resource:shortName=ct,categories=tiercache
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="L2",type=string,JSONPath=`.status.l2Mode`
-// +kubebuilder:printcolumn:name="Sidecars",type=integer,JSONPath=`.status.injectedPods`
+// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.injectedPods`
+// +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=`.status.sidecars.current`
+// +kubebuilder:printcolumn:name="Behind",type=integer,JSONPath=`.status.sidecars.behind`
+// +kubebuilder:printcolumn:name="Rejected",type=integer,JSONPath=`.status.sidecars.rejected`
 // +kubebuilder:printcolumn:name="Connected",type=integer,JSONPath=`.status.connectedSidecars`,priority=1
 // +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.configHash`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -570,8 +573,9 @@ const (
 	// ConditionValid says whether the spec (with its Secrets) renders to a
 	// config the sidecar accepts.
 	ConditionValid = "Valid"
-	// ConditionReady says whether the rendered config is published to the
-	// tier's sidecars.
+	// ConditionReady says whether the tier's connected sidecars run the
+	// rendered config: True when every one applied (ACKed) the version of
+	// status.configHash, or none is connected.
 	ConditionReady = "Ready"
 
 	ReasonRendered      = "Rendered"
@@ -580,11 +584,23 @@ const (
 	// ReasonSecretConflict: a Secret named like the tier's generated one
 	// exists but was not generated for it; the operator leaves it alone.
 	ReasonSecretConflict = "SecretConflict"
-	ReasonPublished      = "Published"
-	ReasonNotValid       = "NotValid"
-	ReasonPublishFailed  = "PublishFailed"
-	// ReasonConfigRejected is the Event reason of a sidecar's NACK.
+	// ReasonPublished: the config is published, and the operator has no
+	// control plane whose sidecars it could count (they run the config
+	// placed in their pod spec at admission).
+	ReasonPublished     = "Published"
+	ReasonNotValid      = "NotValid"
+	ReasonPublishFailed = "PublishFailed"
+	// ReasonConfigRejected is the Event reason of a sidecar's NACK, and
+	// Ready's while connected sidecars refuse the current version.
 	ReasonConfigRejected = "ConfigRejected"
+	// ReasonApplied: every connected sidecar applied the current version.
+	ReasonApplied = "Applied"
+	// ReasonNoSidecars: the config is published and no sidecar is
+	// connected to any operator replica (nothing to wait for).
+	ReasonNoSidecars = "NoSidecars"
+	// ReasonSidecarsBehind: some connected sidecars still run an older
+	// version (not yet sent, being applied, or stuck), none refused it.
+	ReasonSidecarsBehind = "SidecarsBehind"
 )
 
 // CacheTierStatus is what the operator observed and rendered.
@@ -609,14 +625,56 @@ type CacheTierStatus struct {
 	// +optional
 	InjectedPods int32 `json:"injectedPods"`
 	// ConnectedSidecars counts the sidecars connected to the control plane
-	// for this tier.
+	// of any operator replica for this tier (sidecars.total).
 	// +optional
 	ConnectedSidecars int32 `json:"connectedSidecars"`
 	// NACKs counts the pushed configs that sidecars refused (their own
-	// validation failed) since the reporting operator replica started.
+	// validation failed), summed over the running operator replicas, each
+	// since it started: it drops when a replica that heard some stops.
 	// +optional
 	NACKs int64 `json:"nacks,omitempty"`
 	// LastNACK is the most recent refusal: version, sidecar and reason.
 	// +optional
 	LastNACK string `json:"lastNACK,omitempty"`
+
+	// Sidecars counts the tier's sidecars connected to the control plane
+	// of any operator replica, by the config they run against configHash
+	// (kubectl get ct: Current, Behind, Rejected).
+	// +optional
+	Sidecars *SidecarCounts `json:"sidecars,omitempty"`
+}
+
+// SidecarCounts are a tier's connected sidecars by the config they run,
+// summed over the reports of every operator replica. Current + Behind +
+// Rejected = Total.
+type SidecarCounts struct {
+	// Total counts the connected sidecars (connectedSidecars).
+	Total int32 `json:"total"`
+	// Current counts those that applied the version of configHash.
+	Current int32 `json:"current"`
+	// Behind counts those that run an older version and did not refuse
+	// this one: not sent yet, being applied, or stuck.
+	Behind int32 `json:"behind"`
+	// Rejected counts those whose latest answer refused the version of
+	// configHash (a NACK); they keep running their last good config.
+	Rejected int32 `json:"rejected"`
+	// Versions counts the connected sidecars by the version they run
+	// (its first 12 hex digits; "unknown" when a sidecar named none), most
+	// common first, at most 8 (the rest are left out).
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	Versions []VersionCount `json:"versions,omitempty"`
+	// Replicas counts the operator replicas whose reports were added up.
+	Replicas int32 `json:"replicas"`
+}
+
+// VersionCount is the number of sidecars that run one config version.
+type VersionCount struct {
+	// Version is the first 12 hex digits of the config version, or
+	// "unknown".
+	// +kubebuilder:validation:MaxLength=12
+	Version string `json:"version"`
+	// Sidecars running it.
+	Sidecars int32 `json:"sidecars"`
 }
