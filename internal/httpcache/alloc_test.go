@@ -17,6 +17,8 @@ func TestHitPathDoesNotAllocate(t *testing.T) {
 	req := httpcache.RequestCC{MaxStaleAny: true}
 	now := t0.Add(90 * time.Second)
 	names := []string{"accept", "accept-encoding", "x-absent"}
+	langNames := []string{"accept", "accept-language"}
+	langs := http.Header{"Accept-Language": {"fr-CH, fr;q=0.9, en;q=0.8, de;q=0.7", "*;q=0.5"}, "Accept": {"*/*"}}
 	key := make([]byte, 0, 256)
 	notMod := http.Header{"If-None-Match": {`"a", "b"`}}
 	storedH := http.Header{"Etag": {`"b"`}}
@@ -30,7 +32,11 @@ func TestHitPathDoesNotAllocate(t *testing.T) {
 		{"Evaluate", func() { _, _ = httpcache.Evaluate(s, req, now) }},
 		{"CurrentAge", func() { _ = httpcache.CurrentAge(s, now) }},
 		{"StaleOnErrorOK", func() { _ = httpcache.StaleOnErrorOK(s, req, now) }},
-		{"AppendVaryKey with lowercase names", func() { key = httpcache.AppendVaryKey(key[:0], names, plain) }},
+		{"AppendVaryKey with lowercase names", func() { key = httpcache.AppendVaryKey(key[:0], names, plain, httpcache.VaryOptions{}) }},
+		{"AppendVaryKey normalizing Accept-Language", func() {
+			key = httpcache.AppendVaryKey(key[:0], langNames, langs, httpcache.VaryOptions{NormalizeAcceptLanguage: true})
+		}},
+		{"StaleIfUnreachableOK", func() { _ = httpcache.StaleIfUnreachableOK(s, req, now) }},
 		{"NotModified with If-None-Match", func() { _ = httpcache.NotModified(notMod, 200, storedH) }},
 		{"ParseHTTPDate", func() { _, _ = httpcache.ParseHTTPDate("Sun, 06 Nov 1994 08:49:37 GMT") }},
 		{"AgeHeader for a small age", func() { _ = httpcache.AgeHeader(7 * time.Second) }},
@@ -66,7 +72,7 @@ func BenchmarkAppendVaryKey(b *testing.B) {
 	dst := make([]byte, 0, 256)
 	b.ReportAllocs()
 	for b.Loop() {
-		dst = httpcache.AppendVaryKey(dst[:0], names, h)
+		dst = httpcache.AppendVaryKey(dst[:0], names, h, httpcache.VaryOptions{})
 	}
 }
 

@@ -46,16 +46,21 @@ func parseETag(s string) (entityTag, bool) {
 // NotModified reports whether a client's conditional GET/HEAD is answered
 // with 304 by a stored response with header stored (RFC 9110 §13.2.2):
 // If-None-Match (weak comparison, "*" matches) takes precedence; otherwise
-// If-Modified-Since against the stored Last-Modified (else Date), only when
-// the stored status is 200.
+// If-Modified-Since, only when the stored status is 200, against the
+// stored response's modification date as RFC 9111 §4.3.2 defines it: its
+// Last-Modified, else its Date (a response stored without Date is given
+// the time it was received, AddDate). 304 when that date is earlier than
+// or equal to the client's.
 //
 // Details: only a stored 2xx answers a conditional at all. An
 // If-None-Match that is present but malformed still takes precedence (and
 // matches nothing); a stored ETag that is not a quoted entity-tag matches
-// nothing but "*". If-Modified-Since is ignored when it is not one valid
-// HTTP-date, and when it is later than the stored Date: there is no clock
-// here, and the stored Date is the latest instant the origin vouched for,
-// so a later date is "in the future" as far as this copy knows.
+// nothing but "*". If-Modified-Since is ignored when it is not exactly one
+// valid HTTP-date (RFC 9110 §13.1.3), and a stored response with neither a
+// valid Last-Modified nor a valid Date has no modification date to
+// compare: it answers 200. A client date later than the stored Date is
+// compared like any other (RFC 9111 §4.3.2 has no exception for it; the
+// 304 only tells that client its own copy will do).
 func NotModified(req Header, storedStatus int, stored Header) bool {
 	if storedStatus < 200 || storedStatus > 299 {
 		return false
@@ -93,17 +98,13 @@ func NotModified(req Header, storedStatus int, stored Header) bool {
 	if !ok {
 		return false
 	}
-	date, dateOK := ParseHTTPDate(first(stored, "Date"))
-	if dateOK && since.After(date) {
-		return false
-	}
-	validator, ok := ParseHTTPDate(first(stored, "Last-Modified"))
+	modified, ok := ParseHTTPDate(first(stored, "Last-Modified"))
 	if !ok {
-		if validator, ok = date, dateOK; !ok {
+		if modified, ok = ParseHTTPDate(first(stored, "Date")); !ok {
 			return false
 		}
 	}
-	return !validator.After(since)
+	return !modified.After(since)
 }
 
 // ValidatorsFrom returns the conditional request headers (If-None-Match

@@ -79,16 +79,27 @@ func TestNotModified(t *testing.T) {
 			200, st, true},
 		{"an invalid If-Modified-Since is ignored", hdr("If-Modified-Since", "yesterday"), 200, st, false},
 		{"two If-Modified-Since lines are ignored", hdr("If-Modified-Since", lm, "If-Modified-Since", lm), 200, st, false},
-		{"an If-Modified-Since later than the stored Date is in the future and ignored",
-			hdr("If-Modified-Since", date(t0.Add(time.Hour))), 200, st, false},
+		{"an If-Modified-Since later than the stored Date is compared like any other",
+			hdr("If-Modified-Since", date(t0.Add(time.Hour))), 200, st, true},
 		{"If-Modified-Since uses Date without Last-Modified", hdr("If-Modified-Since", date(t0)), 200, hdr("Date", date(t0)), true},
+		{"If-Modified-Since after Date without Last-Modified gives 304",
+			hdr("If-Modified-Since", date(t0.Add(time.Second))), 200, hdr("Date", date(t0)), true},
 		{"If-Modified-Since before Date without Last-Modified does not match",
 			hdr("If-Modified-Since", date(t0.Add(-time.Second))), 200, hdr("Date", date(t0)), false},
 		{"If-Modified-Since uses Date when Last-Modified is invalid", hdr("If-Modified-Since", date(t0)), 200,
 			hdr("Last-Modified", "junk", "Date", date(t0)), true},
+		{"If-Modified-Since uses Date of an entry stored from a response without Date",
+			hdr("If-Modified-Since", date(t0)), 200, func() http.Header {
+				h := hdr("ETag", `"v"`)
+				httpcache.AddDate(h, t0)
+				return h
+			}(), true},
 		{"If-Modified-Since without any stored date does not match", hdr("If-Modified-Since", date(t0)), 200, hdr(), false},
-		{"If-Modified-Since without a stored Date is not checked for the future",
+		{"If-Modified-Since with an invalid stored Date and no Last-Modified does not match",
+			hdr("If-Modified-Since", date(t0)), 200, hdr("Date", "junk"), false},
+		{"If-Modified-Since without a stored Date uses Last-Modified",
 			hdr("If-Modified-Since", date(t0.Add(time.Hour))), 200, hdr("Last-Modified", lm), true},
+		{"Last-Modified wins over a later Date", hdr("If-Modified-Since", date(t0.Add(-30*time.Minute))), 200, st, true},
 		{"If-Modified-Since only answers for a stored 200", hdr("If-Modified-Since", lm), 203, st, false},
 		{"a nil stored header never matches a tag", hdr("If-None-Match", `"v2"`), 200, nil, false},
 	}
@@ -187,4 +198,28 @@ func TestMergeNotModified(t *testing.T) {
 			t.Errorf("got %v, want %v", got, want)
 		}
 	})
+}
+
+func TestAddDate(t *testing.T) {
+	tests := []struct {
+		name  string
+		h     http.Header
+		added bool
+		want  []string
+	}{
+		{"a response without Date gets the time it was received", hdr(), true, []string{date(t0)}},
+		{"a response with Date keeps it", hdr("Date", date(t0.Add(-time.Hour))), false, []string{date(t0.Add(-time.Hour))}},
+		{"an invalid Date is left alone", hdr("Date", "junk"), false, []string{"junk"}},
+		{"an empty Date line counts as present", http.Header{"Date": {""}}, false, []string{""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := httpcache.AddDate(tt.h, t0.Add(500*time.Millisecond)); got != tt.added {
+				t.Errorf("AddDate = %v, want %v", got, tt.added)
+			}
+			if got := tt.h["Date"]; !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Date = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }

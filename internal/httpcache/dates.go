@@ -1,6 +1,7 @@
 package httpcache
 
 import (
+	"net/http"
 	"strings"
 	"time"
 )
@@ -171,4 +172,16 @@ func isLongDay(s string) bool {
 		}
 	}
 	return false
+}
+
+// AddDate gives a response that arrived at received without a Date field
+// one (RFC 9110 §6.6.1: a recipient with a clock that caches or forwards
+// such a response must add the time it was received). It reports whether
+// it added one. A Date that is present, even invalid, is left alone.
+func AddDate(h http.Header, received time.Time) bool {
+	if len(h["Date"]) > 0 {
+		return false
+	}
+	h["Date"] = []string{received.UTC().Format(http.TimeFormat)}
+	return true
 }

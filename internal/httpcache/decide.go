@@ -51,6 +51,13 @@ type Policy struct {
 	// Content-Location naming that URI (RFC 9110 §9.3.3). Off, only GET
 	// responses are stored.
 	StorePOST bool
+	// StaleIfUnreachable is how long past its freshness any stored
+	// response may stand in for an origin that cannot be reached (RFC
+	// 9111 §4.2.4), unless a directive forbids stale use. 0 turns it off.
+	StaleIfUnreachable time.Duration
+	// Vary chooses the normalizations of selecting header values beyond
+	// those RFC 9111 §4.1 requires.
+	Vary VaryOptions
 }
 
 // Exchange is one request/response pair seen by the cache.
@@ -81,6 +88,9 @@ type Decision struct {
 	// default); both 0 when MustRevalidate or NoCache.
 	StaleWhileRevalidate time.Duration
 	StaleIfError         time.Duration
+	// StaleIfUnreachable is Policy.StaleIfUnreachable, or 0 when
+	// MustRevalidate or NoCache forbid stale use.
+	StaleIfUnreachable time.Duration
 	// MustRevalidate: must-revalidate, proxy-revalidate or s-maxage.
 	MustRevalidate bool
 	// NoCache: unqualified no-cache: store, but revalidate on every use.
@@ -133,6 +143,15 @@ const (
 //   - NegativeTTL is more specific than FallbackTTL, so it wins for 404 and
 //     410; FallbackTTL covers them only when NegativeTTL is 0.
 //   - HeuristicMax <= 0 means the heuristic is not capped (beyond 2^31 s).
+//   - public makes a status that is not cacheable by default
+//     heuristically cacheable (RFC 9111 §5.2.2.9): the Last-Modified
+//     heuristic applies to it. FallbackTTL and NegativeTTL do not: they
+//     are the tier's own lifetimes for the statuses of RFC 9110 §15.1.
+//   - Policy.StaleIfUnreachable applies to every stored response, whatever
+//     its freshness source (a disconnected cache may serve any stale
+//     response no directive forbids, RFC 9111 §4.2.4), and is 0 under
+//     must-revalidate, proxy-revalidate, s-maxage and no-cache. It does
+//     not make an already stale response without a validator storable.
 //   - unqualified no-cache zeroes the stale windows like MustRevalidate
 //     does: a no-cache response may never be served stale (§4.2.4).
 //   - Set-Cookie is always in Strip when Store, whether or not the
@@ -256,7 +275,10 @@ func Decide(x Exchange, p Policy) Decision {
 		lifetime, source = p.NegativeTTL, sourceNegative
 	case p.FallbackTTL > 0 && heuristic:
 		lifetime, source = p.FallbackTTL, sourceFallback
-	case p.HeuristicFraction > 0 && heuristic:
+	case p.HeuristicFraction > 0 && (heuristic || cc.Public):
+		// public makes any final status heuristically cacheable (RFC 9111
+		// §4.2.2 and §5.2.2.9); the tier's made-up TTLs above stay with
+		// the statuses cacheable by default.
 		if lm, ok := ParseHTTPDate(first(x.RespHeader, "Last-Modified")); ok && !lm.After(date) {
 			lifetime, source = heuristicLifetime(date.Sub(lm), p), sourceHeuristic
 		}
@@ -269,8 +291,9 @@ func Decide(x Exchange, p Policy) Decision {
 	mustRevalidate := cc.MustRevalidate || cc.ProxyRevalidate || cc.SMaxAge.Valid
 	swr := staleWindow(cc.StaleWhileRevalidate, p.StaleWhileRevalidate, source)
 	sie := staleWindow(cc.StaleIfError, p.StaleIfError, source)
+	siu := clampDelta(p.StaleIfUnreachable)
 	if mustRevalidate || noCache {
-		swr, sie = 0, 0
+		swr, sie, siu = 0, 0, 0
 	}
 
 	validators := first(x.RespHeader, "ETag") != "" || first(x.RespHeader, "Last-Modified") != ""
@@ -295,6 +318,7 @@ func Decide(x Exchange, p Policy) Decision {
 		InitialAge:           initialAge(x, date, dateOK),
 		StaleWhileRevalidate: swr,
 		StaleIfError:         sie,
+		StaleIfUnreachable:   siu,
 		MustRevalidate:       mustRevalidate,
 		NoCache:              noCache,
 		Strip:                strip,
@@ -354,6 +378,13 @@ func staleWindow(origin Delta, def time.Duration, source freshSource) time.Durat
 		return 0
 	}
 	return clampDelta(def)
+}
+
+// CorrectedInitialAge is corrected_initial_age (RFC 9111 §4.2.3) of the
+// response of x, stored or not: what Decide puts in Decision.InitialAge.
+func CorrectedInitialAge(x Exchange) time.Duration {
+	date, ok := ParseHTTPDate(first(x.RespHeader, "Date"))
+	return initialAge(x, date, ok)
 }
 
 // initialAge is corrected_initial_age of RFC 9111 §4.2.3. A missing Date

@@ -116,8 +116,16 @@ func TestDecideFreshness(t *testing.T) {
 		{"the heuristic is off without a fraction", ex(200, "Last-Modified", lm(10*time.Hour)), httpcache.Policy{}, stored(0)},
 		{"the heuristic is not used with explicit freshness", ex(200, "Cache-Control", "max-age=5", "Last-Modified", lm(10*time.Hour)),
 			tenPct, stored(sec(5))},
-		{"the heuristic is not used for a status not cacheable by default",
-			ex(500, "Cache-Control", "public", "Last-Modified", lm(10*time.Hour)), tenPct, stored(0)},
+		{"public makes the heuristic apply to a status not cacheable by default",
+			ex(500, "Cache-Control", "public", "Last-Modified", lm(10*time.Hour)), tenPct, stored(time.Hour)},
+		{"public makes the heuristic apply to an unknown status",
+			ex(599, "Cache-Control", "public", "Last-Modified", lm(10*time.Hour)), tenPct, stored(time.Hour)},
+		{"the heuristic does not make a status not cacheable by default storable without public",
+			ex(500, "Last-Modified", lm(10*time.Hour)), tenPct, notStored(reasonNotByDefault)},
+		{"a public status not cacheable by default without Last-Modified has no heuristic lifetime",
+			ex(403, "Cache-Control", "public", "ETag", `"v"`), tenPct, stored(0)},
+		{"NegativeTTL does not apply to a public 403", ex(403, "Cache-Control", "public", "ETag", `"v"`),
+			httpcache.Policy{NegativeTTL: time.Minute}, stored(0)},
 		{"a Last-Modified after Date gives no heuristic", ex(200, "Last-Modified", date(t0.Add(time.Hour))), tenPct, stored(0)},
 		{"a Last-Modified equal to Date gives a zero heuristic", ex(200, "Last-Modified", date(t0)),
 			httpcache.Policy{HeuristicFraction: 0.1, StaleIfError: time.Minute}, httpcache.Decision{Store: true, StaleIfError: time.Minute}},
@@ -191,6 +199,37 @@ func TestDecideStaleWindows(t *testing.T) {
 	})
 }
 
+// RFC 9111 §4.2.4: the tier's window for an unreachable origin.
+func TestDecideStaleIfUnreachable(t *testing.T) {
+	siu := httpcache.Policy{StaleIfUnreachable: 10 * time.Minute}
+	win := func(l time.Duration) httpcache.Decision {
+		return httpcache.Decision{Store: true, Lifetime: l, StaleIfUnreachable: 10 * time.Minute}
+	}
+	runDecide(t, []decideCase{
+		{"the window applies to a response with max-age", ex(200, "Cache-Control", "max-age=2"), siu, win(sec(2))},
+		{"the window applies to a response without a freshness source", ex(200, "ETag", `"v"`), siu, win(0)},
+		{"the window applies to a response stored already stale", ex(200, "Expires", "0", "Last-Modified", date(t0)), siu, win(0)},
+		{"the window applies beside the origin's stale-if-error",
+			ex(200, "Cache-Control", "max-age=2, stale-if-error=60"), siu,
+			httpcache.Decision{Store: true, Lifetime: sec(2), StaleIfError: sec(60), StaleIfUnreachable: 10 * time.Minute}},
+		{"must-revalidate zeroes the window", ex(200, "Cache-Control", "max-age=2, must-revalidate"), siu,
+			httpcache.Decision{Store: true, Lifetime: sec(2), MustRevalidate: true}},
+		{"proxy-revalidate zeroes the window", ex(200, "Cache-Control", "max-age=2, proxy-revalidate"), siu,
+			httpcache.Decision{Store: true, Lifetime: sec(2), MustRevalidate: true}},
+		{"s-maxage zeroes the window", ex(200, "Cache-Control", "s-maxage=2"), siu,
+			httpcache.Decision{Store: true, Lifetime: sec(2), MustRevalidate: true}},
+		{"no-cache zeroes the window", ex(200, "Cache-Control", "no-cache, max-age=2", "ETag", `"v"`), siu,
+			httpcache.Decision{Store: true, Lifetime: sec(2), NoCache: true}},
+		{"the window does not make an already stale response without a validator storable",
+			ex(200, "Cache-Control", "max-age=0"), siu, notStored(reasonStale)},
+		{"a negative window counts as 0", ex(200, "Cache-Control", "max-age=2"),
+			httpcache.Policy{StaleIfUnreachable: -time.Minute}, stored(sec(2))},
+		{"a huge window clamps to 2^31 seconds", ex(200, "Cache-Control", "max-age=2"),
+			httpcache.Policy{StaleIfUnreachable: time.Duration(math.MaxInt64)},
+			httpcache.Decision{Store: true, Lifetime: sec(2), StaleIfUnreachable: maxDelta}},
+	})
+}
+
 // RFC 9111 §4.2.3: corrected_initial_age.
 func TestDecideInitialAge(t *testing.T) {
 	age := func(req, resp time.Time, kv ...string) httpcache.Exchange {
@@ -224,6 +263,35 @@ func TestDecideInitialAge(t *testing.T) {
 			got := httpcache.Decide(tt.x, httpcache.Policy{})
 			if !got.Store || got.InitialAge != tt.want {
 				t.Errorf("InitialAge = %v (store %v, %q), want %v", got.InitialAge, got.Store, got.Reason, tt.want)
+			}
+		})
+	}
+}
+
+// CorrectedInitialAge is the same whether or not the response is stored.
+func TestCorrectedInitialAge(t *testing.T) {
+	tests := []struct {
+		name string
+		x    httpcache.Exchange
+		want time.Duration
+	}{
+		{"the origin's Age plus the response delay", func() httpcache.Exchange {
+			x := ex(200, "Age", "10")
+			x.RequestTime = t0.Add(-2 * time.Second)
+			return x
+		}(), sec(12)},
+		{"an unstored response is measured too", func() httpcache.Exchange {
+			x := ex(200, "Cache-Control", "no-store", "Age", "30")
+			x.RequestTime = t0.Add(-time.Second)
+			return x
+		}(), sec(31)},
+		{"the apparent age from Date counts", ex(503, "Date", date(t0.Add(-20*time.Second))), sec(20)},
+		{"without Age, delay or an old Date the age is 0", ex(200), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := httpcache.CorrectedInitialAge(tt.x); got != tt.want {
+				t.Errorf("CorrectedInitialAge = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -12,8 +12,11 @@ type Stored struct {
 	Lifetime             time.Duration
 	StaleWhileRevalidate time.Duration
 	StaleIfError         time.Duration
-	MustRevalidate       bool
-	NoCache              bool
+	// StaleIfUnreachable is how long past its freshness the entry may
+	// stand in for an origin that cannot be reached (RFC 9111 §4.2.4).
+	StaleIfUnreachable time.Duration
+	MustRevalidate     bool
+	NoCache            bool
 }
 
 // Use is how a stored entry may answer a request.
@@ -130,6 +133,60 @@ func StaleOnErrorOK(s Stored, req RequestCC, now time.Time) bool {
 	}
 	staleness := max(0, CurrentAge(s, now)-clampDelta(s.Lifetime))
 	return staleness <= window
+}
+
+// StaleIfUnreachableOK reports whether a stale s may answer a request at
+// now because the origin could not be reached at all (the connection was
+// refused, reset or closed before a response, or could not be made in
+// time): RFC 9111 §4.2.4 lets a disconnected cache serve stale responses
+// that no directive forbids, without the origin's stale-if-error.
+//
+// It needs the entry's StaleIfUnreachable window (the tier's setting; 0
+// for must-revalidate, proxy-revalidate, s-maxage and no-cache responses,
+// which forbid every stale use) to cover the staleness, and respects what
+// the request itself asked for: no-cache (validate), max-age (no older
+// than), min-fresh (fresh for at least) and a bounded max-stale (no staler
+// than) each rule it out when the entry does not meet them. An entry still
+// fresh (a fetch the request forced) qualifies when the request's own
+// limits allow it.
+func StaleIfUnreachableOK(s Stored, req RequestCC, now time.Time) bool {
+	if s.MustRevalidate || s.NoCache || req.NoCache {
+		return false
+	}
+	window := clampDelta(s.StaleIfUnreachable)
+	if window <= 0 {
+		return false
+	}
+	age := CurrentAge(s, now)
+	lifetime := clampDelta(s.Lifetime)
+	if req.MaxAge.Valid && age > req.MaxAge.Value {
+		return false
+	}
+	if req.MinFresh.Valid && lifetime-age < req.MinFresh.Value {
+		return false
+	}
+	staleness := max(0, age-lifetime)
+	if req.MaxStale.Valid && staleness > req.MaxStale.Value {
+		return false
+	}
+	return staleness <= window
+}
+
+// ForwardedAge returns the Age field value a cache sends with a response
+// it has just fetched (a miss) whose current age is age, and whether to
+// send it at all (RFC 9111 §4.2.3 and §5.1). The value is the age the
+// stored entry has (corrected_initial_age plus the time since it
+// arrived), so a miss and the hits after it count the same way. An Age
+// the origin sent is always replaced by it (one valid value, never a list
+// or garbage); without one, Age is sent only once the age reaches a whole
+// second, since Age implies the response was not generated for this
+// request.
+func ForwardedAge(resp Header, age time.Duration) (string, bool) {
+	secs := AgeSeconds(age)
+	if secs == 0 && len(values(resp, "Age")) == 0 {
+		return "", false
+	}
+	return strconv.FormatInt(secs, 10), true
 }
 
 // AgeHeader formats an age as the Age field value (whole seconds, rounded

@@ -2,6 +2,7 @@ package httpcache_test
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -167,6 +168,82 @@ func TestStaleOnErrorOK(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := httpcache.StaleOnErrorOK(tt.s, tt.req, t0.Add(tt.at)); got != tt.want {
 				t.Errorf("StaleOnErrorOK = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// RFC 9111 §4.2.4: a disconnected cache may serve what no directive
+// forbids, within the tier's window and the request's own limits.
+func TestStaleIfUnreachableOK(t *testing.T) {
+	entry := httpcache.Stored{ResponseTime: t0, Lifetime: time.Minute, StaleIfUnreachable: 10 * time.Minute}
+	with := func(f func(*httpcache.Stored)) httpcache.Stored {
+		s := entry
+		f(&s)
+		return s
+	}
+	tests := []struct {
+		name string
+		s    httpcache.Stored
+		req  httpcache.RequestCC
+		at   time.Duration
+		want bool
+	}{
+		{"a stale entry within the window may be served", entry, rcc(), 5 * time.Minute, true},
+		{"the end of the window is still inside it", entry, rcc(), 11 * time.Minute, true},
+		{"a stale entry past the window may not be served", entry, rcc(), 11*time.Minute + time.Second, false},
+		{"an entry stored already stale may be served", with(func(s *httpcache.Stored) { s.Lifetime = 0 }), rcc(),
+			time.Minute, true},
+		{"the initial age counts towards staleness", with(func(s *httpcache.Stored) { s.InitialAge = 10 * time.Minute }), rcc(),
+			2 * time.Minute, false},
+		{"a window of 0 turns it off", with(func(s *httpcache.Stored) { s.StaleIfUnreachable = 0 }), rcc(), 2 * time.Minute, false},
+		{"a negative window counts as none", with(func(s *httpcache.Stored) { s.StaleIfUnreachable = -time.Hour }), rcc(), 0, false},
+		{"stale-if-error does not widen it", with(func(s *httpcache.Stored) { s.StaleIfError = time.Hour }), rcc(),
+			30 * time.Minute, false},
+		{"must-revalidate forbids it", with(func(s *httpcache.Stored) { s.MustRevalidate = true }), rcc(), 2 * time.Minute, false},
+		{"no-cache forbids it", with(func(s *httpcache.Stored) { s.NoCache = true }), rcc(), 2 * time.Minute, false},
+		{"the request's no-cache forbids it", entry, rcc("Cache-Control", "no-cache"), 2 * time.Minute, false},
+		{"Pragma no-cache forbids it", entry, rcc("Pragma", "no-cache"), 2 * time.Minute, false},
+		{"the request's max-age rules out an older entry", entry, rcc("Cache-Control", "max-age=60"), 2 * time.Minute, false},
+		{"the request's max-age admits a younger stale entry", with(func(s *httpcache.Stored) { s.Lifetime = 0 }),
+			rcc("Cache-Control", "max-age=60"), 30 * time.Second, true},
+		{"the request's min-fresh rules out a stale entry", entry, rcc("Cache-Control", "min-fresh=1"), 2 * time.Minute, false},
+		{"a fresh entry meeting min-fresh may be served", entry, rcc("Cache-Control", "min-fresh=10"), 30 * time.Second, true},
+		{"a bounded max-stale rules out a staler entry", entry, rcc("Cache-Control", "max-stale=30"), 2 * time.Minute, false},
+		{"a bounded max-stale admits an entry within it", entry, rcc("Cache-Control", "max-stale=120"), 2 * time.Minute, true},
+		{"an unbounded max-stale does not widen the window", entry, rcc("Cache-Control", "max-stale"), time.Hour, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := httpcache.StaleIfUnreachableOK(tt.s, tt.req, t0.Add(tt.at)); got != tt.want {
+				t.Errorf("StaleIfUnreachableOK = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// RFC 9111 §4.2.3 and §5.1: the Age of a response served on a miss.
+func TestForwardedAge(t *testing.T) {
+	tests := []struct {
+		name   string
+		resp   http.Header
+		age    time.Duration
+		want   string
+		wantOK bool
+	}{
+		{"a response under a second old without Age goes without one", hdr(), 999 * time.Millisecond, "", false},
+		{"a response delay of a second adds Age", hdr(), 1500 * time.Millisecond, "1", true},
+		{"the origin's Age is replaced by the computed one", hdr("Age", "10"), 12 * time.Second, "12", true},
+		{"the origin's Age of 0 stays 0", hdr("Age", "0"), 0, "0", true},
+		{"an invalid origin Age is replaced", hdr("Age", "junk"), 0, "0", true},
+		{"a list of origin Ages becomes one value", hdr("Age", "5, 7", "Age", "9"), 5 * time.Second, "5", true},
+		{"a huge age is 2^31", hdr(), time.Duration(math.MaxInt64), "2147483648", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := httpcache.ForwardedAge(tt.resp, tt.age)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("ForwardedAge = %q, %v; want %q, %v", got, ok, tt.want, tt.wantOK)
 			}
 		})
 	}

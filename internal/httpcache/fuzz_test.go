@@ -222,15 +222,15 @@ func FuzzAppendVaryKey(f *testing.F) {
 		}
 		hb := http.Header{"Accept": {b1}}
 		names := []string{"accept", "x-other"}
-		ka := httpcache.AppendVaryKey(nil, names, ha)
-		kb := httpcache.AppendVaryKey(nil, names, hb)
+		ka := httpcache.AppendVaryKey(nil, names, ha, httpcache.VaryOptions{})
+		kb := httpcache.AppendVaryKey(nil, names, hb, httpcache.VaryOptions{})
 		// hb never has X-Other while ha always has it: the keys must differ.
 		if string(ka) == string(kb) {
 			t.Errorf("present and absent X-Other gave the same key %q", ka)
 		}
 		sameValues := normalizeRef(ha["Accept"]) == normalizeRef(hb["Accept"])
-		ka = httpcache.AppendVaryKey(nil, names[:1], ha)
-		kb = httpcache.AppendVaryKey(nil, names[:1], hb)
+		ka = httpcache.AppendVaryKey(nil, names[:1], ha, httpcache.VaryOptions{})
+		kb = httpcache.AppendVaryKey(nil, names[:1], hb, httpcache.VaryOptions{})
 		if (string(ka) == string(kb)) != sameValues {
 			t.Errorf("values %q vs %q: keys %q vs %q", ha["Accept"], hb["Accept"], ka, kb)
 		}
@@ -239,8 +239,35 @@ func FuzzAppendVaryKey(f *testing.F) {
 		for _, v := range ha["Accept"] {
 			eh = append(eh, [2]string{"accept", v})
 		}
-		if kc := httpcache.AppendVaryKey(nil, names[:1], eh); string(kc) != string(ka) {
+		if kc := httpcache.AppendVaryKey(nil, names[:1], eh, httpcache.VaryOptions{}); string(kc) != string(ka) {
 			t.Errorf("http.Header key %q != other Header key %q", ka, kc)
+		}
+	})
+}
+
+// Normalized Accept-Language keys do not depend on the order of the
+// elements or how they are split over lines, and the option never makes
+// two values the same unless both were normalized.
+func FuzzAcceptLanguageKey(f *testing.F) {
+	f.Add("en, de;q=0.5", "FR;Q=0.50")
+	f.Add("*", "")
+	f.Add("en;q=2", "x-\x00")
+	f.Add(strings.Repeat("en,", 40), "de")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		norm := httpcache.VaryOptions{NormalizeAcceptLanguage: true}
+		names := []string{"accept-language"}
+		key := func(lines ...string) string {
+			return string(httpcache.AppendVaryKey(nil, names, http.Header{"Accept-Language": lines}, norm))
+		}
+		ab, ba := key(a, b), key(b, a)
+		joined := key(a + "," + b)
+		normalized := strings.HasPrefix(ab, "accept-language\x00\x012")
+		if normalized && (ab != ba || ab != joined) {
+			t.Errorf("order or lines changed a normalized key: %q, %q, %q", ab, ba, joined)
+		}
+		plain := string(httpcache.AppendVaryKey(nil, names, http.Header{"Accept-Language": {a, b}}, httpcache.VaryOptions{}))
+		if !normalized && ab != plain {
+			t.Errorf("a value that was not normalized is keyed %q, not as received %q", ab, plain)
 		}
 	})
 }
@@ -288,6 +315,6 @@ func FuzzConditionalAndRange(f *testing.F) {
 			t.Errorf("Connection survived RemoveHopByHop")
 		}
 		names, _ := httpcache.VaryNames(http.Header{"Vary": {skeys, ctags}})
-		_ = httpcache.AppendVaryKey(nil, names, req)
+		_ = httpcache.AppendVaryKey(nil, names, req, httpcache.VaryOptions{})
 	})
 }

@@ -351,7 +351,7 @@ func (p *Proxy) place(ctx context.Context, c *call, respH http.Header, r *http.R
 		// The variant is keyed by what the origin received: a Vary field
 		// this fill withheld counts as absent (the next fill, knowing the
 		// marker, forwards it).
-		pl.vk = httpcache.AppendVaryKey(nil, names, sentHeader{r.Header, c.fwd})
+		pl.vk = httpcache.AppendVaryKey(nil, names, sentHeader{r.Header, c.fwd}, c.rule.Policy.Vary)
 	}
 	if len(names) == 0 && c.extras == "" {
 		pl.key = c.prim

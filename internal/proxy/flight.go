@@ -273,7 +273,7 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		c.rejoined = true
 		return p.coalesce(w, r, c)
 	}
-	if res.e == nil || !sameVariant(res.vary, res.varyKey, r) {
+	if res.e == nil || !sameVariant(res.vary, res.varyKey, r, c.rule.Policy.Vary) {
 		return p.fill(w, r, c, nil)
 	}
 	body, ok := p.openBody(r, c.key, res.e)
@@ -292,7 +292,7 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 // body file, as it grows. Should the fill give up midway, the waiter's
 // response is broken off (abort): it never looks complete when it is not.
 func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live) outcome {
-	if !sameVariant(l.vary, l.varyKey, r) {
+	if !sameVariant(l.vary, l.varyKey, r, c.rule.Policy.Vary) {
 		return p.fill(w, r, c, nil)
 	}
 	h := w.Header()
@@ -331,11 +331,11 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 
 // sameVariant reports whether r selects the same variant as the leader's
 // request did (vary: the response's Vary names, varyKey: the leader's
-// values for them).
-func sameVariant(vary []string, varyKey []byte, r *http.Request) bool {
+// values for them, normalized as o says).
+func sameVariant(vary []string, varyKey []byte, r *http.Request, o httpcache.VaryOptions) bool {
 	if len(vary) == 0 {
 		return true
 	}
 	var buf [256]byte
-	return bytes.Equal(httpcache.AppendVaryKey(buf[:0], vary, r.Header), varyKey)
+	return bytes.Equal(httpcache.AppendVaryKey(buf[:0], vary, r.Header, o), varyKey)
 }

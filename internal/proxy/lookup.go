@@ -22,6 +22,7 @@ type keyBuf struct {
 	ambiguous bool
 
 	resp, mark             entry.Entry // scratch entries lookups decode into
+	vary                   httpcache.VaryOptions
 	scheme, host           string
 	targetStart, targetEnd int // b[targetStart:targetEnd] is path?query as keyed
 	primaryLen             int // b[:primaryLen] is the primary key
@@ -37,6 +38,7 @@ func (kb *keyBuf) build(r *http.Request, rule *tierconfig.CompiledRule) {
 	kb.targetStart = len(b)
 	b = cachekey.AppendTarget(b, rule, r.URL.EscapedPath(), r.URL.RawQuery)
 	kb.targetEnd = len(b)
+	kb.vary = rule.Policy.Vary
 	kb.extras = kb.extras[:0]
 	kb.ambiguous = false
 	if rule.HasKeyExtras {
@@ -65,7 +67,7 @@ func (kb *keyBuf) primary() string { return unsafeString(kb.b[:kb.primaryLen]) }
 func (kb *keyBuf) variant(m *entry.Entry, req http.Header) string {
 	b := cachekey.AppendVariant(kb.b[:kb.primaryLen], m.Nonce)
 	b = append(b, kb.extras...)
-	b = httpcache.AppendVaryKey(b, m.Vary, req)
+	b = httpcache.AppendVaryKey(b, m.Vary, req, kb.vary)
 	kb.b = b
 	return unsafeString(b)
 }
