@@ -38,7 +38,9 @@ func TestVaryNames(t *testing.T) {
 
 func TestAppendVaryKeyEquivalence(t *testing.T) {
 	names := []string{"accept", "accept-encoding"}
-	key := func(h httpcache.Header) string { return string(httpcache.AppendVaryKey(nil, names, h, httpcache.VaryOptions{})) }
+	key := func(h httpcache.Header) string {
+		return string(httpcache.AppendVaryKey(nil, names, h, httpcache.VaryOptions{}))
+	}
 	same := []struct {
 		name string
 		a, b httpcache.Header
