@@ -34,13 +34,20 @@ var (
 //	 37     8  Lifetime              int64 nanoseconds
 //	 45     8  StaleWhileRevalidate  int64 nanoseconds
 //	 53     8  StaleIfError          int64 nanoseconds
-//	 61     8  Nonce
+//	 61     8  Nonce (KindVary), or StaleIfUnreachable int64 nanoseconds
+//	           (KindResponse), or 0 (other kinds)
 //	 69        Host     string
 //	           Target   string
 //	           Tags     list of string
 //	           Vary     list of string
 //	           Header   list of (Name string, Value string)
 //	           Body     byte string
+//
+// The slot at offset 61 carries the one field of those two that the kind
+// uses: a response has no nonce and a marker no stale windows. Writers
+// from before StaleIfUnreachable existed left it 0 in responses, which
+// reads as no such window, and ignore it in responses when they read, so
+// both kinds of sidecar share entries unchanged.
 //
 // The value ends exactly after Body; trailing bytes are corruption. Any
 // change to this layout bumps version: a reader never guesses at a layout
@@ -81,6 +88,14 @@ const (
 
 	fileRefSize = 16 + 8 + 4 + 4
 )
+
+// slot61 is what the slot at offset 61 carries for e (see the layout).
+func slot61(e *Entry) uint64 {
+	if e.Kind == KindResponse {
+		return uint64(e.StaleIfUnreachable)
+	}
+	return e.Nonce
+}
 
 // castagnoli is built once. For this polynomial crc32 uses the CRC32
 // instruction of SSE4.2 and ARMv8; its cost is part of BenchmarkDecodeReuse
@@ -150,7 +165,7 @@ func Encode(dst []byte, e *Entry) []byte {
 	binary.LittleEndian.PutUint64(b[offLifetime:], uint64(e.Lifetime))
 	binary.LittleEndian.PutUint64(b[offSWR:], uint64(e.StaleWhileRevalidate))
 	binary.LittleEndian.PutUint64(b[offSIE:], uint64(e.StaleIfError))
-	binary.LittleEndian.PutUint64(b[offNonce:], e.Nonce)
+	binary.LittleEndian.PutUint64(b[offNonce:], slot61(e))
 
 	p := b[:fixedSize]
 	p = appendStr(p, e.Host)
@@ -236,7 +251,12 @@ func decode(b []byte, e *Entry) error {
 	e.Lifetime = time.Duration(binary.LittleEndian.Uint64(b[offLifetime:]))
 	e.StaleWhileRevalidate = time.Duration(binary.LittleEndian.Uint64(b[offSWR:]))
 	e.StaleIfError = time.Duration(binary.LittleEndian.Uint64(b[offSIE:]))
-	e.Nonce = binary.LittleEndian.Uint64(b[offNonce:])
+	e.Nonce, e.StaleIfUnreachable = 0, 0
+	if slot := binary.LittleEndian.Uint64(b[offNonce:]); e.Kind == KindResponse {
+		e.StaleIfUnreachable = time.Duration(slot)
+	} else {
+		e.Nonce = slot
+	}
 
 	// The variable part is read with offsets threaded through small
 	// helpers. A failed read returns the offset bad(b), which is past the

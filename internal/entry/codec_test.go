@@ -109,6 +109,8 @@ func equalEntries(a, b *Entry) error {
 		return fmt.Errorf("Target %q != %q", a.Target, b.Target)
 	case a.Nonce != b.Nonce:
 		return fmt.Errorf("Nonce %d != %d", a.Nonce, b.Nonce)
+	case a.StaleIfUnreachable != b.StaleIfUnreachable:
+		return fmt.Errorf("StaleIfUnreachable %v != %v", a.StaleIfUnreachable, b.StaleIfUnreachable)
 	case !a.RequestTime.Equal(b.RequestTime) || a.RequestTime.IsZero() != b.RequestTime.IsZero():
 		return fmt.Errorf("RequestTime %v != %v", a.RequestTime, b.RequestTime)
 	case !a.ResponseTime.Equal(b.ResponseTime) || a.ResponseTime.IsZero() != b.ResponseTime.IsZero():
@@ -482,5 +484,66 @@ func BenchmarkDecodeReuse(b *testing.B) {
 		if err := Decode(enc, &e); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The slot at offset 61 holds a marker's nonce and a response's
+// stale-if-unreachable window: each kind keeps its own through the codec,
+// and a response written before the window existed (slot 0) has none.
+func TestSlot61PerKind(t *testing.T) {
+	resp := &Entry{Kind: KindResponse, Status: 200, StaleIfUnreachable: 10 * time.Minute, Nonce: 7}
+	var got Entry
+	if err := Decode(Encode(nil, resp), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := *resp
+	want.Nonce = 0
+	if err := equalEntries(&want, &got); err != nil {
+		t.Errorf("response round trip: %v", err)
+	}
+	if got.StaleIfUnreachable != 10*time.Minute || got.Nonce != 0 {
+		t.Errorf("response: window %v, nonce %d; want 10m0s and 0 (a response has no nonce)", got.StaleIfUnreachable, got.Nonce)
+	}
+	marker := &Entry{Kind: KindVary, Vary: []string{"accept"}, Nonce: 42, StaleIfUnreachable: time.Hour}
+	if err := Decode(Encode(nil, marker), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Nonce != 42 || got.StaleIfUnreachable != 0 {
+		t.Errorf("marker: nonce %d, window %v; want 42 and 0", got.Nonce, got.StaleIfUnreachable)
+	}
+	// An older writer's response: the same bytes with a zero slot.
+	old := Encode(nil, &Entry{Kind: KindResponse, Status: 200})
+	if err := Decode(old, &got); err != nil || got.StaleIfUnreachable != 0 {
+		t.Errorf("older response: window %v, err %v; want 0", got.StaleIfUnreachable, err)
+	}
+	if !bytes.Equal(old, Encode(nil, &Entry{Kind: KindResponse, Status: 200, StaleIfUnreachable: 0})) {
+		t.Error("a response without a window does not encode as before")
+	}
+}
+
+func TestStaleDeadlineTakesTheLongestWindow(t *testing.T) {
+	base := time.Unix(1700000000, 0)
+	tests := []struct {
+		name string
+		e    Entry
+		want time.Time
+	}{
+		{"without windows it is the end of freshness", Entry{ResponseTime: base, Lifetime: time.Minute}, base.Add(time.Minute)},
+		{"stale-if-unreachable longer than the others wins",
+			Entry{ResponseTime: base, Lifetime: time.Minute, StaleWhileRevalidate: time.Second, StaleIfError: 2 * time.Second,
+				StaleIfUnreachable: 10 * time.Minute}, base.Add(11 * time.Minute)},
+		{"a longer stale-if-error wins over stale-if-unreachable",
+			Entry{ResponseTime: base, Lifetime: time.Minute, StaleIfError: time.Hour, StaleIfUnreachable: 10 * time.Minute},
+			base.Add(61 * time.Minute)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.e.StaleDeadline(); !got.Equal(tt.want) {
+				t.Errorf("StaleDeadline = %v, want %v", got, tt.want)
+			}
+			if got := tt.e.FreshUntil(); !got.Equal(base.Add(time.Minute)) {
+				t.Errorf("FreshUntil = %v: a stale window must not move the end of freshness", got)
+			}
+		})
 	}
 }

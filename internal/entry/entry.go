@@ -94,6 +94,11 @@ type Entry struct {
 	// combining the origin's directives with the tier's defaults.
 	StaleWhileRevalidate time.Duration
 	StaleIfError         time.Duration
+	// StaleIfUnreachable (KindResponse only) is how long past its
+	// freshness the response may stand in for an origin that cannot be
+	// reached (RFC 9111 §4.2.4): the tier's setting when it was stored, 0
+	// when a directive forbids stale use.
+	StaleIfUnreachable time.Duration
 }
 
 // BodyFile is the reference from an entry to a body kept outside it.
@@ -165,10 +170,11 @@ func FieldsFrom(h http.Header) []Field {
 }
 
 // StaleDeadline is the last instant at which any stale use of the entry
-// could still be allowed: the end of freshness plus the longer stale
-// window. Stores use it to expire entries.
+// could still be allowed: the end of freshness plus the longest stale
+// window (stale-while-revalidate, stale-if-error, stale-if-unreachable).
+// Stores use it to expire entries; it never makes an entry fresh.
 func (e *Entry) StaleDeadline() time.Time {
-	w := max(e.StaleWhileRevalidate, e.StaleIfError)
+	w := max(e.StaleWhileRevalidate, e.StaleIfError, e.StaleIfUnreachable)
 	return e.FreshUntil().Add(w)
 }
 

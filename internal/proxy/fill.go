@@ -103,7 +103,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	resp, err := p.roundTrip(out, w)
 	respTime := p.now()
 	if err != nil {
-		if p.staleOnError(c) {
+		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
 			finish(staleRes())
 			return p.serveStale(w, r, c)
 		}
@@ -116,6 +116,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			resp.Body.Close()
 		}
 	}()
+	// What is stored and served carries the Date the response arrived
+	// with, or the time it arrived (RFC 9110 §6.6.1): ages, heuristics and
+	// If-Modified-Since are measured from it.
+	httpcache.AddDate(resp.Header, respTime)
 	body := wd.receiving(resp.Body)
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
 		finish(staleRes())
@@ -147,11 +151,12 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		return outcome{metrics.ResultRevalidated, c.layer, false}
 	}
 
-	d := httpcache.Decide(httpcache.Exchange{
+	exchange := httpcache.Exchange{
 		Method: http.MethodGet, ReqHeader: c.reqH,
 		Status: resp.StatusCode, RespHeader: resp.Header,
 		RequestTime: reqTime, ResponseTime: respTime,
-	}, c.rule.Policy)
+	}
+	d := httpcache.Decide(exchange, c.rule.Policy)
 	limit := int64(c.cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
 	storeMax, fileAbove := limit, limit
 	if p.bodies != nil {
@@ -168,6 +173,13 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
 	h["X-Cache"] = xMiss
+	// The client gets the Age the stored entry has (RFC 9111 §4.2.3), not
+	// the origin's Age alone: the response delay and the origin's Date
+	// count too, as they will for every hit after this miss.
+	age := httpcache.CorrectedInitialAge(exchange) + max(0, p.now().Sub(respTime))
+	if v, ok := httpcache.ForwardedAge(resp.Header, age); ok {
+		h["Age"] = []string{v}
+	}
 	// The client's own conditional is answered from the fresh response.
 	// A background refresh has no client to stream to.
 	bodyW := w
@@ -218,6 +230,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		Lifetime:             d.Lifetime,
 		StaleWhileRevalidate: d.StaleWhileRevalidate,
 		StaleIfError:         d.StaleIfError,
+		StaleIfUnreachable:   d.StaleIfUnreachable,
 		Flags:                flags(d),
 	}
 	if p.bodies != nil && (resp.ContentLength < 0 || resp.ContentLength > fileAbove) {
@@ -303,6 +316,7 @@ func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqT
 	e.RequestTime, e.ResponseTime = reqTime, respTime
 	e.InitialAge, e.Lifetime = d.InitialAge, d.Lifetime
 	e.StaleWhileRevalidate, e.StaleIfError = d.StaleWhileRevalidate, d.StaleIfError
+	e.StaleIfUnreachable = d.StaleIfUnreachable
 	e.Flags = flags(d)
 	if !d.Store {
 		// Decided with this request's header: when it is the request that
@@ -465,6 +479,13 @@ func (p *Proxy) superseded(c *call, e *entry.Entry) {
 // failed origin (RFC 5861 stale-if-error).
 func (p *Proxy) staleOnError(c *call) bool {
 	return c.stale != nil && httpcache.StaleOnErrorOK(stored(c.stale), c.rcc, p.now())
+}
+
+// staleIfUnreachable reports whether c's stored response may stand in
+// for an origin that could not be reached (err, RFC 9111 §4.2.4), within
+// the window the tier gave it when it was stored.
+func (p *Proxy) staleIfUnreachable(c *call, err error) bool {
+	return c.stale != nil && unreachable(err) && httpcache.StaleIfUnreachableOK(stored(c.stale), c.rcc, p.now())
 }
 
 func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call) outcome {

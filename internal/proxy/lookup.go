@@ -154,6 +154,7 @@ func stored(e *entry.Entry) httpcache.Stored {
 		Lifetime:             e.Lifetime,
 		StaleWhileRevalidate: e.StaleWhileRevalidate,
 		StaleIfError:         e.StaleIfError,
+		StaleIfUnreachable:   e.StaleIfUnreachable,
 		MustRevalidate:       e.Has(entry.FlagMustRevalidate),
 		NoCache:              e.Has(entry.FlagNoCache),
 	}

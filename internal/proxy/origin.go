@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/httpcache"
@@ -247,6 +248,36 @@ func (p *Proxy) originError(w http.ResponseWriter, r *http.Request, err error) {
 	h := w.Header()
 	h["X-Cache"] = xMiss
 	http.Error(w, http.StatusText(status)+": origin unavailable", status)
+}
+
+// unreachable reports whether err (after watchdog.reason) means the origin
+// could not be reached at all, the case in which RFC 9111 §4.2.4 lets a
+// cache serve stale responses without the origin's stale-if-error: no
+// connection (refused, unreachable, or the dial timed out), a connection
+// reset or closed before any byte of a response, or a request the origin
+// did not take within origin.idleTimeout. A response that arrived but was
+// malformed or late (origin.responseHeaderTimeout) is an origin error, not
+// unreachability, and so is anything the client caused.
+func unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if te, ok := errors.AsType[*timeoutError](err); ok {
+		return te.unreachable
+	}
+	if _, ok := errors.AsType[*clientBodyError](err); ok || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+		return true
+	}
+	for _, e := range [...]error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
+		syscall.EHOSTUNREACH, syscall.ENETUNREACH, io.EOF} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // copyHeader copies the origin's response header to the client, minus

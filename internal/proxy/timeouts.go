@@ -48,6 +48,9 @@ type timeoutError struct {
 	limit time.Duration
 	// client: the client's request body stood still, not the origin.
 	client bool
+	// unreachable: the origin did not take the request (connecting to it
+	// and sending the request stood still), as opposed to a slow answer.
+	unreachable bool
 }
 
 func (e *timeoutError) Error() string { return e.msg + " (" + e.limit.String() + ")" }
@@ -103,7 +106,7 @@ func (wd *watchdog) expire() {
 			}
 			return
 		}
-		cause = &timeoutError{msg: "the origin did not take the request for origin.idleTimeout", limit: wd.idle}
+		cause = &timeoutError{msg: "the origin did not take the request for origin.idleTimeout", limit: wd.idle, unreachable: true}
 	case phaseHeaders:
 		cause = &timeoutError{msg: "the origin sent no response headers within origin.responseHeaderTimeout", limit: wd.header}
 	case phaseBody:

@@ -16,8 +16,11 @@
 //     queue drops the write and counts it: a client never waits for Redis
 //     to store a response.
 //   - An entry lives in L2 as long as it can be of use: to the end of its
-//     longer stale window, plus a revalidation grace for responses with a
-//     validator, which can still be refreshed with a conditional request.
+//     longest stale window (stale-while-revalidate, stale-if-error, or the
+//     tier's stale-if-unreachable window it was stored with), plus a
+//     revalidation grace for responses with a validator, which can still
+//     be refreshed with a conditional request. Keeping an entry longer
+//     never makes it fresh: the proxy decides freshness from its times.
 //   - A circuit breaker stands between every L2 call and Redis. After a few
 //     consecutive failures (timeouts, refused connections, …) it opens:
 //     requests are served from L1 and the origin without waiting on Redis

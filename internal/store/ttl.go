@@ -7,7 +7,9 @@ import (
 )
 
 // usefulUntil is the last instant at which a stored entry can still be of
-// any use: its StaleDeadline (freshness plus the longer stale window),
+// any use: its StaleDeadline (freshness plus the longest stale window,
+// stale-if-unreachable included, so a response can stand in for an
+// unreachable origin as long as the tier allows and no longer),
 // and for a response with a validator (ETag or Last-Modified) grace more,
 // during which it can still be revalidated with a conditional request
 // instead of fetched whole. Vary markers and hit-for-miss records use

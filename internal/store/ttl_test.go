@@ -34,6 +34,26 @@ func TestL2TTL(t *testing.T) {
 			resp(func(e *entry.Entry) { e.StaleWhileRevalidate, e.StaleIfError = 30*time.Second, 5*time.Minute }),
 			6 * time.Minute,
 		},
+		"the stale-if-unreachable window keeps a response that long past its freshness": {
+			resp(func(e *entry.Entry) { e.StaleIfUnreachable = 10 * time.Minute }), 11 * time.Minute,
+		},
+		"a longer stale-if-error wins over the stale-if-unreachable window": {
+			resp(func(e *entry.Entry) { e.StaleIfError, e.StaleIfUnreachable = time.Hour, 10*time.Minute }), 61 * time.Minute,
+		},
+		"the revalidation grace comes on top of the stale-if-unreachable window": {
+			resp(func(e *entry.Entry) {
+				e.StaleIfUnreachable = 10 * time.Minute
+				e.Header = []entry.Field{{Name: "Etag", Value: `"v1"`}}
+			}),
+			11*time.Minute + grace,
+		},
+		"a response past its stale-if-unreachable window without a validator is not written": {
+			resp(func(e *entry.Entry) {
+				e.ResponseTime = now.Add(-12 * time.Minute)
+				e.StaleIfUnreachable = 10 * time.Minute
+			}),
+			-time.Minute,
+		},
 		"an ETag adds the revalidation grace": {
 			resp(func(e *entry.Entry) { e.Header = []entry.Field{{Name: "Etag", Value: `"v1"`}} }),
 			time.Minute + grace,

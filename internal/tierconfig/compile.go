@@ -100,6 +100,8 @@ func Compile(c Config) (*Compiled, error) {
 		StaleIfError:         d.StaleIfError.Std(),
 		TargetedFields:       canonicalTargeted(d),
 		StorePOST:            d.StorePostResponses,
+		StaleIfUnreachable:   d.StaleIfUnreachableWindow(),
+		Vary:                 httpcache.VaryOptions{NormalizeAcceptLanguage: d.NormalizeAcceptLanguage},
 	}
 	out := &Compiled{
 		Config:  c,

@@ -1,6 +1,7 @@
 package tierconfig
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,7 +18,8 @@ func TestCompileDefaultRule(t *testing.T) {
 	if c.Hash != Default().Hash() || c.Config.Hash() != c.Hash {
 		t.Fatal("Compile(Config{}) did not fill defaults before hashing")
 	}
-	want := httpcache.Policy{HeuristicFraction: 0.1, HeuristicMax: 24 * time.Hour, TargetedFields: []string{"Cdn-Cache-Control"}}
+	want := httpcache.Policy{HeuristicFraction: 0.1, HeuristicMax: 24 * time.Hour, TargetedFields: []string{"Cdn-Cache-Control"},
+		StaleIfUnreachable: 10 * time.Minute}
 	d := c.Default
 	if d.Name != "default" || d.Bypass || d.ShapesQuery || d.HasKeyExtras || !reflect.DeepEqual(d.Policy, want) {
 		t.Fatalf("Default rule = %+v, want name default, tier policy %+v and no key shaping", d, want)
@@ -56,7 +58,8 @@ func TestCompilePolicies(t *testing.T) {
 		AllowSetCookie: true, FallbackTTL: time.Minute, NegativeTTL: 5 * time.Second,
 		HeuristicFraction: 0.2, HeuristicMax: 6 * time.Hour,
 		StaleWhileRevalidate: 30 * time.Second, StaleIfError: time.Hour,
-		TargetedFields: []string{"Cdn-Cache-Control"},
+		TargetedFields:     []string{"Cdn-Cache-Control"},
+		StaleIfUnreachable: 10 * time.Minute,
 	}
 	tests := map[string]struct {
 		path       string
@@ -253,5 +256,64 @@ func TestCleanPathDoesNotAllocateForACleanPath(t *testing.T) {
 		if n := testing.AllocsPerRun(200, func() { _ = CleanPath(p) }); n != 0 {
 			t.Errorf("CleanPath(%q) allocates %v times", p, n)
 		}
+	}
+}
+
+func TestCompileStaleIfUnreachableAndVary(t *testing.T) {
+	tests := map[string]struct {
+		d    Defaults
+		want httpcache.Policy
+	}{
+		"unset staleIfUnreachable is 10m":   {Defaults{}, httpcache.Policy{StaleIfUnreachable: 10 * time.Minute}},
+		"staleIfUnreachable 0 turns it off": {Defaults{StaleIfUnreachable: ptr(Duration(0))}, httpcache.Policy{}},
+		"a set staleIfUnreachable is used":  {Defaults{StaleIfUnreachable: ptr(Duration(time.Hour))}, httpcache.Policy{StaleIfUnreachable: time.Hour}},
+		"normalizeAcceptLanguage reaches the Vary options": {Defaults{NormalizeAcceptLanguage: true},
+			httpcache.Policy{StaleIfUnreachable: 10 * time.Minute, Vary: httpcache.VaryOptions{NormalizeAcceptLanguage: true}}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := Default()
+			c.Defaults.StaleIfUnreachable, c.Defaults.NormalizeAcceptLanguage = tt.d.StaleIfUnreachable, tt.d.NormalizeAcceptLanguage
+			cc, err := Compile(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := cc.Default.Policy
+			if got.StaleIfUnreachable != tt.want.StaleIfUnreachable || got.Vary != tt.want.Vary {
+				t.Errorf("policy window %v, vary %+v; want %v, %+v", got.StaleIfUnreachable, got.Vary, tt.want.StaleIfUnreachable, tt.want.Vary)
+			}
+		})
+	}
+}
+
+// A tier that sets neither new default pushes the JSON it pushed before
+// they existed (an older sidecar refuses a field it does not know); set,
+// they travel, and staleIfUnreachable: 0 stays distinct from unset.
+func TestUnsetStaleIfUnreachableAndNormalizeStayOffTheWire(t *testing.T) {
+	js, err := json.Marshal(Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{`"staleIfUnreachable"`, `"normalizeAcceptLanguage"`} {
+		if strings.Contains(string(js), name) {
+			t.Errorf("the default config names %s:\n%s", name, js)
+		}
+	}
+	c := Default()
+	c.Defaults.StaleIfUnreachable, c.Defaults.NormalizeAcceptLanguage = ptr(Duration(0)), true
+	js, err = json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"staleIfUnreachable":"0s"`) || !strings.Contains(string(js), `"normalizeAcceptLanguage":true`) {
+		t.Fatalf("set fields missing from the wire form:\n%s", js)
+	}
+	back, err := Parse(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Defaults.StaleIfUnreachable == nil || *back.Defaults.StaleIfUnreachable != 0 ||
+		back.Defaults.StaleIfUnreachableWindow() != 0 || !back.Defaults.NormalizeAcceptLanguage || back.Hash() != c.Hash() {
+		t.Fatalf("round trip changed the defaults: %+v", back.Defaults)
 	}
 }

@@ -8,6 +8,8 @@
 // and its controller, so a bad config is refused once, early, the same way.
 package tierconfig
 
+import "time"
+
 // Config is the sidecar configuration. Its JSON form is the wire form
 // (sizes and durations as strings: "512Mi", "30s").
 type Config struct {
@@ -247,6 +249,37 @@ type Defaults struct {
 	// Turn it on only for an origin trusted to mark only answers that are
 	// the resource's current representation.
 	StorePostResponses bool `json:"storePostResponses,omitempty"`
+
+	// StaleIfUnreachable is how long past its freshness a stored response
+	// may be served when the origin cannot be reached at all (connection
+	// refused, reset or closed before a response, connect timeout), even
+	// without the origin's stale-if-error (RFC 9111 §4.2.4). Responses with
+	// must-revalidate, proxy-revalidate, s-maxage or no-cache never are.
+	// Entries are kept (in L2) that much longer. nil means the default,
+	// 10m (like nginx's inactive=10m); 0 turns it off; at most 24h. Read
+	// it through StaleIfUnreachableWindow: WithDefaults leaves it unset, so
+	// a tier that does not set it pushes the same JSON as before it
+	// existed.
+	StaleIfUnreachable *Duration `json:"staleIfUnreachable,omitempty"`
+	// NormalizeAcceptLanguage compares Accept-Language by meaning when a
+	// response varies on it: case, order and spacing of the language
+	// ranges do not matter, their weights do ("en, de" and "De,EN" share
+	// a variant; "en, de;q=0.5" and "de, en;q=0.5" do not). Default false:
+	// values as received, with RFC 9111 §4.1's normalization only.
+	NormalizeAcceptLanguage bool `json:"normalizeAcceptLanguage,omitempty"`
+}
+
+// DefaultStaleIfUnreachable is defaults.staleIfUnreachable when a tier
+// does not set it.
+const DefaultStaleIfUnreachable = 10 * time.Minute
+
+// StaleIfUnreachableWindow is defaults.staleIfUnreachable, or
+// DefaultStaleIfUnreachable when it is not set.
+func (d Defaults) StaleIfUnreachableWindow() time.Duration {
+	if d.StaleIfUnreachable == nil {
+		return DefaultStaleIfUnreachable
+	}
+	return d.StaleIfUnreachable.Std()
 }
 
 // Rule applies to requests whose path matches. The first matching rule

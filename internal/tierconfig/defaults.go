@@ -186,6 +186,7 @@ func (c Config) clone() Config {
 		}
 		c.Rules = rules
 	}
+	c.Defaults.StaleIfUnreachable = clonePtr(c.Defaults.StaleIfUnreachable)
 	c.Coalescing.Enabled = clonePtr(c.Coalescing.Enabled)
 	c.Coalescing.ClusterWide = clonePtr(c.Coalescing.ClusterWide)
 	c.RequestHeaders.Allow = cloneSlice(c.RequestHeaders.Allow)

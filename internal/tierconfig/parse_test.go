@@ -69,6 +69,8 @@ func TestParseExampleFile(t *testing.T) {
 			UpdateFromHead:          true,
 			ForwardClientValidators: true,
 			StorePostResponses:      true,
+			StaleIfUnreachable:      ptr(Duration(30 * time.Minute)),
+			NormalizeAcceptLanguage: true,
 		},
 		Rules: []Rule{
 			{Name: "health", Match: Match{Path: "/healthz"}, Bypass: true},

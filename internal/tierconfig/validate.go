@@ -16,22 +16,25 @@ import (
 
 // Validation limits.
 const (
-	minL1MaxSize     = 1 * Mi
-	maxL1Shards      = 8192
-	maxDuration      = Duration(8760 * time.Hour)
-	maxOriginTimeout = Duration(10 * time.Minute)
-	maxOriginIdle    = Duration(time.Hour)
-	maxCoalesceWait  = Duration(5 * time.Minute)
-	maxRules         = 64
-	maxRuleName      = 63
-	maxRegexLen      = 1024
-	maxAllowHeaders  = 64
-	minPurgeToken    = 16
-	maxSecretFiles   = 16
-	maxSecretVersion = 512
-	defaultRuleName  = "default"
-	minBodyThreshold = 1 * Ki
-	maxL2BodySize    = 512 * Mi
+	minL1MaxSize = 1 * Mi
+	maxL1Shards  = 8192
+	maxDuration  = Duration(8760 * time.Hour)
+	// maxStaleIfUnreachable bounds defaults.staleIfUnreachable: L1's life
+	// window (a day) is the longest any entry lives on a replica.
+	maxStaleIfUnreachable = Duration(24 * time.Hour)
+	maxOriginTimeout      = Duration(10 * time.Minute)
+	maxOriginIdle         = Duration(time.Hour)
+	maxCoalesceWait       = Duration(5 * time.Minute)
+	maxRules              = 64
+	maxRuleName           = 63
+	maxRegexLen           = 1024
+	maxAllowHeaders       = 64
+	minPurgeToken         = 16
+	maxSecretFiles        = 16
+	maxSecretVersion      = 512
+	defaultRuleName       = "default"
+	minBodyThreshold      = 1 * Ki
+	maxL2BodySize         = 512 * Mi
 )
 
 // FieldError is one validation or decoding problem: the JSON path of the
@@ -242,6 +245,16 @@ func (d Defaults) validate(p *problems) {
 	checkDuration(p, "defaults.heuristicMaxTTL", d.HeuristicMaxTTL)
 	checkDuration(p, "defaults.hitForMissTTL", d.HitForMissTTL)
 	d.TargetedCacheControl.validate(p)
+	if w := d.StaleIfUnreachable; w != nil {
+		switch {
+		case *w < 0:
+			p.add("defaults.staleIfUnreachable", "must not be negative (got %s)", *w)
+		case *w > maxStaleIfUnreachable:
+			// Every stored response is kept that long past its freshness,
+			// and L1 keeps nothing longer than a day anyway.
+			p.add("defaults.staleIfUnreachable", "must be <= 24h (got %s)", *w)
+		}
+	}
 }
 
 // checkDuration applies the limits every duration shares.

@@ -44,6 +44,8 @@ func TestValidConfigsPass(t *testing.T) {
 		"maxEntrySize may equal maxSize/shards":       func(c *Config) { c.L1 = L1{MaxSize: Mi, Shards: 1, MaxEntrySize: Mi} },
 		"8192 shards are allowed":                     func(c *Config) { c.L1 = L1{MaxSize: Gi, Shards: 8192, MaxEntrySize: 128 * Ki} },
 		"heuristicFraction may be 1":                  func(c *Config) { c.Defaults.HeuristicFraction = 1 },
+		"staleIfUnreachable may be 0":                 func(c *Config) { c.Defaults.StaleIfUnreachable = ptr(Duration(0)) },
+		"staleIfUnreachable may be 24h":               func(c *Config) { c.Defaults.StaleIfUnreachable = ptr(Duration(24 * time.Hour)) },
 		"a duration of exactly 8760h is allowed":      func(c *Config) { c.Defaults.StaleIfError = Duration(8760 * time.Hour) },
 		"a disabled coalescer needs no timeout":       func(c *Config) { c.Coalescing = Coalescing{Enabled: ptr(false)} },
 		"ttl equal to maxTTL is allowed":              func(c *Config) { c.Rules[1].TTL = c.Rules[1].MaxTTL },
@@ -233,6 +235,14 @@ func TestValidateRefuses(t *testing.T) {
 		"a hitForMissTTL over a year is refused": {
 			func(c *Config) { c.Defaults.HitForMissTTL = Duration(10000 * time.Hour) },
 			`defaults.hitForMissTTL: must be <= 8760h (got 10000h0m0s)`,
+		},
+		"a negative staleIfUnreachable is refused": {
+			func(c *Config) { c.Defaults.StaleIfUnreachable = ptr(Duration(-time.Second)) },
+			`defaults.staleIfUnreachable: must not be negative (got -1s)`,
+		},
+		"a staleIfUnreachable over a day is refused": {
+			func(c *Config) { c.Defaults.StaleIfUnreachable = ptr(Duration(25 * time.Hour)) },
+			`defaults.staleIfUnreachable: must be <= 24h (got 25h0m0s)`,
 		},
 		"a heuristicFraction above 1 is refused": {
 			func(c *Config) { c.Defaults.HeuristicFraction = 1.5 },

@@ -360,6 +360,22 @@ type DefaultsSpec struct {
 	// the resource's current representation.
 	// +optional
 	StorePostResponses bool `json:"storePostResponses,omitempty"`
+
+	// StaleIfUnreachable is how long past its freshness a stored response
+	// may be served when the origin cannot be reached at all (connection
+	// refused, reset or closed before a response, connect timeout), even
+	// without the origin's stale-if-error (RFC 9111 §4.2.4). Never for
+	// responses with must-revalidate, proxy-revalidate, s-maxage or
+	// no-cache. Stored responses are kept that much longer. Default 10m;
+	// "0" turns it off; at most 24h.
+	// +optional
+	StaleIfUnreachable *Duration `json:"staleIfUnreachable,omitempty"`
+	// NormalizeAcceptLanguage compares Accept-Language by meaning when a
+	// response varies on it: case, order and spacing of the language
+	// ranges do not matter, their q-values do (default false: values as
+	// received).
+	// +optional
+	NormalizeAcceptLanguage bool `json:"normalizeAcceptLanguage,omitempty"`
 }
 
 // TargetedCacheControlSpec is the tier's target list of RFC 9213.

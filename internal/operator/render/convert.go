@@ -89,6 +89,11 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		UpdateFromHead:            d.UpdateFromHead,
 		ForwardClientValidators:   d.ForwardClientValidators,
 		StorePostResponses:        d.StorePostResponses,
+		NormalizeAcceptLanguage:   d.NormalizeAcceptLanguage,
+	}
+	if d.StaleIfUnreachable != nil {
+		v := dur("defaults.staleIfUnreachable", *d.StaleIfUnreachable)
+		c.Defaults.StaleIfUnreachable = &v
 	}
 	if tc := d.TargetedCacheControl; tc != nil {
 		// slices.Clone keeps an empty list empty (targeted fields off),

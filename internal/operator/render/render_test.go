@@ -69,7 +69,8 @@ func TestRenderFillsTheModel(t *testing.T) {
 			MaxBodySize:       qty("32Mi"),
 		},
 		BodyStore: &v1alpha1.BodyStoreSpec{Size: qty("2Gi"), Medium: v1alpha1.BodyStoreMemory, Threshold: qty("256Ki"), MaxObjectSize: qty("512Mi")},
-		Defaults:  v1alpha1.DefaultsSpec{FallbackTTL: "1m", HeuristicPercent: 20, StaleIfError: "1h"},
+		Defaults: v1alpha1.DefaultsSpec{FallbackTTL: "1m", HeuristicPercent: 20, StaleIfError: "1h",
+			StaleIfUnreachable: ptr(v1alpha1.Duration("0")), NormalizeAcceptLanguage: true},
 		Rules: []v1alpha1.Rule{{
 			Name: "static", Match: v1alpha1.Match{PathPrefix: "/static/"}, TTL: "24h", TTLWithCredentials: true,
 			StaleWhileRevalidate: ptr(v1alpha1.Duration("30s")),
@@ -102,6 +103,8 @@ func TestRenderFillsTheModel(t *testing.T) {
 		{"the L2 timeout is parsed", c.L2.Timeout, tierconfig.Duration(80 * time.Millisecond)},
 		{"the heuristic percent becomes a fraction", c.Defaults.HeuristicFraction, 0.2},
 		{"the fallback TTL is parsed", c.Defaults.FallbackTTL, tierconfig.Duration(time.Minute)},
+		{"a staleIfUnreachable of 0 is carried as set", c.Defaults.StaleIfUnreachable != nil && *c.Defaults.StaleIfUnreachable == 0, true},
+		{"normalizeAcceptLanguage is carried", c.Defaults.NormalizeAcceptLanguage, true},
 		{"the rule TTL is parsed", c.Rules[0].TTL, tierconfig.Duration(24 * time.Hour)},
 		{"the rule's stale-while-revalidate override is kept", *c.Rules[0].StaleWhileRevalidate, tierconfig.Duration(30 * time.Second)},
 		{"no purge token is rendered", c.Purge.Token, ""},
@@ -176,6 +179,14 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 		"an unparsable duration is refused on its field": {
 			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "5 minutes"}},
 			field: "spec.origin.timeout", substring: "Go duration",
+		},
+		"a staleIfUnreachable over a day is refused on its field": {
+			spec:  v1alpha1.CacheTierSpec{Defaults: v1alpha1.DefaultsSpec{StaleIfUnreachable: ptr(v1alpha1.Duration("25h"))}},
+			field: "spec.defaults.staleIfUnreachable", substring: "24h",
+		},
+		"an unparsable staleIfUnreachable is refused on its field": {
+			spec:  v1alpha1.CacheTierSpec{Defaults: v1alpha1.DefaultsSpec{StaleIfUnreachable: ptr(v1alpha1.Duration("ten minutes"))}},
+			field: "spec.defaults.staleIfUnreachable", substring: "Go duration",
 		},
 		"an origin timeout over 10m is refused": {
 			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "11m"}},
