@@ -662,14 +662,20 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 }
 
 // awaitRefresh waits, up to wait and with the same backing-off polls as a
-// waiting fill, for the replica that refreshes c's key to store the newer
-// response in L2, which it promotes into L1 and hands to the flight's
-// waiters. Meanwhile this replica keeps serving its stale copy.
+// waiting fill, for the replica that refreshes c's key to store a newer
+// fresh response in L2, which it promotes into L1 and hands to the
+// flight's waiters. Meanwhile this replica keeps serving its stale copy.
 func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
 	p.poll(wait, func() bool {
 		var e entry.Entry
 		layer, err := p.cluster.GetNewer(p.ctx, c.key, &e, c.stale.ResponseTime)
 		if err != nil {
+			return false
+		}
+		// Newer is not fresh: L2 keeps responses past their freshness (for
+		// stale windows, revalidation and an unreachable origin), and the
+		// waiters are served what is handed to them as a hit.
+		if use, _ := httpcache.Evaluate(stored(&e), httpcache.RequestCC{}, p.now()); use != httpcache.UseFresh {
 			return false
 		}
 		p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{metrics.ResultHit, layer, false}})

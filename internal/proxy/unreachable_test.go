@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/store"
 	"github.com/tiercache/tiercache/internal/testredis"
 )
 
@@ -259,5 +262,77 @@ func TestUnreachableClassifiesOriginErrors(t *testing.T) {
 				t.Errorf("unreachable(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
+	}
+}
+
+// L2 keeps responses past their freshness (stale windows, the
+// revalidation grace, staleIfUnreachable). A replica waiting for another
+// replica's refresh hands its waiters what it finds there as a hit, so it
+// must take only a fresh newer response, never a stale one.
+func TestAReplicaWaitingForARefreshDoesNotTakeAStaleNewerEntry(t *testing.T) {
+	srv := testredis.Start(t)
+	var version atomic.Int64
+	version.Store(1)
+	hold := make(chan struct{})
+	held := false
+	t.Cleanup(func() {
+		if !held {
+			close(hold)
+		}
+	})
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if version.Load() > 1 {
+			<-hold // A's refresh keeps the lease
+		}
+		w.Header().Set("Cache-Control", "max-age=10, stale-while-revalidate=300")
+		fmt.Fprintf(w, "v%d", version.Load())
+	})
+	var stA *store.Layered
+	a := replicaWith(t, srv.Addr(), o, func(po *Options) { stA = po.Store.(*store.Layered) })
+	b := replica(t, srv.Addr(), o)
+	expect(t, a.get("/r", "Host", "shop"), 200, "MISS")
+	waitFor(t, func() bool { return b.get("/r", "Host", "shop").xcache() == "HIT; layer=l2" }, "B to see A's fill in L2")
+
+	version.Store(2)
+	o.clock.Advance(20 * time.Second)
+	expect(t, a.get("/r", "Host", "shop"), 200, "STALE; layer=l1") // A's refresh leads, held at the origin
+	waitFor(t, func() bool { return o.count() == 2 }, "A's refresh to reach the origin")
+	expect(t, b.get("/r", "Host", "shop"), 200, "STALE; layer=l1") // B's refresh waits for A's
+
+	// A request that needs a fresher answer joins B's refresh flight.
+	waiter := make(chan response, 1)
+	go func() { waiter <- b.get("/r", "Host", "shop", "Cache-Control", "max-age=1") }()
+	waitFor(t, func() bool { return testCounter(b.px.m.Coalesced) >= 1 }, "the request to join B's refresh")
+
+	// A newer response that is itself stale lands in L2 (another replica
+	// stored it earlier; L2 still keeps it).
+	kb := &keyBuf{}
+	kb.build(httptest.NewRequest("GET", "http://shop/r", nil), a.px.cfg.Load().Default)
+	key := kb.primary()
+	var e1 entry.Entry
+	if _, err := stA.Get(context.Background(), key, &e1); err != nil {
+		t.Fatal(err)
+	}
+	e2 := *detach(&e1)
+	e2.ResponseTime = e1.ResponseTime.Add(time.Second) // newer than B's copy, 19s old: stale
+	e2.Body = []byte("newer but stale")
+	if err := stA.SetShared(context.Background(), key, &e2); err != nil {
+		t.Fatal(err)
+	}
+	// B's polls have seen it once it is in B's L1 (GetNewer promotes it).
+	waitFor(t, func() bool {
+		var got entry.Entry
+		return b.cache.GetInto(key, &got) == nil && string(got.Body) == "newer but stale"
+	}, "B's refresh to look at the stale newer entry")
+
+	held = true
+	close(hold) // A's refresh stores v2
+	select {
+	case r := <-waiter:
+		if r.body != "v2" {
+			t.Fatalf("the waiter got %q (%s), want the refreshed v2: a stale entry was handed out as a hit", r.body, r.xcache())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get an answer")
 	}
 }
