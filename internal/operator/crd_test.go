@@ -57,14 +57,16 @@ func TestKubectlExplainDocumentsCacheTier(t *testing.T) {
 	needCluster(t)
 	kubectl, path := kubectlPath(t), testkube.Kubeconfig(t, cluster.env, testkube.Admin)
 	for field, want := range map[string]string{
-		"cachetier.spec.l2.passwordSecretRef": "Redis password",
-		"ct.spec.rules.cacheKey.queryExclude": "utm_*",
-		"cachetier.spec.sidecar.port":         "15180",
-		"cachetier.status.configHash":         "sha256",
-		"ct.spec.bodyStore.size":              "tiercache-bodies",
-		"ct.spec.bodyStore.medium":            "tmpfs",
-		"ct.spec.bodyStore.threshold":         "64Ki",
-		"ct.spec.l2.maxBodySize":              "1 MiB chunks",
+		"cachetier.spec.l2.passwordSecretRef":      "Redis password",
+		"ct.spec.rules.cacheKey.queryExclude":      "utm_*",
+		"cachetier.spec.sidecar.port":              "15180",
+		"cachetier.status.configHash":              "sha256",
+		"ct.spec.bodyStore.size":                   "tiercache-bodies",
+		"ct.spec.bodyStore.medium":                 "tmpfs",
+		"ct.spec.bodyStore.threshold":              "64Ki",
+		"ct.spec.l2.maxBodySize":                   "1 MiB chunks",
+		"ct.spec.defaults.staleIfUnreachable":      "RFC 9111 §4.2.4",
+		"ct.spec.defaults.normalizeAcceptLanguage": "Accept-Language",
 	} {
 		out, err := exec.Command(kubectl, "--kubeconfig", path, "explain", field).CombinedOutput()
 		if err != nil {
