@@ -282,3 +282,30 @@ func TestAWaiterWithTheVaryFieldSplitOtherwiseSharesTheFill(t *testing.T) {
 		t.Errorf("origin saw %d requests, want 1", n)
 	}
 }
+
+// A 304 without Date refreshes the stored response as of its arrival
+// (RFC 9110 §6.6.1), not as of the stored Date: otherwise the refreshed
+// entry would count the whole time since the first fill as its age and
+// be stale again at once.
+func TestA304WithoutDateRefreshesTheEntry(t *testing.T) {
+	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.Header()["Date"] = nil
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("ETag", `"v1"`)
+		cacheFor("max-age=10", "body")(w, r)
+	})
+	expect(t, f.get("/304"), 200, "MISS")
+	f.clock.Advance(20 * time.Second)
+	expect(t, f.get("/304"), 200, "REVALIDATED")
+	r := f.get("/304")
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.header.Get("Age") != "0" {
+		t.Errorf("Age %q, want 0 right after the 304", r.header.Get("Age"))
+	}
+	if n := f.origin.count(); n != 2 {
+		t.Errorf("origin saw %d requests, want 2", n)
+	}
+}
