@@ -55,7 +55,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	resp, err := p.roundTrip(out, w)
 	respTime := p.now()
 	if err != nil {
-		if p.staleOnError(c) {
+		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
 			return p.serveStale(w, r, c)
 		}
 		p.originFailed(w, r, wd, err)
@@ -63,6 +63,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	}
 	defer resp.Body.Close()
 	wd.stop()
+	httpcache.AddDate(resp.Header, respTime) // as for a fill (RFC 9110 §6.6.1)
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
 		return p.serveStale(w, r, c)
 	}
@@ -109,6 +110,7 @@ func (p *Proxy) headUpdated(ctx context.Context, c *call, head http.Header, reqT
 	e.RequestTime, e.ResponseTime = reqTime, respTime
 	e.InitialAge, e.Lifetime = d.InitialAge, d.Lifetime
 	e.StaleWhileRevalidate, e.StaleIfError = d.StaleWhileRevalidate, d.StaleIfError
+	e.StaleIfUnreachable = d.StaleIfUnreachable
 	e.Flags = flags(d)
 	watch.Commit(e.Tags, func() {
 		if !p.stillStored(ctx, c) {

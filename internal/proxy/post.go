@@ -66,6 +66,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 		return outcome{metrics.ResultError, failedLayer(err), false}
 	}
 	defer resp.Body.Close()
+	httpcache.AddDate(resp.Header, respTime) // as for a fill (RFC 9110 §6.6.1)
 	body := wd.receiving(resp.Body)
 	h := w.Header()
 	copyHeader(h, resp.Header)
@@ -117,6 +118,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 		Lifetime:             d.Lifetime,
 		StaleWhileRevalidate: d.StaleWhileRevalidate,
 		StaleIfError:         d.StaleIfError,
+		StaleIfUnreachable:   d.StaleIfUnreachable,
 		Flags:                flags(d),
 		Body:                 data,
 	}

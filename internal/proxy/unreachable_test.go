@@ -336,3 +336,38 @@ func TestAReplicaWaitingForARefreshDoesNotTakeAStaleNewerEntry(t *testing.T) {
 		t.Fatal("the waiter did not get an answer")
 	}
 }
+
+// The other two ways an entry is stored or refreshed carry the window too:
+// a stored POST answer (defaults.storePostResponses), and a HEAD that
+// updates the stored GET (defaults.updateFromHead), which also answers
+// stale when the origin cannot be reached.
+func TestStaleIfUnreachableCoversPostAnswersAndHeadUpdates(t *testing.T) {
+	t.Run("a stored POST answer stands in for a stopped origin", func(t *testing.T) {
+		o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Location", "/p")
+			cacheFor("max-age=2", "posted")(w, r)
+		})
+		f := newFixtureFor(t, "defaults: {storePostResponses: true}", o)
+		expect(t, f.post("/p", "x=1"), 200, "BYPASS")
+		expect(t, f.get("/p"), 200, "HIT; layer=l1")
+		o.Close()
+		f.clock.Advance(time.Minute)
+		r := f.get("/p")
+		expect(t, r, 200, "STALE; layer=l1")
+		if r.body != "posted" {
+			t.Fatalf("body %q", r.body)
+		}
+	})
+	t.Run("a HEAD for a stale GET is answered stale by a stopped origin", func(t *testing.T) {
+		o, fail := failingOrigin(t, "max-age=2", "kept", stopped)
+		f := newFixtureFor(t, "defaults: {updateFromHead: true}", o)
+		expect(t, f.get("/h"), 200, "MISS")
+		fail()
+		f.clock.Advance(time.Minute)
+		r := f.do(http.MethodHead, "/h")
+		expect(t, r, 200, "STALE; layer=l1")
+		if r.body != "" {
+			t.Fatalf("a HEAD answer with a body %q", r.body)
+		}
+	})
+}
