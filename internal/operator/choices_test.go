@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -50,7 +49,7 @@ func TestChoiceSwitchesThroughTheAPIServer(t *testing.T) {
 		"ct.spec.defaults.forwardClientValidators": "304 is passed through",
 		"ct.spec.defaults.storePostResponses":      "decide what every other client's GET receives",
 	} {
-		out, err := exec.Command(kubectl, "--kubeconfig", path, "explain", field).CombinedOutput()
+		out, err := explain(kubectl, path, field)
 		if err != nil || !strings.Contains(strings.Join(strings.Fields(string(out)), " "), want) {
 			t.Errorf("kubectl explain %s (%v) does not mention %q:\n%s", field, err, want, out)
 		}

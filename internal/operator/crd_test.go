@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
@@ -51,6 +52,21 @@ func TestEveryCRDFieldIsDocumented(t *testing.T) {
 	}
 }
 
+// explain runs kubectl explain on field. Right after the API server starts,
+// the CRD can be served before kubectl's discovery and OpenAPI documents
+// list it ("couldn't find resource"): that answer is asked again, for at
+// most 30 s; any other answer is returned at once.
+func explain(kubectl, kubeconfig, field string) ([]byte, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "explain", field).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "couldn't find resource") || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // TestKubectlExplainDocumentsCacheTier asks the real API server through
 // kubectl, as a user would.
 func TestKubectlExplainDocumentsCacheTier(t *testing.T) {
@@ -68,7 +84,7 @@ func TestKubectlExplainDocumentsCacheTier(t *testing.T) {
 		"ct.spec.defaults.staleIfUnreachable":      "RFC 9111 §4.2.4",
 		"ct.spec.defaults.normalizeAcceptLanguage": "Accept-Language",
 	} {
-		out, err := exec.Command(kubectl, "--kubeconfig", path, "explain", field).CombinedOutput()
+		out, err := explain(kubectl, path, field)
 		if err != nil {
 			t.Errorf("kubectl explain %s: %v\n%s", field, err, out)
 			continue

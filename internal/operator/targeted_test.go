@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -94,7 +93,7 @@ func TestTargetedCacheControlThroughTheAPIServer(t *testing.T) {
 		"ct.spec.defaults.targetedCacheControl.fields": "An empty list turns targeted",
 		"ct.spec.defaults.targetedCacheControl.strip":  "a CDN in front",
 	} {
-		out, err := exec.Command(kubectl, "--kubeconfig", path, "explain", field).CombinedOutput()
+		out, err := explain(kubectl, path, field)
 		if err != nil || !strings.Contains(strings.Join(strings.Fields(string(out)), " "), want) {
 			t.Errorf("kubectl explain %s (%v) does not mention %q:\n%s", field, err, want, out)
 		}
