@@ -67,10 +67,25 @@ var (
 // before version 2 existed, so sidecars of both kinds share inline
 // entries; a sidecar that knows only version 1 reads a version 2 value as
 // ErrVersion, a miss, which is safe during a rolling upgrade.
+//
+// Version 3 is a partial response (Entry.Partial set, Kind KindPartial):
+// the version 1 layout with version byte 3, whose Body is the held spans'
+// bytes back to back, followed by, under the same CRC:
+//
+//	uv  Partial.Length (>= 1)
+//	uv  number of spans (>= 1)
+//	    each span: uv Start, uv End (inclusive; sorted, disjoint, not
+//	    adjacent, End < Length), their lengths summing to len(Body)
+//
+// Entries without Partial encode exactly as before, and a sidecar that
+// knows only versions 1 and 2 reads a version 3 value as ErrVersion (a
+// miss). Version 3 values are only ever in a replica's own L1: partial
+// responses are not written to L2.
 const (
 	magic     = "TCE"
 	version   = 1 // body inline
 	versionV2 = 2 // body in a file (Entry.File)
+	versionV3 = 3 // a partial response (Entry.Partial), body inline
 
 	offVersion  = 3
 	offCRC      = 4
@@ -129,6 +144,10 @@ func EncodedSize(e *Entry) int {
 	for i := range e.Header {
 		n += strSize(e.Header[i].Name) + strSize(e.Header[i].Value)
 	}
+	if e.Partial != nil {
+		n += uvSize(uint64(len(e.Body))) + len(e.Body)
+		return n + partialSize(e.Partial)
+	}
 	if e.File != nil {
 		return n + uvSize(0) + fileRefSize
 	}
@@ -136,11 +155,23 @@ func EncodedSize(e *Entry) int {
 	return n
 }
 
+// partialSize is the length of the version 3 tail.
+func partialSize(pa *Partial) int {
+	n := uvSize(uint64(pa.Length)) + uvSize(uint64(len(pa.Spans)))
+	for _, s := range pa.Spans {
+		n += uvSize(uint64(s.Start)) + uvSize(uint64(s.End))
+	}
+	return n
+}
+
 // Encode appends the binary form of e to dst and returns the extended
 // slice. It does not allocate when dst has EncodedSize(e) bytes of spare
 // capacity. Status is stored in 16 bits; times must be zero or within the
 // years 1678..2262 (others are clamped). When e.File is set the value is
-// version 2 and e.Body is not encoded (the body is in the file).
+// version 2 and e.Body is not encoded (the body is in the file). When
+// e.Partial is set the value is version 3, e.Body is encoded and e.File
+// is not; the caller keeps e.Partial consistent with e.Body and e.Kind
+// (Decode refuses a value where they disagree).
 func Encode(dst []byte, e *Entry) []byte {
 	size := EncodedSize(e)
 	start := len(dst)
@@ -153,7 +184,10 @@ func Encode(dst []byte, e *Entry) []byte {
 
 	copy(b, magic)
 	b[offVersion] = version
-	if e.File != nil {
+	switch {
+	case e.Partial != nil:
+		b[offVersion] = versionV3
+	case e.File != nil:
 		b[offVersion] = versionV2
 	}
 	b[offKind] = byte(e.Kind)
@@ -183,7 +217,16 @@ func Encode(dst []byte, e *Entry) []byte {
 		p = appendStr(p, e.Header[i].Name)
 		p = appendStr(p, e.Header[i].Value)
 	}
-	if f := e.File; f != nil {
+	if pa := e.Partial; pa != nil {
+		p = binary.AppendUvarint(p, uint64(len(e.Body)))
+		p = append(p, e.Body...)
+		p = binary.AppendUvarint(p, uint64(pa.Length))
+		p = binary.AppendUvarint(p, uint64(len(pa.Spans)))
+		for _, sp := range pa.Spans {
+			p = binary.AppendUvarint(p, uint64(sp.Start))
+			p = binary.AppendUvarint(p, uint64(sp.End))
+		}
+	} else if f := e.File; f != nil {
 		p = binary.AppendUvarint(p, 0)
 		p = append(p, f.ID[:]...)
 		p = binary.LittleEndian.AppendUint64(p, uint64(f.Size))
@@ -208,14 +251,14 @@ func Encode(dst []byte, e *Entry) []byte {
 // the same Entry repeatedly; everything else in e is overwritten. On error
 // e is reset to its zero value (keeping that capacity).
 //
-// Both versions decode: a version 2 value sets e.File (and leaves Body
+// Every version decodes: a version 2 value sets e.File (and leaves Body
 // nil), written into the BodyFile e.File already points to when it is
-// set, so decoding into a reused Entry does not allocate; a version 1
-// value sets e.File to nil.
+// set, so decoding into a reused Entry does not allocate; a version 3
+// value sets e.Partial likewise; a version 1 value sets both to nil.
 //
 // Decode never panics, checks every length against the bytes actually
 // present before using or allocating for it, and allocates at most the
-// three slices above and the BodyFile.
+// three slices above, the BodyFile, and the Partial with its spans.
 func Decode(b []byte, e *Entry) error {
 	if err := decode(b, e); err != nil {
 		*e = Entry{Header: e.Header[:0], Tags: e.Tags[:0], Vary: e.Vary[:0]}
@@ -232,7 +275,7 @@ func decode(b []byte, e *Entry) error {
 		return ErrCorrupt
 	}
 	v := b[offVersion]
-	if v != version && v != versionV2 {
+	if v != version && v != versionV2 && v != versionV3 {
 		return ErrVersion
 	}
 	if len(b) < fixedSize {
@@ -243,6 +286,11 @@ func decode(b []byte, e *Entry) error {
 	}
 
 	e.Kind = Kind(b[offKind])
+	if (e.Kind == KindPartial) != (v == versionV3) {
+		// A partial response is version 3 and version 3 only holds
+		// them: no path may take one for the other.
+		return ErrCorrupt
+	}
 	e.Flags = Flag(binary.LittleEndian.Uint16(b[offFlags:]))
 	e.Status = int(binary.LittleEndian.Uint16(b[offStatus:]))
 	e.RequestTime = nanosToTime(int64(binary.LittleEndian.Uint64(b[offReqTime:])))
@@ -288,8 +336,11 @@ func decode(b []byte, e *Entry) error {
 
 	var bodyLen uint64
 	bodyLen, off = readUv(b, off)
-	if v == versionV2 {
+	switch v {
+	case versionV2:
 		return decodeFileRef(b, off, bodyLen, e)
+	case versionV3:
+		return decodePartial(b, off, bodyLen, e)
 	}
 	if off > uint(len(b)) || bodyLen != uint64(uint(len(b))-off) {
 		// Too short, or trailing bytes after the body.
@@ -297,6 +348,7 @@ func decode(b []byte, e *Entry) error {
 	}
 	e.Body = nil
 	e.File = nil
+	e.Partial = nil
 	if bodyLen > 0 {
 		e.Body = b[off:len(b):len(b)]
 	}
@@ -323,6 +375,58 @@ func decodeFileRef(b []byte, off uint, bodyLen uint64, e *Entry) error {
 	f.CRC = binary.LittleEndian.Uint32(r[24:])
 	f.Chunks = binary.LittleEndian.Uint32(r[28:])
 	e.Body = nil
+	e.Partial = nil
+	return nil
+}
+
+// decodePartial reads the version 3 tail: the body of bodyLen bytes, then
+// the complete length and the spans, which must describe that body
+// exactly (a reader slices Body by them). The Partial and its spans are
+// written into those e already has, when it has them.
+func decodePartial(b []byte, off uint, bodyLen uint64, e *Entry) error {
+	if off > uint(len(b)) || bodyLen > uint64(uint(len(b))-off) {
+		return ErrCorrupt
+	}
+	body := b[off : off+uint(bodyLen) : off+uint(bodyLen)]
+	off += uint(bodyLen)
+	length, off := readUv(b, off)
+	n, off := readUv(b, off)
+	// Each span takes at least two bytes.
+	if off > uint(len(b)) || length == 0 || length > math.MaxInt64 || n == 0 || n > uint64(uint(len(b))-off)/2 {
+		return ErrCorrupt
+	}
+	pa := e.Partial
+	if pa == nil {
+		pa = new(Partial)
+	}
+	if uint64(cap(pa.Spans)) >= n {
+		pa.Spans = pa.Spans[:n]
+	} else {
+		pa.Spans = make([]Span, n)
+	}
+	var held uint64
+	next := uint64(0) // the least Start the next span may have
+	for i := range pa.Spans {
+		var start, end uint64
+		start, off = readUv(b, off)
+		end, off = readUv(b, off)
+		if off > uint(len(b)) || start < next || end < start || end >= length {
+			return ErrCorrupt
+		}
+		pa.Spans[i] = Span{Start: int64(start), End: int64(end)}
+		held += end - start + 1
+		next = end + 2 // neither overlapping nor adjacent
+	}
+	if off != uint(len(b)) || held != bodyLen {
+		return ErrCorrupt
+	}
+	pa.Length = int64(length)
+	e.Partial = pa
+	e.File = nil
+	e.Body = nil
+	if bodyLen > 0 {
+		e.Body = body
+	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,9 @@ func equalEntries(a, b *Entry) error {
 		return fmt.Errorf("Vary %q != %q", a.Vary, b.Vary)
 	case (a.File == nil) != (b.File == nil) || a.File != nil && *a.File != *b.File:
 		return fmt.Errorf("File %+v != %+v", a.File, b.File)
+	case (a.Partial == nil) != (b.Partial == nil) || a.Partial != nil &&
+		(a.Partial.Length != b.Partial.Length || !slices.Equal(a.Partial.Spans, b.Partial.Spans)):
+		return fmt.Errorf("Partial %+v != %+v", a.Partial, b.Partial)
 	}
 	for i := range a.Header {
 		if a.Header[i] != b.Header[i] {
@@ -266,8 +270,9 @@ func TestForeignAndVersionedValues(t *testing.T) {
 		"a JSON document is not an entry":                 {[]byte(`{"status":200}`), ErrNotEntry},
 		"a value with a wrong magic is not an entry":      {append([]byte("TCX"), valid[3:]...), ErrNotEntry},
 		"the magic alone is corrupt":                      {[]byte("TCE"), ErrCorrupt},
-		"a newer version is unsupported":                  {withVersion(3), ErrVersion},
+		"a newer version is unsupported":                  {withVersion(4), ErrVersion},
 		"an inline value relabelled version 2 is corrupt": {withVersion(2), ErrCorrupt},
+		"an inline value relabelled version 3 is corrupt": {withVersion(3), ErrCorrupt},
 		"version zero is unsupported":                     {withVersion(0), ErrVersion},
 		"a header without the fixed fields is corrupt":    {valid[:fixedSize-1], ErrCorrupt},
 		"trailing bytes are corrupt":                      {append(bytes.Clone(valid), 0), ErrCorrupt},
@@ -411,6 +416,9 @@ func FuzzDecode(f *testing.F) {
 		}
 	}
 	for _, e := range fileCases() {
+		f.Add(Encode(nil, e))
+	}
+	for _, e := range partialCases() {
 		f.Add(Encode(nil, e))
 	}
 	f.Add([]byte("TCE\x01"))

@@ -34,6 +34,14 @@ const (
 	// "hit-for-miss"), so later requests go straight to the origin instead
 	// of queueing behind one another in a collapsed fetch.
 	KindUncacheable Kind = 3
+	// KindPartial is a stored partial response (RFC 9111 §3.3): some byte
+	// spans of one representation, kept from 206 responses under the key
+	// its complete response would have. Entry.Partial says which spans
+	// Body holds; Status and Header are those of the complete response
+	// (200, without Content-Range and Content-Length). It is a kind of
+	// its own so that every path that knows only complete responses
+	// (KindResponse) takes it for a miss.
+	KindPartial Kind = 4
 )
 
 // Flag bits carried by an entry.
@@ -75,13 +83,19 @@ type Entry struct {
 
 	Status int
 	Header []Field // end-to-end header fields, in the origin's order
-	Body   []byte  // the body inline; empty when File is set
+	Body   []byte  // the body inline; empty when File is set; the spans' bytes back to back when Partial is set
 
 	// File, when set, says the body is not inline but in the body store
 	// (package bodystore): a file named by File.ID, and, when File.Chunks
 	// > 0, in L2 chunks. Such an entry encodes as version 2 and Body is
 	// not encoded. nil means the body is Body (version 1, as before).
 	File *BodyFile
+
+	// Partial is set exactly when Kind is KindPartial: the complete
+	// length of the representation and the spans of it that Body holds,
+	// in order. Such an entry encodes as version 3 (its body inline, File
+	// nil). nil for every other kind.
+	Partial *Partial
 
 	// RFC 9111 §4.2.3 inputs, fixed when the entry was stored or last
 	// revalidated.
@@ -114,6 +128,24 @@ type BodyFile struct {
 	// body is not in L2 (it is local to the replica that fetched it).
 	Chunks uint32
 }
+
+// Partial describes what a KindPartial entry holds of a representation.
+type Partial struct {
+	// Length is the representation's complete length in bytes (from the
+	// Content-Range of the 206 responses), at least 1.
+	Length int64
+	// Spans are the byte ranges held, sorted, disjoint and not adjacent
+	// (adjacent spans are one span), within [0, Length). Body is their
+	// bytes back to back, so len(Body) is the sum of their lengths.
+	Spans []Span
+}
+
+// Span is the byte range [Start, End] of a representation (inclusive, as
+// in Content-Range).
+type Span struct{ Start, End int64 }
+
+// Len is the number of bytes in s.
+func (s Span) Len() int64 { return s.End - s.Start + 1 }
 
 // Has reports whether f is set.
 func (e *Entry) Has(f Flag) bool { return e.Flags&f != 0 }

@@ -133,7 +133,8 @@ const (
 // as ever.
 //
 // Choices where the RFC leaves room (see also the package tests):
-//   - status: 1xx, anything outside 200–599, 206 and 304 are never stored;
+//   - status: 1xx, anything outside 200–599, 206 and 304 are never stored
+//     (a 206 is stored only as a part: DecidePartial);
 //     other statuses need to be cacheable by default (RFC 9110 §15.1),
 //     forced by Policy.ForceTTL, or carry public, max-age, s-maxage or
 //     Expires (RFC 9111 §3, last condition).
@@ -170,6 +171,16 @@ const (
 //     personal copy with its Last-Modified, and an origin comparing dates
 //     would confirm it).
 func Decide(x Exchange, p Policy) Decision {
+	if x.Method == http.MethodGet && x.Status == http.StatusPartialContent {
+		// Only as a part, under DecidePartial's rules.
+		return notStored("partial content (206) is not stored")
+	}
+	return decide(x, p)
+}
+
+// decide is Decide for every status but 206, and for a 206 that
+// DecidePartial has found storable as a part.
+func decide(x Exchange, p Policy) Decision {
 	post := x.Method == http.MethodPost && p.StorePOST
 	if x.Method != http.MethodGet && !post {
 		return notStored("only GET responses are stored")
@@ -179,8 +190,6 @@ func Decide(x Exchange, p Policy) Decision {
 		return notStored("an informational (1xx) response is not stored")
 	case x.Status < 200 || x.Status > 599:
 		return notStored("the status code is not a valid final status")
-	case x.Status == http.StatusPartialContent:
-		return notStored("partial content (206) is not stored")
 	case x.Status == http.StatusNotModified:
 		return notStored("a 304 Not Modified response is not stored")
 	}
