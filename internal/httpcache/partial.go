@@ -93,11 +93,8 @@ func StrongValidator(h Header) (v string, has bool) {
 	return m.UTC().Format(http.TimeFormat), true
 }
 
-// PartialDecision says whether a 206 may be stored as part of a
-// representation (RFC 9111 §3.3), with its freshness as Decide computes
-// it, and what the part is.
-type PartialDecision struct {
-	Decision
+// Part is what a 206 carries of a representation.
+type Part struct {
 	// Span is the bytes the body carries and Length the representation's
 	// complete length, from Content-Range.
 	Span   ByteRange
@@ -106,21 +103,53 @@ type PartialDecision struct {
 	Validator string
 }
 
+// ReceivedPart reads the part a 206 with header h carries, whose body is
+// framed by contentLength (-1 when unknown: the caller then counts the
+// bytes it receives and uses them only if they are exactly Span's). It
+// returns why the part cannot be placed in its representation, or "": a
+// single part (not multipart/byteranges) with exactly one Content-Range
+// that ParseContentRange accepts, with a known complete length (a "*"
+// length cannot be placed), a Content-Length, when known, equal to the
+// number of bytes Content-Range names, and a strong validator or no
+// validator at all (a weak one alone can neither be sent in If-Range nor
+// prove that two parts belong together).
+func ReceivedPart(h Header, contentLength int64) (Part, string) {
+	if mediaType(first(h, "Content-Type")) == "multipart/byteranges" {
+		return Part{}, "a multipart/byteranges 206 is not stored"
+	}
+	crs := values(h, "Content-Range")
+	if len(crs) != 1 {
+		return Part{}, "a 206 needs exactly one Content-Range to be stored"
+	}
+	cr, ok := ParseContentRange(crs[0])
+	switch {
+	case !ok:
+		return Part{}, "the 206's Content-Range is malformed"
+	case cr.Length < 0:
+		return Part{}, "a 206 without a complete length (bytes a-b/*) is not stored"
+	case contentLength >= 0 && contentLength != cr.End-cr.Start+1:
+		return Part{}, "the 206's Content-Length is not the length its Content-Range names"
+	}
+	v, has := StrongValidator(h)
+	if v == "" && has {
+		return Part{}, "a 206 with only a weak validator is not stored"
+	}
+	return Part{Span: ByteRange{Start: cr.Start, End: cr.End}, Length: cr.Length, Validator: v}, ""
+}
+
+// PartialDecision says whether a 206 may be stored as part of a
+// representation (RFC 9111 §3.3), with its freshness as Decide computes
+// it, and what the part is.
+type PartialDecision struct {
+	Decision
+	Part
+}
+
 // DecidePartial applies RFC 9111 §3.3 to a 206 answering a GET that asked
 // for sentRange (the Range field the cache sent), whose body is framed by
-// contentLength (-1 when unknown: the caller then counts the bytes it
-// receives and stores nothing unless they are exactly Span's). Beyond the
-// rules of Decide, it is stored only when
-//   - the request asked for a single byte range and the response is a
-//     single part (multipart/byteranges is not stored);
-//   - it has exactly one Content-Range that ParseContentRange accepts, with
-//     a known complete length (a "*" length cannot be placed);
-//   - its Content-Length, when known, is the number of bytes Content-Range
-//     names;
-//   - it has a strong validator, or no validator at all (a weak one alone
-//     can neither be sent in If-Range nor prove two parts belong together).
-//
-// Decide's rules then apply as to any response (no-store, private,
+// contentLength (as for ReceivedPart). It is stored only when the request
+// asked for a single byte range, ReceivedPart accepts the part, and
+// Decide's rules allow it as they would any response (no-store, private,
 // Authorization, Set-Cookie, Vary: *, freshness or a validator; 206 is
 // heuristically cacheable).
 func DecidePartial(x Exchange, sentRange string, contentLength int64, p Policy) PartialDecision {
@@ -133,31 +162,29 @@ func DecidePartial(x Exchange, sentRange string, contentLength int64, p Policy) 
 	if _, ok := singleByteRange(sentRange); !ok {
 		return PartialDecision{Decision: notStored("a 206 is stored only in answer to a single byte range")}
 	}
-	if mediaType(first(x.RespHeader, "Content-Type")) == "multipart/byteranges" {
-		return PartialDecision{Decision: notStored("a multipart/byteranges 206 is not stored")}
-	}
-	crs := values(x.RespHeader, "Content-Range")
-	if len(crs) != 1 {
-		return PartialDecision{Decision: notStored("a 206 needs exactly one Content-Range to be stored")}
-	}
-	cr, ok := ParseContentRange(crs[0])
-	switch {
-	case !ok:
-		return PartialDecision{Decision: notStored("the 206's Content-Range is malformed")}
-	case cr.Length < 0:
-		return PartialDecision{Decision: notStored("a 206 without a complete length (bytes a-b/*) is not stored")}
-	case contentLength >= 0 && contentLength != cr.End-cr.Start+1:
-		return PartialDecision{Decision: notStored("the 206's Content-Length is not the length its Content-Range names")}
-	}
-	v, has := StrongValidator(x.RespHeader)
-	if v == "" && has {
-		return PartialDecision{Decision: notStored("a 206 with only a weak validator is not stored")}
+	part, why := ReceivedPart(x.RespHeader, contentLength)
+	if why != "" {
+		return PartialDecision{Decision: notStored(why)}
 	}
 	d := decide(x, p)
 	if !d.Store {
 		return PartialDecision{Decision: d}
 	}
-	return PartialDecision{Decision: d, Span: ByteRange{Start: cr.Start, End: cr.End}, Length: cr.Length, Validator: v}
+	return PartialDecision{Decision: d, Part: part}
+}
+
+// SingleRange returns the request's Range field when it is one field line
+// asking for a single byte range (whatever its satisfiability), the only
+// kind of range request whose answer a cache stores.
+func SingleRange(req Header) (string, bool) {
+	rs := values(req, "Range")
+	if len(rs) != 1 {
+		return "", false
+	}
+	if _, ok := singleByteRange(rs[0]); !ok {
+		return "", false
+	}
+	return rs[0], true
 }
 
 // mediaType is the lowercase type/subtype of a Content-Type value.

@@ -300,3 +300,29 @@ func TestGapRangeAndContentRangeValue(t *testing.T) {
 		})
 	}
 }
+
+func TestSingleRange(t *testing.T) {
+	tests := []struct {
+		name string
+		req  http.Header
+		ok   bool
+	}{
+		{"one byte range is a single range", hdr("Range", "bytes=0-4"), true},
+		{"a suffix range is a single range", hdr("Range", "bytes=-5"), true},
+		{"an open range is a single range", hdr("Range", "bytes=5-"), true},
+		{"an unsatisfiable range is still a single range", hdr("Range", "bytes=500-"), true},
+		{"several ranges are not", hdr("Range", "bytes=0-1,3-4"), false},
+		{"two Range lines are not", hdr("Range", "bytes=0-1", "Range", "bytes=3-4"), false},
+		{"another unit is not", hdr("Range", "items=0-1"), false},
+		{"a malformed range is not", hdr("Range", "bytes=5-1"), false},
+		{"no Range is not", hdr(), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, ok := httpcache.SingleRange(tt.req)
+			if ok != tt.ok || (ok && v != tt.req.Get("Range")) {
+				t.Errorf("SingleRange = %q, %v; want ok %v", v, ok, tt.ok)
+			}
+		})
+	}
+}

@@ -234,7 +234,7 @@ func (p *Purger) purgeL1(r Request, refs []ref) int {
 	n := 0
 	p.local.DeleteMatching(func(e *entry.Entry) bool {
 		hit := r.All || matches(e, refs, r.Prefix, tags)
-		if hit && e.Kind == entry.KindResponse {
+		if hit && (e.Kind == entry.KindResponse || e.Kind == entry.KindPartial) {
 			n++
 		}
 		return hit

@@ -99,6 +99,13 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			validating = true
 		}
 	}
+	if c.rng != nil {
+		// Part of the representation (partial.go).
+		out.Header["Range"] = []string{c.rng.ask}
+		if c.rng.ifRange != "" {
+			out.Header["If-Range"] = []string{c.rng.ifRange}
+		}
+	}
 	reqTime := p.now()
 	resp, err := p.roundTrip(out, w)
 	respTime := p.now()
@@ -124,6 +131,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
 		finish(staleRes())
 		return p.serveStale(w, r, c)
+	}
+	if c.rng != nil && resp.StatusCode != http.StatusOK {
+		// A 200 is the whole representation, filled as usual; the rest
+		// answers the range (partial.go).
+		return p.partAnswered(ctx, w, r, c, f, resp, body, wd, watch, start, reqTime, respTime)
 	}
 	if resp.StatusCode == http.StatusNotModified && validating {
 		wd.stop()

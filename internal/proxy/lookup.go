@@ -98,6 +98,9 @@ type found struct {
 	// hitForMiss: the origin recently answered this key with something
 	// uncacheable; skip coalescing.
 	hitForMiss bool
+	// part is a stored partial response (entry.KindPartial) where a
+	// complete one would be (never with ok): partial.go.
+	part *entry.Entry
 }
 
 // lookup finds the stored response for r, following a Vary marker to the
@@ -117,6 +120,10 @@ func (p *Proxy) lookup(ctx context.Context, kb *keyBuf, r *http.Request) found {
 		if len(kb.extras) == 0 {
 			f.e, f.ok, f.layer = &kb.resp, true, layer
 		}
+	case entry.KindPartial:
+		if len(kb.extras) == 0 {
+			f.part, f.layer = &kb.resp, layer
+		}
 	case entry.KindUncacheable:
 		f.hitForMiss = p.now().Before(kb.resp.FreshUntil())
 	case entry.KindVary:
@@ -125,6 +132,8 @@ func (p *Proxy) lookup(ctx context.Context, kb *keyBuf, r *http.Request) found {
 		layer, err := p.store.Get(ctx, kb.variant(f.marker, r.Header), &kb.resp)
 		if err == nil && kb.resp.Kind == entry.KindResponse {
 			f.e, f.ok, f.layer = &kb.resp, true, layer
+		} else if err == nil && kb.resp.Kind == entry.KindPartial {
+			f.part, f.layer = &kb.resp, layer
 		}
 	}
 	return f
@@ -132,8 +141,8 @@ func (p *Proxy) lookup(ctx context.Context, kb *keyBuf, r *http.Request) found {
 
 // detach returns a copy of e that shares nothing with a scratch entry
 // (strings and the body alias the store's own copy of the value, which is
-// never reused, so only the slices and the body file reference, which
-// decoding reuses too, need copying).
+// never reused, so only the slices, the body file reference and the
+// partial spans, which decoding reuses too, need copying).
 func detach(e *entry.Entry) *entry.Entry {
 	c := *e
 	c.Header = slices.Clone(e.Header)
@@ -142,6 +151,11 @@ func detach(e *entry.Entry) *entry.Entry {
 	if e.File != nil {
 		f := *e.File
 		c.File = &f
+	}
+	if e.Partial != nil {
+		pa := *e.Partial
+		pa.Spans = slices.Clone(pa.Spans)
+		c.Partial = &pa
 	}
 	return &c
 }

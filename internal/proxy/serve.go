@@ -61,6 +61,9 @@ type call struct {
 	// release gives the tier-wide lease back (once) when shared is set:
 	// a fill that goes to a body file is not shared with other replicas.
 	release func()
+	// rng, when set, makes the fill ask for part of the representation
+	// (partial.go).
+	rng *rangeFill
 }
 
 // releaseLease gives the tier-wide lease back, if held, at most once.
@@ -107,6 +110,14 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
 	}
 	f := p.lookup(r.Context(), kb, r)
+	var rg *rangeFill // how a miss asks for part of the representation
+	if f.part != nil {
+		var out outcome
+		var done bool
+		if out, done, rg = p.partialHit(w, r, rcc, kb, &f); done {
+			return out
+		}
+	}
 
 	var body *bodystore.Body // the open body file of a file-backed entry, when one is served
 	if f.ok && f.e.File != nil {
@@ -154,15 +165,31 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		// The HEAD's answer may update the stored GET response (head.go).
 		return p.headUpdate(w, r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
 	}
-	if r.Method == http.MethodHead || r.Header.Get("Range") != "" {
-		// A HEAD miss is forwarded as HEAD and never stored as a GET
-		// body; a Range miss is forwarded and its 206 not stored.
+	if r.Method == http.MethodHead {
+		// A HEAD miss is forwarded as HEAD and never stored as a GET body.
 		return p.pass(w, r, cfg, xMiss, metrics.ResultMiss)
+	}
+	if rg == nil && len(r.Header["Range"]) > 0 {
+		// A Range miss asks the origin for that range and may store the
+		// 206 (partial.go); a Range request a stored response must be
+		// revalidated for, or whose answer is never stored (several
+		// ranges), is forwarded as it is.
+		if f.ok {
+			return p.pass(w, r, cfg, xMiss, metrics.ResultMiss)
+		}
+		if rg = forwardRange(r); rg == nil {
+			return p.pass(w, r, cfg, xMiss, metrics.ResultMiss)
+		}
 	}
 	c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
 	// Revalidating or falling back on a stored response serves its body
 	// from the file opened above.
 	c.body = body
+	c.rng = rg
+	if rg != nil && (rg.part == nil || rg.ranged) {
+		// Fills of ranges are not collapsed: each asks for its own.
+		return p.fill(w, r, c, nil)
+	}
 	if f.hitForMiss || rcc.NoStore || !coalescingOn(cfg) {
 		return p.fill(w, r, c, nil)
 	}

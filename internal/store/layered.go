@@ -320,7 +320,8 @@ func (s *Layered) promote(key string, e *entry.Entry) {
 // Set stores e under key: in L1 at once, and in L2 through the write
 // queue, never waiting for it (a full queue drops the write and counts
 // it). A file-backed entry (e.File set) goes to L1 only: SetWithBody
-// writes one to L2 with its body. An entry L1 refuses (l1.ErrTooLarge)
+// writes one to L2 with its body. A partial response (entry.KindPartial)
+// goes to L1 only, always. An entry L1 refuses (l1.ErrTooLarge)
 // is not written to L2 either,
 // and the error is returned. Set does not retain key or e.
 func (s *Layered) Set(ctx context.Context, key string, e *entry.Entry) error {
@@ -330,9 +331,10 @@ func (s *Layered) Set(ctx context.Context, key string, e *entry.Entry) error {
 	if s.l2 == nil {
 		return nil
 	}
-	if e.File != nil {
-		// Its body is not handed over: the entry stays out of L2 (see
-		// body.go), and no older write of the key may land after it.
+	if e.File != nil || e.Kind == entry.KindPartial {
+		// A file's body is not handed over (see body.go), and a partial
+		// response is local to this replica: the entry stays out of L2,
+		// and no older write of the key may land after it.
 		s.pending.cancel(key)
 		return nil
 	}
@@ -353,7 +355,7 @@ func (s *Layered) SetShared(ctx context.Context, key string, e *entry.Entry) err
 	if s.l2 == nil {
 		return nil
 	}
-	if e.File != nil {
+	if e.File != nil || e.Kind == entry.KindPartial {
 		// As in Set: L1 only.
 		s.pending.cancel(key)
 		return nil

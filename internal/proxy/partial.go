@@ -1,0 +1,540 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/metrics"
+)
+
+// Partial content (RFC 9111 §3.3, §3.4; docs/caching.md "Partial
+// content"). A 206 answering a single-range GET is kept, when
+// httpcache.DecidePartial allows, as an entry.KindPartial under the key
+// its complete response would have, in this replica's L1 only. Its spans
+// answer the ranges they cover. For bytes they lack, one contiguous gap is
+// asked of the origin with If-Range and combined with them for the client;
+// parts that belong together (httpcache.CanCombine) are combined into one
+// entry, which becomes a complete response once they cover the
+// representation. Every other path takes a partial entry for a miss: its
+// kind is not KindResponse.
+
+// xMissPartial is what a response combined from stored bytes and bytes the
+// origin just sent reports.
+var xMissPartial = []string{"MISS; partial"}
+
+// rangeFill is how a fill asks the origin for part of a representation
+// (call.rng). The fill sends ask as its Range and ifRange (when set) as
+// its If-Range; a 200 answer is then filled and stored as any other, and
+// every other answer is partAnswered's.
+type rangeFill struct {
+	ask, ifRange string
+	// part, when set, is the stored partial response whose gap ask is:
+	// the client's answer is combined from it and the origin's part.
+	// Without it the client's own range was forwarded and the origin's
+	// answer is the client's.
+	part *entry.Entry
+	// partV is part's strong validator ("" for none); partFresh says
+	// whether part was fresh as the origin sees it (without the request's
+	// directives), which a part without a validator needs to be combined.
+	partV     string
+	partFresh bool
+	// want is what the client gets: the bytes of its range (ranged, a
+	// 206) or the whole representation (a 200).
+	want   httpcache.ByteRange
+	ranged bool
+}
+
+// forwardRange is the fill of a client's Range request as it is: a single
+// byte range (with its If-Range, if one) whose 206 may be stored. nil
+// when the request's Range is not one the cache stores an answer to.
+func forwardRange(r *http.Request) *rangeFill {
+	v, ok := httpcache.SingleRange(r.Header)
+	if !ok || len(r.Header["If-Range"]) > 1 {
+		return nil
+	}
+	rg := &rangeFill{ask: v}
+	if ir := r.Header["If-Range"]; len(ir) == 1 {
+		rg.ifRange = ir[0]
+	}
+	return rg
+}
+
+// partialHit answers r from the stored partial response f.part when that
+// can (done). Otherwise it returns how the miss goes to the origin: the
+// gap of the stored part (a rangeFill with part), the client's range as
+// it is (a rangeFill without part), or nil for the usual paths (a full
+// fill; HEAD and other ranges pass). When the part lacks what r needs and
+// L2 holds the complete response, f becomes that hit instead: a partial
+// response in this replica's L1 never shadows a complete one in L2.
+func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, rcc httpcache.RequestCC, kb *keyBuf, f *found) (outcome, bool, *rangeFill) {
+	e := f.part
+	now := p.now()
+	use, age := httpcache.Evaluate(stored(e), rcc, now)
+	usable := use == httpcache.UseFresh || use == httpcache.UseStale
+	length := e.Partial.Length
+	want, ranged, unsatisfiable := httpcache.ByteRange{Start: 0, End: length - 1}, false, false
+	if r.Method == http.MethodGet && len(r.Header["Range"]) > 0 {
+		switch br, res := httpcache.EvalRange(r.Header, e, length); res {
+		case httpcache.RangeSatisfiable:
+			want, ranged = br, true
+		case httpcache.RangeUnsatisfiable:
+			unsatisfiable = true
+		}
+	}
+	held := spansOf(e.Partial)
+	if usable && (r.Method == http.MethodHead || unsatisfiable || httpcache.NotModified(r.Header, http.StatusOK, e) ||
+		httpcache.Covers(held, want)) {
+		res, x := metrics.ResultHit, pick(f.layer, xHitL1, xHitL2)
+		if use == httpcache.UseStale {
+			res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
+		}
+		p.servePart(w, r, e, age, want, ranged, unsatisfiable, x)
+		return outcome{res, f.layer, false}, true, nil
+	}
+	if p.cluster != nil {
+		full := new(entry.Entry)
+		if layer, err := p.cluster.GetNewer(r.Context(), kb.key(), full, time.Time{}); err == nil {
+			f.e, f.ok, f.layer, f.part = full, true, layer, nil
+			return outcome{}, false, nil
+		}
+	}
+	if r.Method != http.MethodGet {
+		return outcome{}, false, nil
+	}
+	if unsatisfiable {
+		return outcome{}, false, forwardRange(r)
+	}
+	v, _ := httpcache.StrongValidator(e)
+	partFresh := use == httpcache.UseFresh
+	if !partFresh {
+		fresh, _ := httpcache.Evaluate(stored(e), httpcache.RequestCC{}, now)
+		partFresh = fresh == httpcache.UseFresh
+	}
+	// With a validator, If-Range makes the gap's answer a validation of
+	// the stored bytes too; without one, the stored bytes are only
+	// combined with new ones while the origin's freshness vouches for them
+	// and the client accepts them.
+	if v != "" || (usable && partFresh) {
+		if gap, res := httpcache.Gap(held, want); res == httpcache.GapOne {
+			return outcome{}, false, &rangeFill{
+				ask: httpcache.GapRange(gap, length), ifRange: v,
+				part: detach(e), partV: v, partFresh: partFresh, want: want, ranged: ranged,
+			}
+		}
+	}
+	if ranged {
+		return outcome{}, false, forwardRange(r)
+	}
+	return outcome{}, false, nil
+}
+
+// servePart answers r from the stored partial response e: a HEAD or a
+// conditional's 304 with its header, a 416 for a range past its length,
+// or the bytes want, which e holds (206 when ranged, else 200).
+func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, want httpcache.ByteRange,
+	ranged, unsatisfiable bool, xcache []string) {
+	h := w.Header()
+	writeEntryHeader(h, e, httpcache.AgeHeader(age), xcache)
+	stripTargeted(h, p.cfg.Load().StripTargeted)
+	if httpcache.NotModified(r.Header, http.StatusOK, e) {
+		notModified(w)
+		return
+	}
+	length := e.Partial.Length
+	switch {
+	case r.Method == http.MethodHead:
+		h["Content-Length"] = []string{strconv.FormatInt(length, 10)}
+		w.WriteHeader(http.StatusOK)
+	case unsatisfiable:
+		h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(length, 10)}
+		h["Content-Length"] = []string{"0"}
+		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
+	default:
+		body := partBytes(e, want)
+		status := http.StatusOK
+		if ranged {
+			status = http.StatusPartialContent
+			h["Content-Range"] = []string{httpcache.ContentRangeValue(want, length)}
+		}
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}
+}
+
+// partAnswered handles every answer but a 200 to a fill that asked for
+// part of a representation (c.rng): a 206 is checked, combined and stored
+// as DecidePartial and CanCombine allow; anything else (416, 304, an
+// error) is relayed and stores nothing, since it answers this range only.
+func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, f *flight, resp *http.Response,
+	body io.Reader, wd *watchdog, watch *invalidate.Watch, start, reqTime, respTime time.Time) outcome {
+	rg := c.rng
+	finish := func(res shared) {
+		if f != nil {
+			p.flights.finish(c.key, f, res)
+		}
+	}
+	if resp.StatusCode != http.StatusPartialContent {
+		finish(shared{})
+		return p.relay(w, r, c, resp, body, wd)
+	}
+	pd := httpcache.DecidePartial(httpcache.Exchange{
+		Method: http.MethodGet, ReqHeader: c.reqH,
+		Status: resp.StatusCode, RespHeader: resp.Header,
+		RequestTime: reqTime, ResponseTime: respTime,
+	}, rg.ask, resp.ContentLength, c.rule.Policy)
+	limit := int64(c.cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
+	collect := pd.Store && spanLen(pd.Span) <= limit
+	if collect {
+		wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { finish(shared{}) })
+	}
+	if rg.part == nil {
+		finish(shared{})
+		return p.forwardedPart(ctx, w, r, c, resp, body, wd, watch, pd, collect, reqTime, respTime)
+	}
+
+	part, why := httpcache.ReceivedPart(resp.Header, resp.ContentLength)
+	if why != "" || !httpcache.CanCombine(rg.partV, rg.part.Partial.Length, rg.partFresh, part.Validator, part.Length) ||
+		!httpcache.Covers(httpcache.AddSpan(spansOf(rg.part.Partial), part.Span), rg.want) {
+		// Not the gap of the stored representation (it changed, or the
+		// origin answered another range): ask again for what the client
+		// wants, as if nothing were stored.
+		wd.stopStoring()
+		resp.Body.Close()
+		if c.rng = nil; rg.ranged {
+			if c.rng = forwardRange(r); c.rng == nil {
+				finish(shared{})
+				return p.pass(w, r, c.cfg, xMiss, metrics.ResultMiss)
+			}
+			finish(shared{})
+			return p.fill(w, r, c, nil)
+		}
+		return p.fill(w, r, c, f)
+	}
+
+	// The client's answer: the stored header updated with the new part's
+	// fields (RFC 9110 §15.3.7.3), then the bytes it wants, from the stored
+	// part before and after the origin's.
+	merged := httpcache.MergeNotModified(rg.part.HTTPHeader(), resp.Header)
+	h := w.Header()
+	for k, vs := range merged {
+		h[k] = vs
+	}
+	appendVia(h)
+	stripTargeted(h, c.cfg.StripTargeted)
+	h["X-Cache"] = xMissPartial
+	want, length := rg.want, part.Length
+	status := http.StatusOK
+	if rg.ranged {
+		status = http.StatusPartialContent
+		h["Content-Range"] = []string{httpcache.ContentRangeValue(want, length)}
+	}
+	h["Content-Length"] = []string{strconv.FormatInt(spanLen(want), 10)}
+	bodyW := w
+	if httpcache.NotModified(r.Header, http.StatusOK, merged) {
+		notModified(w)
+		bodyW = nil
+	} else {
+		w.WriteHeader(status)
+	}
+	span := part.Span
+	if want.Start < span.Start {
+		writeSome(bodyW, partBytes(rg.part, httpcache.ByteRange{Start: want.Start, End: span.Start - 1}))
+	}
+	var suffix []byte
+	if want.End > span.End {
+		suffix = partBytes(rg.part, httpcache.ByteRange{Start: max(want.Start, span.End+1), End: want.End})
+	}
+	clip := httpcache.ByteRange{Start: max(want.Start, span.Start), End: min(want.End, span.End)}
+	data, held, exact, err := p.copyPart(bodyW, body, span, clip, collect, len(suffix) == 0, false, &wd.late)
+	if err != nil || !exact {
+		// The origin broke off, or sent other than the bytes it named:
+		// the client, promised Content-Length, gets a broken response.
+		if err != nil {
+			p.bodyFailed(r, wd, err)
+		}
+		finish(shared{})
+		return outcome{metrics.ResultMiss, metrics.LayerOrigin, bodyW != nil}
+	}
+	wd.stop()
+	if collect && data != nil {
+		complete, pl := p.keepPart(ctx, c, r, resp.Header, pd, data, watch, reqTime, respTime)
+		if complete != nil {
+			finish(shared{e: complete, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false},
+				vary: pl.names, varyKey: pl.vk})
+		}
+	}
+	finish(shared{})
+	// Stored first: what the client asks once it has its last byte
+	// finds the entry.
+	writeSome(bodyW, held)
+	writeSome(bodyW, suffix)
+	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+}
+
+// forwardedPart relays the origin's answer to a client's own range (a
+// 206), storing its part when pd allows (collect).
+func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, resp *http.Response,
+	body io.Reader, wd *watchdog, watch *invalidate.Watch, pd httpcache.PartialDecision, collect bool, reqTime, respTime time.Time) outcome {
+	h := w.Header()
+	copyHeader(h, resp.Header)
+	stripTargeted(h, c.cfg.StripTargeted)
+	h["X-Cache"] = xMiss
+	bodyW := w
+	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
+		notModified(w)
+		bodyW = nil
+	} else {
+		w.WriteHeader(resp.StatusCode)
+	}
+	if !collect {
+		if bodyW == nil {
+			return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+		}
+		if err := p.stream(bodyW, body); err != nil {
+			p.bodyFailed(r, wd, err)
+			return outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
+		}
+		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	}
+	// The client gets every byte the origin sends, framed as it framed
+	// them; only exactly the bytes Content-Range names are stored.
+	data, held, exact, err := p.copyPart(bodyW, body, pd.Span, httpcache.ByteRange{Start: pd.Span.Start, End: math.MaxInt64},
+		true, true, true, &wd.late)
+	if err != nil {
+		p.bodyFailed(r, wd, err)
+		return outcome{metrics.ResultMiss, metrics.LayerOrigin, bodyW != nil}
+	}
+	wd.stop()
+	if exact && data != nil {
+		p.keepPart(ctx, c, r, resp.Header, pd, data, watch, reqTime, respTime)
+	}
+	writeSome(bodyW, held)
+	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+}
+
+// relay sends the origin's answer to a fill of part of a representation
+// that is not a part (416, 304, an error): it answers this range only and
+// stores nothing.
+func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *http.Response, body io.Reader, wd *watchdog) outcome {
+	h := w.Header()
+	copyHeader(h, resp.Header)
+	stripTargeted(h, c.cfg.StripTargeted)
+	h["X-Cache"] = xMiss
+	w.WriteHeader(resp.StatusCode)
+	if err := p.stream(w, body); err != nil {
+		p.bodyFailed(r, wd, err)
+		return outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
+	}
+	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+}
+
+// copyPart reads the body of a 206 that names span, to its end. The bytes
+// within clip go to w (nil: nobody) as they arrive; with collect, the
+// bytes are kept for the cache as long as they stay within span. exact
+// reports that the body was exactly span's bytes. With hold (and
+// collect), the piece that brings w the last byte of clip within span is
+// returned as held instead of written, for the caller to send once the
+// part is stored. A body longer than span stops collecting: with
+// overflow the excess goes to w as well (the client gets what the origin
+// sent), without it copyPart stops at once (exact false). It keeps
+// reading after w has gone for as long as it collects.
+func (p *Proxy) copyPart(w http.ResponseWriter, body io.Reader, span, clip httpcache.ByteRange, collect, hold, overflow bool,
+	late *atomic.Bool) (data, held []byte, exact bool, err error) {
+	bp := p.bufs.Get().(*[]byte)
+	defer p.bufs.Put(bp)
+	buf := *bp
+	if collect {
+		data = make([]byte, 0, spanLen(span))
+	}
+	last := min(clip.End, span.End) // the last byte w gets of span
+	pos := span.Start               // the position of the next byte read
+	for {
+		n, rerr := body.Read(buf)
+		if collect && late.Load() {
+			collect, data = false, nil
+		}
+		if n > 0 {
+			chunk := buf[:n]
+			end := pos + int64(n) - 1
+			if end > span.End {
+				if !overflow {
+					return nil, nil, false, nil
+				}
+				collect, data = false, nil
+				w = writeSome(w, held)
+				held = nil
+			}
+			if collect {
+				data = append(data, chunk...)
+			}
+			if a, b := max(pos, clip.Start), min(end, clip.End); a <= b {
+				out := chunk[a-pos : b-pos+1]
+				if hold && collect && b == last {
+					held = data[int64(len(data))-int64(n)+(a-pos) : int64(len(data))-int64(n)+(b-pos)+1]
+				} else {
+					w = writeSome(w, out)
+				}
+			}
+			pos = end + 1
+		}
+		if rerr == io.EOF {
+			return data, held, pos == span.End+1, nil
+		}
+		if rerr != nil {
+			return nil, nil, false, rerr
+		}
+		if w == nil && !collect {
+			return nil, nil, false, nil
+		}
+	}
+}
+
+// writeSome writes b to w and flushes, and returns w, or nil once a write
+// failed (the client left). A nil w writes nothing.
+func writeSome(w http.ResponseWriter, b []byte) http.ResponseWriter {
+	if w == nil || len(b) == 0 {
+		return w
+	}
+	if _, err := w.Write(b); err != nil {
+		return nil
+	}
+	_ = http.NewResponseController(w).Flush()
+	return w
+}
+
+// keepPart stores the part data (pd.Span) that c's fill received,
+// combined with the partial response stored under its key at that moment
+// when they belong together (httpcache.CanCombine: the newer fields
+// replace the stored ones, RFC 9111 §3.4), else in its place. A complete
+// response stored there is never replaced by a part of one. Once the
+// parts cover the representation the entry is a complete response, which
+// is returned and stored like any other (L2 too); a partial one stays in
+// this replica's L1. A purge of the resource since the fill began stores
+// nothing, as for every fill.
+func (p *Proxy) keepPart(ctx context.Context, c *call, r *http.Request, respH http.Header, pd httpcache.PartialDecision,
+	data []byte, watch *invalidate.Watch, reqTime, respTime time.Time) (*entry.Entry, placement) {
+	limit := int64(c.cfg.Config.L1.MaxEntrySize) - headerBytes(respH) - entryOverhead
+	pl := p.place(ctx, c, respH, r)
+	h := storedHeader(respH, pd.Strip)
+	delete(h, "Content-Range")
+	var complete *entry.Entry
+	watch.Commit(httpcache.Tags(respH), func() {
+		spans, body, header := []httpcache.ByteRange{pd.Span}, data, h
+		var cur entry.Entry
+		if _, err := p.store.Get(ctx, pl.key, &cur); err == nil {
+			switch cur.Kind {
+			case entry.KindResponse:
+				return
+			case entry.KindPartial:
+				v, _ := httpcache.StrongValidator(&cur)
+				fresh, _ := httpcache.Evaluate(stored(&cur), httpcache.RequestCC{}, p.now())
+				if httpcache.CanCombine(v, cur.Partial.Length, fresh == httpcache.UseFresh, pd.Validator, pd.Length) {
+					// Combined parts that outgrow an entry give way to
+					// the newest part alone.
+					if s, b := mergePart(&cur, pd.Span, data); int64(len(b)) <= limit {
+						spans, body = s, b
+						header = httpcache.MergeNotModified(cur.HTTPHeader(), h)
+					}
+				}
+			}
+		}
+		e := &entry.Entry{
+			Kind:                 entry.KindPartial,
+			Host:                 c.host,
+			Target:               c.tgt,
+			Tags:                 httpcache.Tags(header),
+			Status:               http.StatusOK,
+			Header:               entry.FieldsFrom(header),
+			Body:                 body,
+			RequestTime:          reqTime,
+			ResponseTime:         respTime,
+			InitialAge:           pd.InitialAge,
+			Lifetime:             pd.Lifetime,
+			StaleWhileRevalidate: pd.StaleWhileRevalidate,
+			StaleIfError:         pd.StaleIfError,
+			Flags:                flags(pd.Decision),
+		}
+		if pl.marker != nil {
+			p.set(ctx, c, c.prim, pl.marker)
+		}
+		if len(spans) == 1 && spans[0].Start == 0 && spans[0].End == pd.Length-1 {
+			e.Kind = entry.KindResponse
+			p.set(ctx, c, pl.key, e)
+			complete = e
+			return
+		}
+		e.Partial = &entry.Partial{Length: pd.Length, Spans: make([]entry.Span, len(spans))}
+		for i, s := range spans {
+			e.Partial.Spans[i] = entry.Span{Start: s.Start, End: s.End}
+		}
+		// Never p.set: a lease holder's SetShared must not carry a part.
+		if err := p.store.Set(ctx, pl.key, e); err != nil {
+			p.log.Debug("partial response not stored", "key", pl.key, "err", err)
+		}
+	})
+	return complete, pl
+}
+
+// mergePart returns the spans and bytes of the stored partial response e
+// with data, the bytes span, added (its bytes win where they overlap).
+func mergePart(e *entry.Entry, span httpcache.ByteRange, data []byte) ([]httpcache.ByteRange, []byte) {
+	held := spansOf(e.Partial)
+	merged := httpcache.AddSpan(held, span)
+	offs := make([]int64, len(merged))
+	var total int64
+	for i, s := range merged {
+		offs[i] = total
+		total += spanLen(s)
+	}
+	at := func(pos int64) int64 {
+		for i, s := range merged {
+			if s.Start <= pos && pos <= s.End {
+				return offs[i] + pos - s.Start
+			}
+		}
+		return -1 // unreachable: merged covers every held and new byte
+	}
+	out := make([]byte, total)
+	var src int64
+	for _, s := range held {
+		n := spanLen(s)
+		copy(out[at(s.Start):], e.Body[src:src+n])
+		src += n
+	}
+	copy(out[at(span.Start):], data)
+	return merged, out
+}
+
+// partBytes returns the bytes r of the representation that the partial
+// response e holds, or nil when no one span of e holds them all.
+func partBytes(e *entry.Entry, r httpcache.ByteRange) []byte {
+	var off int64
+	for _, s := range e.Partial.Spans {
+		if s.Start <= r.Start && r.End <= s.End {
+			a := off + r.Start - s.Start
+			return e.Body[a : a+spanLen(r)]
+		}
+		off += s.Len()
+	}
+	return nil
+}
+
+// spansOf returns what pa holds as the rules read it.
+func spansOf(pa *entry.Partial) []httpcache.ByteRange {
+	out := make([]httpcache.ByteRange, len(pa.Spans))
+	for i, s := range pa.Spans {
+		out[i] = httpcache.ByteRange{Start: s.Start, End: s.End}
+	}
+	return out
+}
+
+func spanLen(r httpcache.ByteRange) int64 { return r.End - r.Start + 1 }
