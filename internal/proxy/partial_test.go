@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/testredis"
 )
 
 // representation is an origin's resource that answers ranges as net/http
@@ -609,4 +610,33 @@ func TestAPurgeRemovesAndCountsAStoredPart(t *testing.T) {
 		t.Fatalf("purge: %+v, %v; want 1 purged", res, err)
 	}
 	expect(t, f.get("/pp", "Range", "bytes=0-1"), 206, "MISS")
+}
+
+// A part stays in the L1 of the replica that received it, and never
+// shadows a complete response in L2: a replica whose part lacks what a
+// request needs takes the complete response another replica stored in
+// L2 instead of asking the origin.
+func TestAPartInL1NeverShadowsACompleteResponseInL2(t *testing.T) {
+	redis := testredis.Start(t)
+	rp := newRep("0123456789", `"v1"`, "max-age=3600")
+	o := newOrigin(t, rp.serve)
+	a, b, witness := replica(t, redis.Addr(), o), replica(t, redis.Addr(), o), replica(t, redis.Addr(), o)
+
+	r := b.get("/sh", "Host", "shop", "Range", "bytes=0-4")
+	expect(t, r, 206, "MISS")
+	// Not in L2: another replica has nothing to answer from.
+	if r := a.get("/sh", "Host", "shop", "Range", "bytes=0-4", "Cache-Control", "only-if-cached"); r.status != 504 {
+		t.Fatalf("another replica answered %d %q from B's part", r.status, r.body)
+	}
+	expect(t, a.get("/sh", "Host", "shop"), 200, "MISS")
+	waitFor(t, func() bool {
+		return witness.get("/sh", "Host", "shop", "Cache-Control", "only-if-cached").status == 200
+	}, "A's fill to reach L2")
+	expectOriginCount(t, o, 2)
+
+	r = b.get("/sh", "Host", "shop")
+	expect(t, r, 200, "HIT; layer=l2")
+	expectBytes(t, r, "0123456789", "")
+	expect(t, b.get("/sh", "Host", "shop", "Range", "bytes=7-9"), 206, "HIT; layer=l1")
+	expectOriginCount(t, o, 2)
 }
