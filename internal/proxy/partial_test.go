@@ -640,3 +640,94 @@ func TestAPartInL1NeverShadowsACompleteResponseInL2(t *testing.T) {
 	expect(t, b.get("/sh", "Host", "shop", "Range", "bytes=7-9"), 206, "HIT; layer=l1")
 	expectOriginCount(t, o, 2)
 }
+
+// If-Range is evaluated against the part as against a complete response:
+// a client whose validator is not the stored one wants the whole
+// representation, and gets it (the missing run asked as usual).
+func TestAFailedIfRangeGetsTheWholeRepresentation(t *testing.T) {
+	rp := newRep("0123456789", `"v1"`, "max-age=3600")
+	f := newFixture(t, "", rp.serve)
+	f.get("/ir", "Range", "bytes=0-4")
+	r := f.get("/ir", "Range", "bytes=0-1", "If-Range", `"v0"`)
+	expect(t, r, 200, "MISS; partial")
+	expectBytes(t, r, "0123456789", "")
+	asked(t, f.origin, "bytes=5-", `"v1"`)
+	r = f.get("/ir", "Range", "bytes=0-1", "If-Range", `"v1"`)
+	expect(t, r, 206, "HIT; layer=l1")
+	expectBytes(t, r, "01", "bytes 0-1/10")
+}
+
+// A Last-Modified a second or more before Date is a strong validator: the
+// part is stored and its missing run asked with that date in If-Range.
+func TestAStrongLastModifiedIsSentAsIfRange(t *testing.T) {
+	modified := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		http.ServeContent(w, r, "", modified, strings.NewReader("0123456789"))
+	})
+	f.get("/lm", "Range", "bytes=0-4")
+	r := f.get("/lm")
+	expect(t, r, 200, "MISS; partial")
+	expectBytes(t, r, "0123456789", "")
+	asked(t, f.origin, "bytes=5-", modified.Format(http.TimeFormat))
+}
+
+// A part whose only validator is a weak ETag is not stored: it could be
+// neither checked with If-Range nor combined.
+func TestAPartWithOnlyAWeakETagIsNotStored(t *testing.T) {
+	rp := newRep("0123456789", `W/"v1"`, "max-age=3600")
+	f := newFixture(t, "", rp.serve)
+	expect(t, f.get("/weak", "Range", "bytes=0-4"), 206, "MISS")
+	expect(t, f.get("/weak", "Range", "bytes=0-4"), 206, "MISS")
+	expectOriginCount(t, f.origin, 2)
+}
+
+// Full GETs that complete the same part are collapsed: one request for
+// the missing run, and the requests that waited get the complete
+// response.
+func TestFullGetsCompletingAPartAreCollapsed(t *testing.T) {
+	rp := newRep("0123456789", `"v1"`, "max-age=3600")
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") == "bytes=5-" {
+			once.Do(func() {
+				close(arrived)
+				select {
+				case <-release:
+				case <-time.After(10 * time.Second):
+				}
+			})
+		}
+		rp.serve(w, r)
+	})
+	f.get("/herd", "Range", "bytes=0-4")
+	first := make(chan response)
+	go func() {
+		r, _ := f.getRaw("/herd")
+		first <- r
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the missing run was never asked")
+	}
+	second := make(chan response)
+	go func() {
+		r, _ := f.getRaw("/herd")
+		second <- r
+	}()
+	waitFor(t, func() bool { return testCounter(f.px.m.Coalesced) == 1 }, "the second GET to wait for the first")
+	close(release)
+	for i, ch := range []chan response{first, second} {
+		select {
+		case r := <-ch:
+			if r.status != 200 || r.body != "0123456789" {
+				t.Fatalf("GET %d got %d %q", i+1, r.status, r.body)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("GET %d never ended", i+1)
+		}
+	}
+	expectOriginCount(t, f.origin, 2)
+}
