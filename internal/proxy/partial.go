@@ -182,7 +182,27 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 			p.flights.finish(c.key, f, res)
 		}
 	}
+	// again asks for what the client wants as if nothing were stored,
+	// when the answer to a gap is not that gap of the stored
+	// representation.
+	again := func() outcome {
+		wd.stopStoring()
+		resp.Body.Close()
+		if c.rng = nil; rg.ranged {
+			finish(shared{})
+			if c.rng = forwardRange(r); c.rng == nil {
+				return p.pass(w, r, c.cfg, xMiss, metrics.ResultMiss)
+			}
+			return p.fill(w, r, c, nil)
+		}
+		return p.fill(w, r, c, f)
+	}
 	if resp.StatusCode != http.StatusPartialContent {
+		if rg.part != nil && resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
+			// The representation no longer has the bytes the stored part
+			// says it has: it changed.
+			return again()
+		}
 		finish(shared{})
 		return p.relay(w, r, c, resp, body, wd)
 	}
@@ -205,19 +225,8 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	if why != "" || !httpcache.CanCombine(rg.partV, rg.part.Partial.Length, rg.partFresh, part.Validator, part.Length) ||
 		!httpcache.Covers(httpcache.AddSpan(spansOf(rg.part.Partial), part.Span), rg.want) {
 		// Not the gap of the stored representation (it changed, or the
-		// origin answered another range): ask again for what the client
-		// wants, as if nothing were stored.
-		wd.stopStoring()
-		resp.Body.Close()
-		if c.rng = nil; rg.ranged {
-			if c.rng = forwardRange(r); c.rng == nil {
-				finish(shared{})
-				return p.pass(w, r, c.cfg, xMiss, metrics.ResultMiss)
-			}
-			finish(shared{})
-			return p.fill(w, r, c, nil)
-		}
-		return p.fill(w, r, c, f)
+		// origin answered another range).
+		return again()
 	}
 
 	// The client's answer: the stored header updated with the new part's

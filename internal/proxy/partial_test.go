@@ -731,3 +731,18 @@ func TestFullGetsCompletingAPartAreCollapsed(t *testing.T) {
 	}
 	expectOriginCount(t, f.origin, 2)
 }
+
+// A gap the representation no longer has (the origin answers 416 to it,
+// ignoring If-Range) means the representation changed: a full GET is
+// fetched whole, never answered 416.
+func TestAGapPastAShortenedRepresentationIsFetchedWhole(t *testing.T) {
+	rp := newRep("0123456789", `"v1"`, "max-age=3600")
+	f := newFixture(t, "", ignoresIfRange(rp))
+	f.get("/shrunk", "Range", "bytes=0-4")
+	rp.set("0123", `"v2"`)
+	r := f.get("/shrunk")
+	expect(t, r, 200, "MISS")
+	expectBytes(t, r, "0123", "")
+	asked(t, f.origin, "", "")
+	expectOriginCount(t, f.origin, 3)
+}
