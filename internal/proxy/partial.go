@@ -282,8 +282,9 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		}
 	}
 	finish(shared{})
-	// Stored first: what the client asks once it has its last byte
-	// finds the entry.
+	// Stored first, and the shared fetch over: what the client asks once
+	// it has its last byte finds the entry (caching.md "Determinism").
+	c.releaseLease()
 	writeSome(bodyW, held)
 	writeSome(bodyW, suffix)
 	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
