@@ -48,7 +48,7 @@ func (s *stallingStore) Get(ctx context.Context, key string, e *entry.Entry) (st
 }
 
 func (s *stallingStore) Set(ctx context.Context, key string, e *entry.Entry) error {
-	if e.Kind == entry.KindResponse {
+	if e.Kind == entry.KindResponse || e.Kind == entry.KindPartial {
 		s.mu.Lock()
 		ch, ok := s.looked[key]
 		if !ok {

@@ -746,3 +746,49 @@ func TestAGapPastAShortenedRepresentationIsFetchedWhole(t *testing.T) {
 	asked(t, f.origin, "", "")
 	expectOriginCount(t, f.origin, 3)
 }
+
+// Read your own fill, for parts: a client that has the last byte of a
+// part (forwarded range), or of a response completed from a part, and
+// asks again at once, on its other connection (one connection's next
+// request waits for its handler to return), finds what was stored
+// (stallingStore makes a store after the last byte lose that race every
+// time).
+func TestTheNextRequestOfAClientFindsItsPart(t *testing.T) {
+	rp := newRep("0123456789", `"v1"`, "max-age=3600")
+	f := newFixtureWith(t, "", newOrigin(t, rp.serve), stalling(300*time.Millisecond), nil)
+	var conns [2]*http.Client
+	for i := range conns {
+		tr := &http.Transport{}
+		t.Cleanup(tr.CloseIdleConnections)
+		conns[i] = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	for i, step := range []struct {
+		rng, xcache string
+		status      int
+	}{
+		{"bytes=0-4", "MISS", 206},
+		{"bytes=0-4", "HIT; layer=l1", 206},
+		{"bytes=2-6", "MISS; partial", 206},
+		{"bytes=5-6", "HIT; layer=l1", 206},
+		{"", "MISS; partial", 200},
+		{"", "HIT; layer=l1", 200},
+	} {
+		req, err := http.NewRequest("GET", f.srv.URL+"/own", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step.rng != "" {
+			req.Header.Set("Range", step.rng)
+		}
+		resp, err := conns[i%2].Do(req)
+		if err != nil {
+			t.Fatalf("step %d: %v", i+1, err)
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != step.status || resp.Header.Get("X-Cache") != step.xcache {
+			t.Fatalf("step %d (%q): %d %q (%v), want %d %q", i+1, step.rng, resp.StatusCode, resp.Header.Get("X-Cache"), err,
+				step.status, step.xcache)
+		}
+	}
+}
