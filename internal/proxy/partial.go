@@ -13,6 +13,7 @@ import (
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 // Partial content (RFC 9111 §3.3, §3.4; docs/caching.md "Partial
@@ -74,7 +75,8 @@ func forwardRange(r *http.Request) *rangeFill {
 // fill; HEAD and other ranges pass). When the part lacks what r needs and
 // L2 holds the complete response, f becomes that hit instead: a partial
 // response in this replica's L1 never shadows a complete one in L2.
-func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, rcc httpcache.RequestCC, kb *keyBuf, f *found) (outcome, bool, *rangeFill) {
+func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rcc httpcache.RequestCC, kb *keyBuf,
+	f *found) (outcome, bool, *rangeFill) {
 	e := f.part
 	now := p.now()
 	use, age := httpcache.Evaluate(stored(e), rcc, now)
@@ -111,6 +113,11 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, rcc httpcache
 	}
 	if unsatisfiable {
 		return outcome{}, false, forwardRange(r)
+	}
+	if !ranged && p.bodies != nil && length > int64(cfg.Config.L1.MaxEntrySize)-entryOverhead {
+		// Parts are inline: combined, this representation could not be
+		// stored. Fetched whole, it goes to the body store.
+		return outcome{}, false, nil
 	}
 	v, _ := httpcache.StrongValidator(e)
 	partFresh := use == httpcache.UseFresh

@@ -114,7 +114,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	if f.part != nil {
 		var out outcome
 		var done bool
-		if out, done, rg = p.partialHit(w, r, rcc, kb, &f); done {
+		if out, done, rg = p.partialHit(w, r, cfg, rcc, kb, &f); done {
 			return out
 		}
 	}
