@@ -817,3 +817,22 @@ func TestAFullGetOfAPartTooLargeForAnEntryGoesToTheBodyStore(t *testing.T) {
 	expectBody(t, f.get("/vid"), 200, "HIT; layer=l1", want)
 	expectOriginCount(t, f.origin, 2)
 }
+
+// A stored part counts as stored for defaults.forwardClientValidators: the
+// client's validators are not sent with the request for the part's
+// missing run, whose answer then completes and refreshes the stored
+// representation (and answers the client's conditional).
+func TestAClientsValidatorsAreNotForwardedWithAPartsMissingRun(t *testing.T) {
+	rp := newRep("0123456789", `"v1"`, "max-age=60")
+	f := newFixture(t, "defaults: {forwardClientValidators: true}", rp.serve)
+	f.get("/fv", "Range", "bytes=0-4")
+	f.clock.Advance(2 * time.Minute)
+	expect(t, f.get("/fv", "If-None-Match", `"v1"`), 304, "MISS; partial")
+	if inm := f.origin.last().Header.Get("If-None-Match"); inm != "" {
+		t.Fatalf("the client's If-None-Match %q went with the request for the missing run", inm)
+	}
+	asked(t, f.origin, "bytes=5-", `"v1"`)
+	r := f.get("/fv")
+	expect(t, r, 200, "HIT; layer=l1")
+	expectBytes(t, r, "0123456789", "")
+}

@@ -10,9 +10,11 @@ import (
 // forwardsValidators reports whether c's fill sends the client's
 // validators (If-None-Match, If-Modified-Since) to the origin: the tier
 // forwards them (defaults.forwardClientValidators), the client sent one,
-// and nothing is stored for the request (httpcache.ForwardedValidators).
+// and nothing is stored for the request (httpcache.ForwardedValidators;
+// a stored part, whose missing run the fill asks for, counts as stored).
 func forwardsValidators(c *call, r *http.Request) bool {
-	return len(httpcache.ForwardedValidators(r.Header, c.cfg.Config.Defaults.ForwardClientValidators, c.stale != nil)) > 0
+	stored := c.stale != nil || (c.rng != nil && c.rng.part != nil)
+	return len(httpcache.ForwardedValidators(r.Header, c.cfg.Config.Defaults.ForwardClientValidators, stored)) > 0
 }
 
 // forwardValidators copies the client's validators that a fill forwards
