@@ -478,6 +478,7 @@ func (p *Proxy) keepPart(ctx context.Context, c *call, r *http.Request, respH ht
 			Lifetime:             pd.Lifetime,
 			StaleWhileRevalidate: pd.StaleWhileRevalidate,
 			StaleIfError:         pd.StaleIfError,
+			StaleIfUnreachable:   pd.StaleIfUnreachable,
 			Flags:                flags(pd.Decision),
 		}
 		if pl.marker != nil {

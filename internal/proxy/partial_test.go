@@ -836,3 +836,19 @@ func TestAClientsValidatorsAreNotForwardedWithAPartsMissingRun(t *testing.T) {
 	expect(t, r, 200, "HIT; layer=l1")
 	expectBytes(t, r, "0123456789", "")
 }
+
+// A representation completed from parts keeps the stale-if-unreachable
+// window (defaults.staleIfUnreachable, 10m by default) like any other
+// stored response: once the origin is gone, it stands in stale.
+func TestARepresentationCompletedFromPartsStandsInForAStoppedOrigin(t *testing.T) {
+	rp := newRep("0123456789", `"v1"`, "max-age=2")
+	o := newOrigin(t, rp.serve)
+	f := newFixtureFor(t, "", o)
+	expectBytes(t, f.get("/u", "Range", "bytes=0-4"), "01234", "bytes 0-4/10")
+	expect(t, f.get("/u"), 200, "MISS; partial")
+	o.Close()
+	f.clock.Advance(time.Minute)
+	r := f.get("/u")
+	expect(t, r, 200, "STALE; layer=l1")
+	expectBytes(t, r, "0123456789", "")
+}
