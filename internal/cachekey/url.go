@@ -20,16 +20,18 @@ func PrimaryKeys(cfg *tierconfig.Compiled, host, escapedPath, rawQuery string) [
 	return keys
 }
 
-// RuleTarget returns the rule a URL's path falls under and its target
-// (path?query) as the proxy keys it. Like the proxy, it matches rules on the
-// decoded, cleaned path (tierconfig.CleanPath, through Compiled.Match) and
-// keys the path as received.
+// RuleTarget returns the rule a URL's stored responses were stored under
+// and its target (path?query) as the proxy keys it. Like the proxy, it
+// matches rules on the decoded, cleaned path (tierconfig.CleanPath) and
+// keys the path as received. Rules with header or cookie conditions are
+// passed over (Compiled.MatchStored): they bypass the cache, so whatever a
+// request sent, what it stored was stored under a rule of the path alone.
 func RuleTarget(cfg *tierconfig.Compiled, escapedPath, rawQuery string) (*tierconfig.CompiledRule, string) {
 	path := escapedPath
 	if u, err := url.PathUnescape(escapedPath); err == nil {
 		path = u
 	}
-	rule := cfg.Match(path)
+	rule := cfg.MatchStored(path)
 	return rule, string(AppendTarget(nil, rule, escapedPath, rawQuery))
 }
 

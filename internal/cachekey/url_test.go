@@ -28,3 +28,27 @@ func TestPurgeTargetsMatchRulesLikeTheProxy(t *testing.T) {
 		})
 	}
 }
+
+// A bypass rule with a cookie condition stores nothing: the entries of a
+// URL it covers were stored under the next rule, and a purge keys them so,
+// also when a request without cookies would meet the condition (absent).
+func TestPurgeTargetsPassOverConditionedRules(t *testing.T) {
+	c := tierconfig.Default()
+	c.Rules = []tierconfig.Rule{
+		{Name: "logged-in", Match: tierconfig.Match{PathPrefix: "/", Cookies: []tierconfig.CookieMatch{{Name: "session", Present: true}}}, Bypass: true},
+		{Name: "no-consent", Match: tierconfig.Match{PathPrefix: "/", Cookies: []tierconfig.CookieMatch{{Name: "consent", Absent: true}}}, Bypass: true},
+		{Name: "static", Match: tierconfig.Match{PathPrefix: "/static/"}, CacheKey: tierconfig.CacheKey{QueryExclude: []string{"utm_*"}}},
+	}
+	cfg, err := tierconfig.Compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, tgt := RuleTarget(cfg, "/static/a.css", "utm_x=1&v=2")
+	if rule.Name != "static" || tgt != "/static/a.css?v=2" {
+		t.Fatalf("RuleTarget = %s, %q; want static, /static/a.css?v=2", rule.Name, tgt)
+	}
+	keys := PrimaryKeys(cfg, "shop.example", "/static/a.css", "v=2&utm_x=1")
+	if len(keys) != 2 || keys[0] != "GET http://shop.example/static/a.css?v=2" {
+		t.Fatalf("PrimaryKeys = %q", keys)
+	}
+}

@@ -27,7 +27,9 @@ func (r *runner) explainCommand() *cobra.Command {
 own rule matching and key building on a GET of URL:
 
   - the rules in order and the one that matches (first match wins; "default" when
-    none does), on the decoded path cleaned as the sidecar cleans it;
+    none does), on the decoded path cleaned as the sidecar cleans it, and the
+    header and cookie conditions of bypass rules on the request's -H headers,
+    each met or not;
   - whether the request bypasses the cache;
   - the cache key: scheme, host, the path as received, the query as the rule shapes
     it (parameters kept or dropped, sorted), the request headers and cookies the
@@ -142,9 +144,27 @@ type explanation struct {
 }
 
 type ruleCheck struct {
-	Name    string `json:"name"`
-	Match   string `json:"match"`
-	Matches bool   `json:"matches"`
+	Name string `json:"name"`
+	// Match describes the path condition, PathMatches whether it holds.
+	Match       string `json:"match"`
+	PathMatches bool   `json:"pathMatches"`
+	// Conditions are the rule's header and cookie conditions (bypass
+	// rules only), evaluated on the request.
+	Conditions []conditionCheck `json:"conditions,omitempty"`
+	// Matches: the path condition and every other condition hold.
+	Matches bool `json:"matches"`
+}
+
+// conditionCheck is one header or cookie condition of a rule.
+type conditionCheck struct {
+	// Field is its place in the spec: "match.cookies[0]".
+	Field string `json:"field"`
+	// Condition says what it tests: "cookie session present".
+	Condition string `json:"condition"`
+	Met       bool   `json:"met"`
+	// Ambiguous: met because origins may read the request's field or
+	// cookie differently from the sidecar.
+	Ambiguous bool `json:"ambiguous,omitempty"`
 }
 
 // keyShape is what the cache key of the request is made of.
@@ -226,18 +246,20 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		return nil, err
 	}
 	e := &explanation{MatchedPath: tierconfig.CleanPath(req.URL.Path)}
-	for _, r := range c.Config.Rules {
-		// Each rule compiled alone tells whether it matches by itself;
-		// the first that does is the one Match picks.
-		one := c.Config
-		one.Rules = []tierconfig.Rule{r}
-		oc, err := tierconfig.Compile(one)
-		if err != nil {
-			return nil, err
+	for i, cr := range c.Rules() {
+		// Each rule's conditions on their own; the first rule whose
+		// conditions all hold is the one Match picks.
+		r := c.Config.Rules[i]
+		check := ruleCheck{Name: r.Name, Match: describeMatch(r.Match), PathMatches: cr.MatchesPath(req.URL.Path)}
+		check.Matches = check.PathMatches
+		descs := describeConditions(r.Match)
+		for j, cc := range cr.CheckConditions(req.Header) {
+			check.Conditions = append(check.Conditions, conditionCheck{Field: cc.Field, Condition: descs[j], Met: cc.Met, Ambiguous: cc.Ambiguous})
+			check.Matches = check.Matches && cc.Met
 		}
-		e.Rules = append(e.Rules, ruleCheck{Name: r.Name, Match: describeMatch(r.Match), Matches: oc.Match(req.URL.Path) != oc.Default})
+		e.Rules = append(e.Rules, check)
 	}
-	rule := c.Match(req.URL.Path)
+	rule := c.Match(req.URL.Path, req.Header)
 	e.Rule = rule.Name
 	var conf *tierconfig.Rule
 	for i := range c.Config.Rules {
@@ -272,6 +294,17 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 	k.Headers, k.Cookies = keyExtras(rule.AppendKeyExtras(nil, req))
 
 	switch {
+	case rule.Bypass && rule.HasConditions():
+		var held []string
+		for _, r := range e.Rules {
+			if r.Name != rule.Name {
+				continue
+			}
+			for _, cc := range r.Conditions {
+				held = append(held, cc.Condition)
+			}
+		}
+		e.Bypass, e.Why = true, fmt.Sprintf("rule %s bypasses the cache for this request (%s): it goes to the origin, uncached", rule.Name, strings.Join(held, " and "))
 	case rule.Bypass:
 		e.Bypass, e.Why = true, fmt.Sprintf("rule %s bypasses the cache: requests go to the origin, uncached", rule.Name)
 	case rule.HasKeyExtras && rule.AmbiguousCookies(req):
@@ -330,6 +363,33 @@ func keyExtras(b []byte) (headers, cookies []keyPart) {
 	return headers, cookies
 }
 
+// describeConditions describes m's header and cookie conditions, headers
+// first, in the order tierconfig.CompiledRule.CheckConditions reports
+// them.
+func describeConditions(m tierconfig.Match) []string {
+	var out []string
+	test := func(present, absent bool, exact, prefix, regex string) string {
+		switch {
+		case present:
+			return "present"
+		case absent:
+			return "absent"
+		case exact != "":
+			return fmt.Sprintf("exact %q", exact)
+		case prefix != "":
+			return fmt.Sprintf("prefix %q", prefix)
+		}
+		return "regex " + regex
+	}
+	for _, h := range m.Headers {
+		out = append(out, "header "+h.Name+" "+test(h.Present, h.Absent, h.Exact, h.Prefix, h.Regex))
+	}
+	for _, c := range m.Cookies {
+		out = append(out, "cookie "+c.Name+" "+test(c.Present, c.Absent, c.Exact, "", c.Regex))
+	}
+	return out
+}
+
 func describeMatch(m tierconfig.Match) string {
 	switch {
 	case m.Path != "":
@@ -370,7 +430,20 @@ func printExplanation(out io.Writer, e *explanation, output string) error {
 			}
 			first = false
 		}
+		if !r.Matches && r.PathMatches {
+			mark = "path matches, a condition does not"
+		}
 		p("  rules[%d] %-20s %-30s %s", i, r.Name, r.Match, mark)
+		for _, c := range r.Conditions {
+			state := "not met"
+			switch {
+			case c.Ambiguous:
+				state = "met: origins may read it differently, so it counts"
+			case c.Met:
+				state = "met"
+			}
+			p("           and %-45s %s", c.Condition, state)
+		}
 	}
 	p("Rule:    %s", e.Rule)
 	if e.Bypass {

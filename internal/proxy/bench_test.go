@@ -36,7 +36,7 @@ func benchFixture(b *testing.B) (*fixture, *http.Request) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		kb := f.px.keys.Get().(*keyBuf)
-		kb.build(req, f.px.cfg.Load().Match(req.URL.Path))
+		kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
 		ok := f.px.lookup(context.Background(), kb, req).ok
 		f.px.keys.Put(kb)
 		if ok {
@@ -61,7 +61,7 @@ func BenchmarkL1HitPath(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		rule := cfg.Match(req.URL.Path)
+		rule := cfg.Match(req.URL.Path, req.Header)
 		rcc := httpcache.ParseRequestCC(req.Header)
 		kb := p.keys.Get().(*keyBuf)
 		kb.build(req, rule)
@@ -126,7 +126,7 @@ func BenchmarkServeHTTPStaleRefreshDeferred(b *testing.B) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		kb := f.px.keys.Get().(*keyBuf)
-		kb.build(req, f.px.cfg.Load().Match(req.URL.Path))
+		kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
 		ok := f.px.lookup(context.Background(), kb, req).ok
 		f.px.keys.Put(kb)
 		if ok {

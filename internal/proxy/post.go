@@ -29,7 +29,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	if httpcache.NamesFields(r.Header["Connection"]) {
 		httpcache.RemoveHopByHop(r.Header) // as for GET: keys see what the origin receives
 	}
-	rule := cfg.Match(r.URL.Path)
+	rule := cfg.Match(r.URL.Path, r.Header)
 	if rule.Bypass || oddPath(r.URL.Path) {
 		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
 	}

@@ -88,7 +88,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	if httpcache.NamesFields(r.Header["Connection"]) {
 		httpcache.RemoveHopByHop(r.Header)
 	}
-	rule := cfg.Match(r.URL.Path)
+	rule := cfg.Match(r.URL.Path, r.Header)
 	if rule.Bypass || hasPrecondition(r.Header) || hasBody(r) || oddPath(r.URL.Path) {
 		// A body is not part of the key, so a GET or HEAD that carries
 		// one could make the origin answer something the key does not

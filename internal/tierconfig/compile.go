@@ -1,6 +1,7 @@
 package tierconfig
 
 import (
+	"net/http"
 	"net/textproto"
 	"regexp"
 	"strings"
@@ -42,6 +43,7 @@ type CompiledRule struct {
 	HasKeyExtras bool
 
 	match      matcher
+	conds      []condition // header and cookie conditions; bypass rules only
 	query      queryFilter
 	headers    []keyHeader
 	headerKeys []string // canonical names of headers, for KeyHeaders
@@ -152,6 +154,11 @@ func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
 		}
 		cr.match = matcher{kind: matchRegex, re: re}
 	}
+	conds, err := compileConditions(r.Match)
+	if err != nil {
+		return nil, err
+	}
+	cr.conds = conds
 	k := r.CacheKey
 	cr.query = newQueryFilter(k.QueryInclude, k.QueryExclude, k.SortQuery)
 	cr.ShapesQuery = cr.query.shapes()
@@ -165,18 +172,41 @@ func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
 	return cr, nil
 }
 
-// Match returns the first rule matching the request path path, or
-// c.Default. path is the percent-decoded path (as net/url's URL.Path, so
-// %2F counts as '/'); rules see it as the origin routes it: CleanPath
-// merges repeated slashes and removes dot-segments first. It does not
-// allocate for a path that needs no cleaning.
-func (c *Compiled) Match(path string) *CompiledRule {
+// Match returns the first rule that matches the request: its path
+// condition holds for path and, on a bypass rule, its header and cookie
+// conditions hold for the request header h; c.Default when none does.
+// path is the percent-decoded path (as net/url's URL.Path, so %2F counts
+// as '/'); rules see it as the origin routes it: CleanPath merges repeated
+// slashes and removes dot-segments first. h is the request's header as
+// the origin will receive it (nil for none). It does not allocate for a
+// path that needs no cleaning.
+func (c *Compiled) Match(path string, h http.Header) *CompiledRule {
 	if len(c.rules) == 0 {
 		return c.Default
 	}
 	path = CleanPath(path)
 	for _, r := range c.rules {
-		if r.match.matches(path) {
+		if r.match.matches(path) && (len(r.conds) == 0 || holdAll(r.conds, h)) {
+			return r
+		}
+	}
+	return c.Default
+}
+
+// MatchStored returns the rule under which the responses stored for path
+// were stored, whatever the requests that filled them sent: the first rule
+// without header or cookie conditions whose path condition holds, or
+// c.Default. Rules with such conditions bypass the cache, so they never
+// store: a request either meets them and stores nothing, or goes on to the
+// rules after them. Purges use it to find a URL's entries by the URL
+// alone.
+func (c *Compiled) MatchStored(path string) *CompiledRule {
+	if len(c.rules) == 0 {
+		return c.Default
+	}
+	path = CleanPath(path)
+	for _, r := range c.rules {
+		if len(r.conds) == 0 && r.match.matches(path) {
 			return r
 		}
 	}

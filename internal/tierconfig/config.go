@@ -24,7 +24,8 @@ type Config struct {
 	Origin Origin `json:"origin"`
 	// Defaults apply when the origin's headers say nothing more specific.
 	Defaults Defaults `json:"defaults"`
-	// Rules are matched in order against the request path; the first match
+	// Rules are matched in order against the request path (and, for
+	// bypass rules, its header fields and cookies); the first match
 	// applies.
 	Rules []Rule `json:"rules,omitempty"`
 	// Coalescing collapses concurrent misses for one key into one fetch.
@@ -282,14 +283,15 @@ func (d Defaults) StaleIfUnreachableWindow() time.Duration {
 	return d.StaleIfUnreachable.Std()
 }
 
-// Rule applies to requests whose path matches. The first matching rule
+// Rule applies to requests that Match selects. The first matching rule
 // wins.
 type Rule struct {
 	// Name identifies the rule in errors and metrics: a DNS label
 	// (lowercase letters, digits, '-', at most 63), unique, not "default"
 	// (the name of the implicit rule for unmatched requests).
 	Name string `json:"name"`
-	// Match selects requests by path.
+	// Match selects requests by path and, on a bypass rule, by header
+	// fields and cookies.
 	Match Match `json:"match"`
 	// Bypass sends matching requests straight to the origin, uncached.
 	Bypass bool `json:"bypass,omitempty"`
@@ -313,7 +315,9 @@ type Rule struct {
 	CacheKey CacheKey `json:"cacheKey,omitempty"`
 }
 
-// Match selects a request path. Exactly one field must be set.
+// Match selects requests: by path (exactly one of PathPrefix, Path, Regex
+// must be set) and, on a bypass rule only, by request header fields and
+// cookies. Every condition must hold.
 type Match struct {
 	// PathPrefix matches paths starting with it ("/static/").
 	PathPrefix string `json:"pathPrefix,omitempty"`
@@ -322,6 +326,60 @@ type Match struct {
 	// Regex matches paths with a Go (RE2) regular expression, unanchored
 	// as regexp.MatchString: write ^ and $ to match the whole path. At most
 	// 1024 bytes.
+	Regex string `json:"regex,omitempty"`
+	// Headers are conditions on request header fields (at most 8, one per
+	// name). Only on a bypass rule: a client chooses its own headers, so
+	// they may take that client's request past the cache, never choose
+	// how a shared entry is stored or served.
+	Headers []HeaderMatch `json:"headers,omitempty"`
+	// Cookies are conditions on request cookies (at most 8, one per
+	// name). Only on a bypass rule, as Headers.
+	Cookies []CookieMatch `json:"cookies,omitempty"`
+}
+
+// HeaderMatch is a condition on one request header field. Exactly one of
+// Present, Absent, Exact, Prefix, Regex must be set. A request that
+// names the field in a way origins read differently (on several lines,
+// or spelt with '_' for '-') meets the condition: the request goes to
+// the origin uncached, as it would without the sidecar.
+type HeaderMatch struct {
+	// Name of the field, case-insensitive (a token, not hop-by-hop, not
+	// Host).
+	Name string `json:"name"`
+	// Present holds when the request has the field, whatever its value.
+	Present bool `json:"present,omitempty"`
+	// Absent holds when the request does not have the field.
+	Absent bool `json:"absent,omitempty"`
+	// Exact holds when the field's value is exactly this
+	// (case-sensitive; at most 1024 bytes).
+	Exact string `json:"exact,omitempty"`
+	// Prefix holds when the field's value starts with this
+	// (case-sensitive; at most 1024 bytes).
+	Prefix string `json:"prefix,omitempty"`
+	// Regex holds when an RE2 regular expression matches the field's
+	// value, unanchored (at most 256 bytes).
+	Regex string `json:"regex,omitempty"`
+}
+
+// CookieMatch is a condition on one request cookie. Exactly one of
+// Present, Absent, Exact, Regex must be set. A request that names the
+// cookie in a way origins read differently (twice, in another case,
+// percent-encoded, after a comma) meets the condition, and so does a
+// value origins may decode (quoted or percent-encoded) for Exact and
+// Regex: the request goes to the origin uncached.
+type CookieMatch struct {
+	// Name of the cookie, case-sensitive (a token).
+	Name string `json:"name"`
+	// Present holds when the request sends the cookie, whatever its
+	// value.
+	Present bool `json:"present,omitempty"`
+	// Absent holds when the request does not send the cookie.
+	Absent bool `json:"absent,omitempty"`
+	// Exact holds when the cookie's value, as received, is exactly this
+	// (at most 1024 bytes).
+	Exact string `json:"exact,omitempty"`
+	// Regex holds when an RE2 regular expression matches the cookie's
+	// value as received, unanchored (at most 256 bytes).
 	Regex string `json:"regex,omitempty"`
 }
 

@@ -182,6 +182,8 @@ func (c Config) clone() Config {
 			r.CacheKey.QueryExclude = cloneSlice(r.CacheKey.QueryExclude)
 			r.CacheKey.Headers = cloneSlice(r.CacheKey.Headers)
 			r.CacheKey.Cookies = cloneSlice(r.CacheKey.Cookies)
+			r.Match.Headers = cloneSlice(r.Match.Headers)
+			r.Match.Cookies = cloneSlice(r.Match.Cookies)
 			rules[i] = r
 		}
 		c.Rules = rules

@@ -57,50 +57,66 @@ func findCookie(lines []string, name string) (string, bool) {
 }
 
 // AmbiguousCookies reports whether req's Cookie field names one of the
-// rule's keyed cookies in a way origins read differently, so that the key
-// cannot say which value the origin will use and the request must not
-// fill or be served from the cache:
-//   - the cookie more than once (frameworks keep the first or the last);
-//   - white space between its name and '=' (some trim names, some not);
-//   - a name that is the keyed one only to a looser reader: in another
-//     case (ASP.NET Core compares names case-insensitively),
-//     percent-encoded (PHP and Rack decode names), or after a ',' inside
-//     a cookie (Rack 2 splits on ',' too).
-//
-// It does not allocate.
+// rule's keyed cookies in a way origins read differently (scanCookie), so
+// that the key cannot say which value the origin will use and the request
+// must not fill or be served from the cache. It does not allocate.
 func (r *CompiledRule) AmbiguousCookies(req *http.Request) bool {
 	for _, name := range r.cookies {
-		seen := false
-		for _, line := range req.Header["Cookie"] {
-			for rest := line; rest != ""; {
-				var part string
-				part, rest, _ = strings.Cut(rest, ";")
-				for piece, first := part, true; ; first = false {
-					var more string
-					var comma bool
-					piece, more, comma = strings.Cut(piece, ",")
-					n, _, _ := strings.Cut(piece, "=")
-					trimmed := strings.Trim(n, " \t")
-					// Leading space after ';' is the separator's; a space
-					// between the name and '=' is not.
-					exact := first && trimmed == name && strings.TrimLeft(n, " \t") == trimmed
-					switch {
-					case exact && seen:
-						return true
-					case exact:
-						seen = true
-					case looseNameEqual(trimmed, name):
-						return true
-					}
-					if !comma {
-						break
-					}
-					piece = more
-				}
-			}
+		if _, _, ambiguous := scanCookie(req.Header["Cookie"], name); ambiguous {
+			return true
 		}
 	}
 	return false
+}
+
+// scanCookie reads the cookie called name from the Cookie field lines:
+// its value and whether it is there, as findCookie reads them, and
+// whether the lines name it in a way origins read differently:
+//   - the cookie more than once (frameworks keep the first or the last);
+//   - white space between its name and '=' (some trim names, some not);
+//   - a name that is this one only to a looser reader: in another case
+//     (ASP.NET Core compares names case-insensitively), percent-encoded
+//     (PHP and Rack decode names), or before or after a ',' inside a
+//     cookie (Rack 2 splits on ',' too).
+//
+// It stops at the first ambiguity (value and found are then meaningless)
+// and does not allocate.
+func scanCookie(lines []string, name string) (value string, found, ambiguous bool) {
+	for _, line := range lines {
+		for rest := line; rest != ""; {
+			var part string
+			part, rest, _ = strings.Cut(rest, ";")
+			for piece, first := part, true; ; first = false {
+				var more string
+				var comma bool
+				piece, more, comma = strings.Cut(piece, ",")
+				n, _, _ := strings.Cut(piece, "=")
+				trimmed := strings.Trim(n, " \t")
+				// Leading space after ';' is the separator's; a space
+				// between the name and '=' is not.
+				exact := first && trimmed == name && strings.TrimLeft(n, " \t") == trimmed
+				switch {
+				case exact && found:
+					return "", false, true
+				case exact:
+					pn, pv, _ := strings.Cut(strings.Trim(part, " \t"), "=")
+					if pn != name {
+						// "name,other=v": a cookie without '=' to some
+						// readers, "name,other" to others.
+						return "", false, true
+					}
+					found, value = true, pv
+				case looseNameEqual(trimmed, name):
+					return "", false, true
+				}
+				if !comma {
+					break
+				}
+				piece = more
+			}
+		}
+	}
+	return value, found, false
 }
 
 // looseNameEqual reports whether raw, percent-decoded, equals name

@@ -119,6 +119,7 @@ func TestAmbiguousCookies(t *testing.T) {
 		"the name percent-encoded is ambiguous":               {[]string{"%6cang=evil; lang=fr"}, true},
 		"the name after a comma is ambiguous":                 {[]string{"x=1,lang=evil; lang=fr"}, true},
 		"a comma inside another cookie's value is fine":       {[]string{"x=1,2; lang=fr"}, false},
+		"the name before a comma is ambiguous":                {[]string{"lang,x=evil"}, true},
 		"leading space after the separator is not ambiguous":  {[]string{"a=1;   lang=fr"}, false},
 		"a name that only starts with the keyed one is fine":  {[]string{"langs=1; lang=fr"}, false},
 		"an encoded name that decodes to another one is fine": {[]string{"%6cangs=1; lang=fr"}, false},

@@ -81,6 +81,11 @@ func TestParseExampleFile(t *testing.T) {
 				StaleIfError:         ptr(Duration(24 * time.Hour)),
 				CacheKey:             CacheKey{QueryInclude: []string{"v"}},
 			},
+			{Name: "logged-in", Match: Match{PathPrefix: "/", Cookies: []CookieMatch{{Name: "session", Present: true}}}, Bypass: true},
+			{Name: "preview", Match: Match{PathPrefix: "/", Headers: []HeaderMatch{
+				{Name: "X-Preview", Exact: "1"},
+				{Name: "X-Preview-Token", Regex: "^[0-9a-f]{32}$"},
+			}}, Bypass: true},
 			{
 				Name: "product-api", Match: Match{Regex: "^/api/v[0-9]+/products/"},
 				MaxTTL:               Duration(5 * time.Minute),

@@ -16,7 +16,7 @@ func queryRule(t testing.TB, k CacheKey) *CompiledRule {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cc.Match("/")
+	return cc.Match("/", nil)
 }
 
 func TestAppendQuery(t *testing.T) {

@@ -338,6 +338,7 @@ func validateRules(p *problems, rules []Rule) {
 			}
 		}
 		r.Match.validate(p, at+".match")
+		validateConditions(p, at, r)
 		checkDuration(p, at+".ttl", r.TTL)
 		checkDuration(p, at+".maxTTL", r.MaxTTL)
 		if r.TTL > 0 && r.MaxTTL > 0 && r.TTL > r.MaxTTL {

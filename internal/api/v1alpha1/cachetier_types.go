@@ -74,8 +74,8 @@ type CacheTierSpec struct {
 	// Defaults apply when the origin's headers say nothing more specific.
 	// +optional
 	Defaults DefaultsSpec `json:"defaults,omitempty"`
-	// Rules are matched in order against the request path; the first match
-	// applies.
+	// Rules are matched in order against the request path (and, for bypass
+	// rules, its header fields and cookies); the first match applies.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -403,7 +403,8 @@ type TargetedCacheControlSpec struct {
 	Strip bool `json:"strip,omitempty"`
 }
 
-// Rule applies to requests whose path matches.
+// Rule applies to requests its match selects.
+// +kubebuilder:validation:XValidation:rule="(has(self.bypass) && self.bypass) || ((!has(self.match.headers) || size(self.match.headers) == 0) && (!has(self.match.cookies) || size(self.match.cookies) == 0))",message="match.headers and match.cookies are allowed only on a bypass rule: a client chooses its own headers and cookies, so they may take its request past the cache but never choose how a shared entry is stored or served",fieldPath=".match"
 type Rule struct {
 	// Name identifies the rule in errors and metrics: a DNS label, unique
 	// in the tier, not "default".
@@ -412,7 +413,8 @@ type Rule struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="self != 'default'",message="\"default\" is reserved for requests no rule matches"
 	Name string `json:"name"`
-	// Match selects requests by path.
+	// Match selects requests by path and, on a bypass rule, by request
+	// header fields and cookies.
 	Match Match `json:"match"`
 	// Bypass sends matching requests straight to the origin, uncached.
 	// +optional
@@ -477,7 +479,9 @@ type RequestHeadersSpec struct {
 	Allow []string `json:"allow,omitempty"`
 }
 
-// Match selects a request path. Exactly one field must be set.
+// Match selects requests: by path (exactly one of path, pathPrefix, regex
+// must be set) and, on a bypass rule only, by request header fields and
+// cookies. Every condition given must hold.
 // +kubebuilder:validation:XValidation:rule="[has(self.path), has(self.pathPrefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of path, pathPrefix, regex must be set"
 type Match struct {
 	// Path matches one exact path.
@@ -494,6 +498,94 @@ type Match struct {
 	// write ^ and $ to match the whole path.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
+	Regex string `json:"regex,omitempty"`
+	// Headers are conditions on request header fields, all of which must
+	// hold (with the path), e.g. bypass when X-Preview is present. Only on
+	// a bypass rule: a client chooses its own headers, so they may take
+	// its request past the cache, never choose how a shared entry is
+	// stored or served (see docs/caching.md "Which rule applies"). A
+	// request that sends the field on several lines or spelt with '_' for
+	// '-' meets the condition (origins read those differently).
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	Headers []HeaderMatch `json:"headers,omitempty"`
+	// Cookies are conditions on request cookies, all of which must hold
+	// (with the path and headers), e.g. bypass for clients with a session
+	// cookie: {name: session, present: true}. Only on a bypass rule, as
+	// headers. A request that names the cookie twice, in another case,
+	// percent-encoded or beside a comma meets the condition, and so does
+	// a quoted or percent-encoded value for exact and regex.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	Cookies []CookieMatch `json:"cookies,omitempty"`
+}
+
+// HeaderMatch is a condition on one request header field. Exactly one of
+// present, absent, exact, prefix, regex must be set.
+// +kubebuilder:validation:XValidation:rule="[has(self.present) && self.present, has(self.absent) && self.absent, has(self.exact), has(self.prefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of present, absent, exact, prefix, regex must be set"
+type HeaderMatch struct {
+	// Name of the header field, case-insensitive. Not a hop-by-hop field
+	// and not Host.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	Name string `json:"name"`
+	// Present holds when the request has the field, whatever its value.
+	// +optional
+	Present bool `json:"present,omitempty"`
+	// Absent holds when the request does not have the field.
+	// +optional
+	Absent bool `json:"absent,omitempty"`
+	// Exact holds when the field's value is exactly this (case-sensitive).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Exact string `json:"exact,omitempty"`
+	// Prefix holds when the field's value starts with this
+	// (case-sensitive).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Prefix string `json:"prefix,omitempty"`
+	// Regex holds when this RE2 regular expression matches the field's
+	// value, unanchored: write ^ and $ to match the whole value.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Regex string `json:"regex,omitempty"`
+}
+
+// CookieMatch is a condition on one request cookie. Exactly one of
+// present, absent, exact, regex must be set.
+// +kubebuilder:validation:XValidation:rule="[has(self.present) && self.present, has(self.absent) && self.absent, has(self.exact), has(self.regex)].filter(x, x).size() == 1",message="exactly one of present, absent, exact, regex must be set"
+type CookieMatch struct {
+	// Name of the cookie, case-sensitive.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	Name string `json:"name"`
+	// Present holds when the request sends the cookie, whatever its value
+	// (an empty one too).
+	// +optional
+	Present bool `json:"present,omitempty"`
+	// Absent holds when the request does not send the cookie.
+	// +optional
+	Absent bool `json:"absent,omitempty"`
+	// Exact holds when the cookie's value, as received, is exactly this:
+	// visible ASCII without ; , " \ % or spaces.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Exact string `json:"exact,omitempty"`
+	// Regex holds when this RE2 regular expression matches the cookie's
+	// value as received, unanchored.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
 	Regex string `json:"regex,omitempty"`
 }
 

@@ -122,6 +122,12 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 				Cookies:      append([]string(nil), r.CacheKey.Cookies...),
 			},
 		}
+		for _, h := range r.Match.Headers {
+			rule.Match.Headers = append(rule.Match.Headers, tierconfig.HeaderMatch(h))
+		}
+		for _, k := range r.Match.Cookies {
+			rule.Match.Cookies = append(rule.Match.Cookies, tierconfig.CookieMatch(k))
+		}
 		if r.StaleWhileRevalidate != nil {
 			v := dur(at+"staleWhileRevalidate", *r.StaleWhileRevalidate)
 			rule.StaleWhileRevalidate = &v
