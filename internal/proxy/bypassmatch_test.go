@@ -126,21 +126,38 @@ func hitPathFixture(b *testing.B, cfgYAML string, hdr http.Header) (*fixture, *h
 	}
 }
 
+// BenchmarkL1HitPathPathRules is BenchmarkL1HitPath under a tier of path
+// rules only (an exact path, a prefix, a regex) that the request passes
+// through to the default rule: what matching cost before header and
+// cookie conditions existed.
+func BenchmarkL1HitPathPathRules(b *testing.B) {
+	benchHitPath(b, `
+l1: {maxSize: 16Mi, shards: 16}
+rules:
+  - {name: health, match: {path: /healthz}, bypass: true}
+  - {name: static, match: {pathPrefix: /static/}, ttl: 1h}
+  - {name: api, match: {regex: '^/api/v[0-9]+/'}, maxTTL: 1m}
+`, http.Header{"User-Agent": {"bench"}, "Accept": {"*/*"}, "Cookie": {"_ga=GA1.2.1234567890.1234567890; theme=dark; lang=fr; consent=yes"}})
+}
+
 // BenchmarkL1HitPathCookieBypassRule is BenchmarkL1HitPath under a tier
 // whose first rule bypasses clients with a session cookie, for a client
 // without one that sends other cookies: the condition is checked on every
 // hit.
 func BenchmarkL1HitPathCookieBypassRule(b *testing.B) {
-	f, req := hitPathFixture(b, `
+	benchHitPath(b, `
 l1: {maxSize: 16Mi, shards: 16}
 rules:
   - name: logged-in
     match: {pathPrefix: /, cookies: [{name: session, present: true}]}
     bypass: true
-`, http.Header{
-		"User-Agent": {"bench"}, "Accept": {"*/*"},
-		"Cookie": {"_ga=GA1.2.1234567890.1234567890; theme=dark; lang=fr; consent=yes"},
-	})
+`, http.Header{"User-Agent": {"bench"}, "Accept": {"*/*"}, "Cookie": {"_ga=GA1.2.1234567890.1234567890; theme=dark; lang=fr; consent=yes"}})
+}
+
+// benchHitPath runs BenchmarkL1HitPath's loop under cfgYAML for a request
+// carrying hdr.
+func benchHitPath(b *testing.B, cfgYAML string, hdr http.Header) {
+	f, req := hitPathFixture(b, cfgYAML, hdr)
 	p := f.px
 	ctx := context.Background()
 	cfg := p.cfg.Load()

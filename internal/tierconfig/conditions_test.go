@@ -304,3 +304,41 @@ func TestConditionsStayOffTheWireWhenUnset(t *testing.T) {
 		t.Fatalf("the config without conditions names them:\n%s", js)
 	}
 }
+
+// benchHeader is a browser's request header with cookies but no session.
+var benchHeader = http.Header{
+	"User-Agent": {"Mozilla/5.0 (X11; Linux x86_64)"}, "Accept": {"text/html,*/*;q=0.8"}, "Accept-Language": {"fr,en;q=0.5"},
+	"Cookie": {"_ga=GA1.2.1234567890.1234567890; theme=dark; lang=fr; consent=yes"},
+}
+
+// BenchmarkMatchPathRules: a request that passes through three path rules
+// (exact, prefix, regex) to the default rule.
+func BenchmarkMatchPathRules(b *testing.B) {
+	cc, err := Compile(validConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if cc.Match("/bench/item", benchHeader) != cc.Default {
+			b.Fatal("a rule matched")
+		}
+	}
+}
+
+// BenchmarkMatchCookieCondition: a request without a session cookie passes
+// a session bypass rule for every path, then the three path rules.
+func BenchmarkMatchCookieCondition(b *testing.B) {
+	c := validConfig()
+	c.Rules = append([]Rule{{Name: "logged-in", Match: Match{PathPrefix: "/", Cookies: []CookieMatch{{Name: "session", Present: true}}}, Bypass: true}}, c.Rules...)
+	cc, err := Compile(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if cc.Match("/bench/item", benchHeader) != cc.Default {
+			b.Fatal("a rule matched")
+		}
+	}
+}

@@ -82,6 +82,9 @@ func (r *CompiledRule) AmbiguousCookies(req *http.Request) bool {
 // It stops at the first ambiguity (value and found are then meaningless)
 // and does not allocate.
 func scanCookie(lines []string, name string) (value string, found, ambiguous bool) {
+	if !mayNameCookie(lines, name) {
+		return "", false, false
+	}
 	for _, line := range lines {
 		for rest := line; rest != ""; {
 			var part string
@@ -117,6 +120,61 @@ func scanCookie(lines []string, name string) (value string, found, ambiguous boo
 		}
 	}
 	return value, found, false
+}
+
+// mayNameCookie reports whether the lines could name the cookie at all,
+// to scanCookie's loosest reading: only a line that holds the name in some
+// case, or a '%' (a percent-encoded name), can. One pass over the bytes,
+// where most requests (no such cookie) end.
+func mayNameCookie(lines []string, name string) bool {
+	for _, line := range lines {
+		if strings.IndexByte(line, '%') >= 0 || containsFoldASCII(line, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFoldASCII reports whether s contains sub, ignoring ASCII case.
+// It looks for sub's first byte in each case with strings.IndexByte (fast
+// on long lines) and compares the rest where it is found.
+func containsFoldASCII(s, sub string) bool {
+	if sub == "" {
+		return true
+	}
+	lower := lowerASCII(sub[0])
+	upper := lower
+	if 'a' <= lower && lower <= 'z' {
+		upper = lower - 'a' + 'A'
+	}
+	return containsFoldFrom(s, sub, lower) || (upper != lower && containsFoldFrom(s, sub, upper))
+}
+
+// containsFoldFrom: containsFoldASCII for occurrences starting with the
+// byte first.
+func containsFoldFrom(s, sub string, first byte) bool {
+	last := len(s) - len(sub) // the last index sub can start at
+	for i := 0; i <= last; i++ {
+		j := strings.IndexByte(s[i:last+1], first)
+		if j < 0 {
+			return false
+		}
+		i += j
+		if equalFoldASCII(s[i+1:i+len(sub)], sub[1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// equalFoldASCII compares a and b, of one length, ignoring ASCII case.
+func equalFoldASCII(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		if lowerASCII(a[i]) != lowerASCII(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // looseNameEqual reports whether raw, percent-decoded, equals name

@@ -117,6 +117,8 @@ func TestAmbiguousCookies(t *testing.T) {
 		"space between the name and '=' is ambiguous":         {[]string{"lang =fr"}, true},
 		"the name in another case is ambiguous":               {[]string{"LANG=evil; lang=fr"}, true},
 		"the name percent-encoded is ambiguous":               {[]string{"%6cang=evil; lang=fr"}, true},
+		"the name percent-encoded alone is ambiguous":         {[]string{"a=1; %6C%61ng=evil"}, true},
+		"the name in capitals alone is ambiguous":             {[]string{"a=1", "LANG=evil"}, true},
 		"the name after a comma is ambiguous":                 {[]string{"x=1,lang=evil; lang=fr"}, true},
 		"a comma inside another cookie's value is fine":       {[]string{"x=1,2; lang=fr"}, false},
 		"the name before a comma is ambiguous":                {[]string{"lang,x=evil"}, true},
@@ -134,6 +136,35 @@ func TestAmbiguousCookies(t *testing.T) {
 			}
 			if got := r.AmbiguousCookies(req); got != tt.want {
 				t.Fatalf("AmbiguousCookies(%q) = %v, want %v", tt.cookie, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestContainsFoldASCII(t *testing.T) {
+	tests := map[string]struct {
+		s, sub string
+		want   bool
+	}{
+		"an exact occurrence at the start":              {"session=1", "session", true},
+		"an occurrence at the very end":                 {"a=1; x=session", "session", true},
+		"an occurrence in capitals":                     {"a=1; SESSION=2", "session", true},
+		"an occurrence in mixed case":                   {"a=1; SeSsIoN=2", "session", true},
+		"a name in capitals found in lowercase":         {"a=1; session=2", "SESSION", true},
+		"no occurrence":                                 {"_ga=GA1.2.3; theme=dark; consent=yes", "session", false},
+		"many near misses of the first byte":            {"sss sess sessio sessiox", "session", false},
+		"a text shorter than the name":                  {"sess", "session", false},
+		"a name that does not start with a letter":      {"a=1; _Ga=2", "_ga", true},
+		"a one-byte name":                               {"abc", "C", true},
+		"the empty name is in everything":               {"", "", true},
+		"a letter does not fold into a non-letter":      {"a=1; [ession=2", "{ession", false},
+		"an occurrence found only in the other case":    {"SsSsession", "SESSION", true},
+		"a match that would run past the end is missed": {"xsessio", "session", false},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := containsFoldASCII(tt.s, tt.sub); got != tt.want {
+				t.Fatalf("containsFoldASCII(%q, %q) = %v, want %v", tt.s, tt.sub, got, tt.want)
 			}
 		})
 	}
