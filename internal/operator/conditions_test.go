@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -134,7 +133,7 @@ func TestMatchConditionsThroughTheAPIServer(t *testing.T) {
 		"ct.spec.rules.match.headers.prefix":  "starts with this",
 		"ct.spec.rules.match.cookies.present": "whatever its value",
 	} {
-		out, err := exec.Command(kubectl, "--kubeconfig", path, "explain", field).CombinedOutput()
+		out, err := explain(kubectl, path, field)
 		if err != nil || !strings.Contains(strings.Join(strings.Fields(string(out)), " "), want) {
 			t.Errorf("kubectl explain %s (%v) does not mention %q:\n%s", field, err, want, out)
 		}
