@@ -90,6 +90,9 @@ type Store struct {
 	committed int64 // bytes of the files in items
 	reserved  int64 // bytes reserved by writers
 	closed    bool
+
+	// expireMu serializes soft purges' rewrites of trailers (expire.go).
+	expireMu sync.Mutex
 }
 
 // item is a committed file in the index. body and crc are what its

@@ -38,6 +38,7 @@ func TestL2(t *testing.T) {
 		{"hottest returns live keys in hotness order within maxBytes", testHottest},
 		{"the hot set is trimmed", testHotTrim},
 		{"set many stores every item", testSetMany},
+		{"rewrites change entries in place by key, tag and scan", testRewrite},
 	}
 	envs := []*env{standaloneEnv(t), clusterEnv(t)}
 	for _, e := range envs {
