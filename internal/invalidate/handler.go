@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -170,12 +171,28 @@ func decode(w http.ResponseWriter, r *http.Request) (req Request, status int, ms
 		return req, http.StatusBadRequest, "purge: invalid JSON body: " + what
 	}
 	if err := dec.Decode(&req); err != nil {
+		if ute, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && ute.Field != "" {
+			return req, http.StatusBadRequest, fmt.Sprintf("purge: %s: must be %s (got a JSON %s)", ute.Field, jsonType(ute.Type), ute.Value)
+		}
 		return invalid(err, err.Error())
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return invalid(err, "data after the object")
 	}
 	return req, 0, ""
+}
+
+// jsonType names what JSON value decodes into t, for errors.
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "a list of " + strings.TrimPrefix(jsonType(t.Elem()), "a ") + "s"
+	}
+	return "a " + t.String()
 }
 
 // authorize returns a non-zero status and message when r may not purge.

@@ -36,6 +36,10 @@ func TestPurgeBodyErrors(t *testing.T) {
 		{"malformed JSON is 400", strings.NewReader(`{"urls":`), -1, http.StatusBadRequest, "invalid JSON body"},
 		{"data after the object is 400", strings.NewReader(`{"urls":["/a"]} {}`), -1, http.StatusBadRequest, "data after the object"},
 		{"an unknown field is 400", strings.NewReader(`{"url":["/a"]}`), -1, http.StatusBadRequest, `unknown field "url"`},
+		{"soft other than true or false is 400 naming it", strings.NewReader(`{"urls":["/a"],"soft":"yes"}`), -1, http.StatusBadRequest, "purge: soft: must be true or false (got a JSON string)"},
+		{"urls other than a list is 400 naming it", strings.NewReader(`{"urls":"/a"}`), -1, http.StatusBadRequest, "purge: urls: must be a list of strings (got a JSON string)"},
+		{"a tag that is not a string is 400 naming the field", strings.NewReader(`{"tags":[1]}`), -1, http.StatusBadRequest, "purge: tags"},
+		{"a soft purge is answered as one", strings.NewReader(`{"urls":["/a"],"soft":true}`), -1, http.StatusOK, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

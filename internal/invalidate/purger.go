@@ -1,6 +1,7 @@
 // Package invalidate owns removing entries before their time: purges from
-// the admin API (by URL, path prefix or tag) and the invalidations that
-// unsafe requests cause (RFC 9111 §4.4). It also knows the fills in
+// the admin API (by URL, path prefix or tag, hard or soft) and the
+// invalidations that unsafe requests cause (RFC 9111 §4.4). A soft purge
+// (soft.go) ends the freshness of what it names instead of removing it. It also knows the fills in
 // progress (Watches), so that a fill of a resource that is purged or
 // invalidated while it runs is served but never stored after it, while
 // fills of every other resource are stored as usual.
@@ -33,6 +34,10 @@ import (
 type Local interface {
 	Delete(key string)
 	DeleteMatching(match func(e *entry.Entry) bool) int
+	// ExpireMatching applies a soft purge made at at to the entries match
+	// selects (entry.Entry.Expire) and returns how many stored responses
+	// it concerned.
+	ExpireMatching(at time.Time, match func(e *entry.Entry) bool) int
 	Reset()
 }
 
@@ -56,6 +61,15 @@ type Remote interface {
 	// back into L2 after it was deleted; ForgetAll does it for every key.
 	Forget(keys ...string)
 	ForgetAll()
+	// ExpireKeys, ExpireTags and ExpireMatching are the soft purges of
+	// Delete, PurgeTags and PurgeMatching: they apply a soft purge made
+	// at at (entry.Entry.Expire) to the entries match accepts and keep
+	// them for what is left of their use, and report how many stored
+	// responses they concerned. match sees every entry found, Vary
+	// markers included.
+	ExpireKeys(ctx context.Context, at time.Time, keys []string, match func(key string, e *entry.Entry) bool) (int, error)
+	ExpireTags(ctx context.Context, at time.Time, tags []string, match func(key string, e *entry.Entry) bool) (int, error)
+	ExpireMatching(ctx context.Context, at time.Time, match func(key string, e *entry.Entry) bool) (int, error)
 }
 
 // Purger removes entries and tells the fills in progress that they were
@@ -75,6 +89,8 @@ type Purger struct {
 	seqs seqs
 	// auth signs published messages and checks received ones.
 	auth *channelAuth
+	// now is the clock soft purges are made at.
+	now func() time.Time
 	// OnPurge, when set, is called after every purge or invalidation (for
 	// metrics).
 	OnPurge func()
@@ -83,7 +99,7 @@ type Purger struct {
 // NewPurger returns a Purger over local, shaping URLs with the tier config
 // in effect.
 func NewPurger(local Local, cfg *tierconfig.Holder) *Purger {
-	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches(), auth: newChannelAuth(Auth{})}
+	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches(), auth: newChannelAuth(Auth{}), now: time.Now}
 }
 
 // SetAuth authenticates the channel: published messages are signed with
@@ -172,7 +188,7 @@ func (p *Purger) markInvalidated(urls []*url.URL) []string {
 }
 
 // Request is a purge: any combination of URLs, a path prefix and tags, or
-// everything (All, alone).
+// everything (All, alone), removed or, Soft, marked stale.
 type Request struct {
 	URLs   []string `json:"urls,omitempty"`
 	Prefix string   `json:"prefix,omitempty"`
@@ -180,15 +196,25 @@ type Request struct {
 	// All purges every entry of the tier. It must be given alone: a purge
 	// that empties the cache is never the side effect of a short prefix.
 	All bool `json:"all,omitempty"`
+	// Soft marks what the purge names stale instead of removing it
+	// (soft.go). Sidecars of a version before soft purges ignore the
+	// field in a published message and remove: safe, never nothing.
+	Soft bool `json:"soft,omitempty"`
 }
 
-// Result is the answer to a purge: how many stored responses went from
-// this sidecar's L1 and, with L2, from L2 (every variant counts). Purged is
-// the larger of the two.
+// Result is the answer to a purge: how many stored responses each layer
+// removed, or with Soft marked stale (every variant counts): this
+// sidecar's L1, with L2 L2, and the body files of this sidecar's body
+// store (0 without one; a response whose body is a file counts in L1 and
+// in Bodies while L1 holds its entry, in Bodies only once L1 let it go).
+// Purged is the most responses one layer counted, a response known only
+// by its body file counting with L1.
 type Result struct {
 	Purged int  `json:"purged"`
 	L1     int  `json:"l1"`
 	L2     *int `json:"l2,omitempty"`
+	Bodies int  `json:"bodies"`
+	Soft   bool `json:"soft"`
 }
 
 // Purge removes what r names, here and (with a Remote) in L2 and on every
@@ -196,19 +222,29 @@ type Result struct {
 // the shared part failed; the local part has been applied regardless.
 // As Invalidate does, it marks the fills in progress first and clears L2
 // before L1.
+//
+// A soft purge (r.Soft) is made at the time it starts: the stored
+// responses requested before then are marked stale (entry.Entry.Expire),
+// and fills in progress are not stored, as for a hard purge: they began
+// before the purge, so what they fetch may be what it marks.
 func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
+	at := p.now()
 	refs := p.markPurged(r)
-	var res Result
+	res := Result{Soft: r.Soft}
 	var err error
 	if p.remote != nil {
 		var n2 int
-		n2, err = p.purgeRemote(ctx, r)
+		if r.Soft {
+			n2, err = p.expireRemote(ctx, r, at)
+		} else {
+			n2, err = p.purgeRemote(ctx, r)
+		}
 		res.L2 = &n2
 	}
-	n := p.purgeL1(r, refs)
-	res.Purged, res.L1 = n, n
+	l := p.purgeLocal(r, refs, at)
+	res.L1, res.Bodies, res.Purged = l.responses, l.files, l.responses+l.filesOnly
 	if p.remote != nil {
-		res.Purged = max(n, *res.L2)
+		res.Purged = max(res.Purged, *res.L2)
 		p.publish(ctx, message{Request: r})
 	}
 	p.purged()
@@ -226,20 +262,6 @@ func (p *Purger) markPurged(r Request) []ref {
 		p.remote.ForgetAll()
 	}
 	return refs
-}
-
-// purgeL1 removes what r names from L1 and counts the responses removed.
-func (p *Purger) purgeL1(r Request, refs []ref) int {
-	tags := tagSet(r.Tags)
-	n := 0
-	p.local.DeleteMatching(func(e *entry.Entry) bool {
-		hit := r.All || matches(e, refs, r.Prefix, tags)
-		if hit && (e.Kind == entry.KindResponse || e.Kind == entry.KindPartial) {
-			n++
-		}
-		return hit
-	})
-	return n
 }
 
 // purgeRemote applies r to L2: exact keys for absolute URLs whose rule
@@ -360,7 +382,10 @@ func (p *Purger) HandleMessage(b []byte) {
 	}
 	if len(m.URLs) > 0 || m.Prefix != "" || len(m.Tags) > 0 || m.All {
 		if m.Request.Validate() == nil {
-			p.purgeL1(m.Request, p.markPurged(m.Request))
+			// A soft purge is marked at its arrival here: the sender's
+			// clock may differ, and marking a little more is safe.
+			at := p.now()
+			p.purgeLocal(m.Request, p.markPurged(m.Request), at)
 		}
 	}
 	p.purged()

@@ -259,6 +259,10 @@ func (r recordingL1) DeleteMatching(m func(e *entry.Entry) bool) int {
 	r.s.got = append(r.s.got, "l1")
 	return r.Cache.DeleteMatching(m)
 }
+func (r recordingL1) ExpireMatching(at time.Time, m func(e *entry.Entry) bool) int {
+	r.s.got = append(r.s.got, "l1")
+	return r.Cache.ExpireMatching(at, m)
+}
 
 // recordingL2 stands for L2 in the order test only: what matters is when
 // the purger calls it.
@@ -283,6 +287,18 @@ func (r recordingL2) NextSeq(context.Context) (uint64, error) {
 func (r recordingL2) Seq(context.Context) (uint64, bool, error) {
 	return 0, false, errors.New("no sequence in the order test")
 }
+func (r recordingL2) ExpireKeys(context.Context, time.Time, []string, func(string, *entry.Entry) bool) (int, error) {
+	r.s.got = append(r.s.got, "l2")
+	return 0, nil
+}
+func (r recordingL2) ExpireTags(context.Context, time.Time, []string, func(string, *entry.Entry) bool) (int, error) {
+	r.s.got = append(r.s.got, "l2")
+	return 0, nil
+}
+func (r recordingL2) ExpireMatching(context.Context, time.Time, func(string, *entry.Entry) bool) (int, error) {
+	r.s.got = append(r.s.got, "l2")
+	return 0, nil
+}
 func (r recordingL2) Forget(...string) { r.s.got = append(r.s.got, "forget") }
 func (r recordingL2) ForgetAll()       { r.s.got = append(r.s.got, "forget") }
 
@@ -298,6 +314,12 @@ func TestPurgesClearL2BeforeL1(t *testing.T) {
 			_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
 		},
 		"a purge by prefix": func(p *Purger) { _, _ = p.Purge(context.Background(), Request{All: true}) },
+		"a soft purge by URL": func(p *Purger) {
+			_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}, Soft: true})
+		},
+		"a soft purge by tag": func(p *Purger) {
+			_, _ = p.Purge(context.Background(), Request{Tags: []string{"t"}, Soft: true})
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, cache, c := newPurger(t, "")

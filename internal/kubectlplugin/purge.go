@@ -34,17 +34,23 @@ const (
 type purgeFlags struct {
 	urls, tags, addresses []string
 	prefix, tokenFile     string
-	all, noToken          bool
+	all, soft, noToken    bool
 	output                *string
 }
 
 func (r *runner) purgeCommand() *cobra.Command {
 	var f purgeFlags
 	cmd := &cobra.Command{
-		Use:   "purge TIER (--url URL... | --prefix PATH | --tag TAG... | --all)",
-		Short: "Remove cached responses from a tier's sidecars",
+		Use:   "purge TIER (--url URL... | --prefix PATH | --tag TAG... | --all) [--soft]",
+		Short: "Remove cached responses from a tier's sidecars, or mark them stale",
 		Long: `purge removes cached responses by URL, path prefix or tag (Surrogate-Key / Cache-Tag),
 or everything with --all, through the admin purge API of the tier's sidecars.
+
+With --soft it marks them stale instead (Varnish's soft purge): they stay stored
+and are served only within their stale windows (stale-while-revalidate, while one
+refresh runs; stale-if-error when the origin fails), and are revalidated with
+their validators or fetched again otherwise. The origin sees one refresh per
+response instead of a stampede of misses.
 
 The token is the tier's own, read from the Secret its sidecars get it from
 (spec.purge.tokenSecretRef, else the generated Secret <tier>-tiercache, key purge-token).
@@ -60,6 +66,7 @@ whole tier.`,
 		Example: `  kubectl tiercache purge web -n shop --url /products/42 --url https://shop.example/
   kubectl tiercache purge web -n shop --prefix /api/v1/
   kubectl tiercache purge web -n shop --tag product-42
+  kubectl tiercache purge web -n shop --tag product-42 --soft
   kubectl tiercache purge web -n shop --all
   kubectl tiercache purge web --address 127.0.0.1:9090 --no-token --url /hello`,
 		Args: exactArgs("TIER"),
@@ -72,6 +79,7 @@ whole tier.`,
 	fl.StringVar(&f.prefix, "prefix", "", "purge every path starting with this prefix (/api/v1/)")
 	fl.StringArrayVar(&f.tags, "tag", nil, "purge responses tagged so by the origin (Surrogate-Key, Cache-Tag); repeatable")
 	fl.BoolVar(&f.all, "all", false, "purge everything the tier holds (alone)")
+	fl.BoolVar(&f.soft, "soft", false, "mark what the purge names stale instead of removing it: served within its stale windows while it is refreshed, revalidated otherwise")
 	fl.StringArrayVar(&f.addresses, "address", nil, "send to this admin address (host:port) instead of the tier's pods; repeatable")
 	fl.StringVar(&f.tokenFile, "purge-token-file", "", "read the purge token from this file instead of the tier's Secret (the API server is then not asked for the token)")
 	fl.BoolVar(&f.noToken, "no-token", false, "send no token (a standalone sidecar without one accepts purges from its own loopback only); with --address")
@@ -83,7 +91,7 @@ whole tier.`,
 // sidecar will (invalidate.Request.Validate), so that a bad purge is
 // refused before anything is sent.
 func (f *purgeFlags) request() (invalidate.Request, error) {
-	req := invalidate.Request{URLs: f.urls, Prefix: f.prefix, Tags: f.tags, All: f.all}
+	req := invalidate.Request{URLs: f.urls, Prefix: f.prefix, Tags: f.tags, All: f.all, Soft: f.soft}
 	switch {
 	case f.all && (len(f.urls) > 0 || f.prefix != "" || len(f.tags) > 0):
 		return req, usagef("--all purges everything and goes alone, without --url, --prefix or --tag")
@@ -113,8 +121,8 @@ type answer struct {
 	Sidecar string `json:"sidecar"`
 	// Status is the HTTP status; 0 when no answer came.
 	Status int `json:"status,omitempty"`
-	// Answer is the sidecar's JSON answer ({"purged":n,"l1":x,"l2":y},
-	// or {"error":...}).
+	// Answer is the sidecar's JSON answer ({"purged":n,"l1":x,"l2":y,
+	// "bodies":z,"soft":false}, or {"error":...}), as it is.
 	Answer json.RawMessage `json:"answer,omitempty"`
 	// Error says why no answer came (or why it was not JSON).
 	Error string `json:"error,omitempty"`

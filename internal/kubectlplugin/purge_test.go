@@ -105,7 +105,7 @@ func TestPurgeSendsTheTiersTokenToTheSidecarAtAnAddress(t *testing.T) {
 		}
 		lines := strings.Split(strings.TrimSpace(r.out), "\n")
 		if len(lines) != 2 || !strings.HasPrefix(lines[0], "SIDECAR") ||
-			!strings.Contains(lines[1], sc.admin) || !strings.Contains(lines[1], " 200 ") || !strings.Contains(lines[1], `{"purged":1,"l1":1}`) {
+			!strings.Contains(lines[1], sc.admin) || !strings.Contains(lines[1], " 200 ") || !strings.Contains(lines[1], `{"purged":1,"l1":1,"bodies":0,"soft":false}`) {
 			t.Fatalf("purge printed:\n%s\nwant a header and one line with %s, 200 and the sidecar's answer", r.out, sc.admin)
 		}
 	})
@@ -168,6 +168,21 @@ func TestPurgeTakesTheTokenFromAFileAndNeedsNoCluster(t *testing.T) {
 		t.Fatalf("purge with --purge-token-file: %v (printed %s)", r.err, r.out)
 	}
 	sc.expect(t, "/f", "MISS")
+
+	t.Run("--soft marks instead of removing and the answer says so", func(t *testing.T) {
+		sc.expect(t, "/s", "MISS")
+		sc.expect(t, "/s", "HIT")
+		r := runWithout(t, "purge", "standalone", "--address", sc.admin, "--purge-token-file", file, "--url", "/s", "--soft")
+		if r.err != nil {
+			t.Fatalf("purge --soft: %v (printed %s)", r.err, r.out)
+		}
+		if !strings.Contains(r.out, `{"purged":1,"l1":1,"bodies":0,"soft":true}`) {
+			t.Fatalf("purge --soft printed:\n%s\nwant the sidecar's soft answer", r.out)
+		}
+		// Stale now: no fresh hit (the origin gives no validator or stale
+		// window, so it is fetched again).
+		sc.expect(t, "/s", "MISS")
+	})
 
 	t.Run("a sidecar without a token takes a purge with --no-token from its loopback", func(t *testing.T) {
 		open := startSidecar(t, o.URL, "127.0.0.1", "", smallL1)
@@ -260,6 +275,7 @@ func TestPurgeCommandLinesThatCannotRunAreUsageErrors(t *testing.T) {
 		{"an unknown flag", []string{"purge", "web", "--url", "/a", "--urls", "/b"}, "unknown flag: --urls"},
 		{"no tier", []string{"purge", "--url", "/a"}, "purge takes 1 argument(s), [TIER] (got 0)"},
 		{"nothing to purge", []string{"purge", "web"}, "nothing to purge: give --url, --prefix, --tag or --all"},
+		{"a soft purge of nothing", []string{"purge", "web", "--soft"}, "nothing to purge: give --url, --prefix, --tag or --all"},
 		{"everything together with a URL", []string{"purge", "web", "--all", "--url", "/a"}, "--all purges everything and goes alone"},
 		{"a URL of another scheme", []string{"purge", "web", "--url", "ftp://x/a"}, "--url[0]: scheme must be http or https"},
 		{"a relative URL", []string{"purge", "web", "--url", "/a", "--url", "b"}, "--url[1]: must be absolute"},

@@ -238,6 +238,8 @@ type purgeResult struct {
 	Purged int    `json:"purged"`
 	L1     int    `json:"l1"`
 	L2     *int   `json:"l2"`
+	Bodies int    `json:"bodies"`
+	Soft   bool   `json:"soft"`
 	Error  string `json:"error"`
 }
 

@@ -283,7 +283,8 @@ func TestPurgeAPIChecksWhoAndWhat(t *testing.T) {
 		{"an empty purge is refused", `{}`, "0123456789abcdef-token", 400, "nothing to purge"},
 		{"a relative URL is refused", `{"urls":["a/b"]}`, "0123456789abcdef-token", 400, "urls[0]"},
 		{"a prefix must be a path", `{"prefix":"api"}`, "0123456789abcdef-token", 400, "prefix"},
-		{"a tag purge counts what went", `{"tags":["k2"]}`, "0123456789abcdef-token", 200, `{"purged":2,"l1":2}`},
+		{"soft must be true or false", `{"tags":["k2"],"soft":"yes"}`, "0123456789abcdef-token", 400, "soft: must be true or false"},
+		{"a tag purge counts what went", `{"tags":["k2"]}`, "0123456789abcdef-token", 200, `{"purged":2,"l1":2,"bodies":0,"soft":false}`},
 	}
 	for _, c := range cases {
 		status, body := post(c.body, c.token)

@@ -137,6 +137,15 @@ func (r remote) PurgeTags(ctx context.Context, tags []string) (int, error) {
 func (r remote) PurgeMatching(ctx context.Context, match func(string, *entry.Entry) bool) (int, error) {
 	return r.c.PurgeMatching(ctx, match)
 }
+func (r remote) ExpireKeys(ctx context.Context, at time.Time, keys []string, match func(string, *entry.Entry) bool) (int, error) {
+	return r.st.ExpireL2Keys(ctx, at, keys, match)
+}
+func (r remote) ExpireTags(ctx context.Context, at time.Time, tags []string, match func(string, *entry.Entry) bool) (int, error) {
+	return r.st.ExpireL2Tags(ctx, at, tags, match)
+}
+func (r remote) ExpireMatching(ctx context.Context, at time.Time, match func(string, *entry.Entry) bool) (int, error) {
+	return r.st.ExpireL2Matching(ctx, at, match)
+}
 func (r remote) NextSeq(ctx context.Context) (uint64, error)   { return r.c.NextSeq(ctx) }
 func (r remote) Seq(ctx context.Context) (uint64, bool, error) { return r.c.Seq(ctx) }
 func (r remote) Publish(ctx context.Context, msg []byte) error {

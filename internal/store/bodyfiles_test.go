@@ -101,42 +101,42 @@ func TestPurgesAndInvalidationsRemoveTheBodyFilesOfWhatTheyRemove(t *testing.T) 
 	targets := []string{"/a", "/api/1", "/api/2", "/tagged", "/other", "/v"}
 	cases := []struct {
 		name string
-		// purge returns the purge's answer of L1 responses removed, or
-		// -1 when it is not a purge.
-		purge func(p *invalidate.Purger) int
+		// purge returns the purge's answer, or nil when it is not a
+		// purge.
+		purge func(p *invalidate.Purger) *invalidate.Result
 		gone  []string // targets whose files go; the others' stay
 	}{
-		{"a purge by URL", func(p *invalidate.Purger) int {
-			return purged(p.Purge(context.Background(), invalidate.Request{URLs: []string{"/a"}}))
+		{"a purge by URL", func(p *invalidate.Purger) *invalidate.Result {
+			return answer(p.Purge(context.Background(), invalidate.Request{URLs: []string{"/a"}}))
 		}, []string{"/a"}},
-		{"a purge by the URL of a varying resource", func(p *invalidate.Purger) int {
-			return purged(p.Purge(context.Background(), invalidate.Request{URLs: []string{"http://shop.example/v"}}))
+		{"a purge by the URL of a varying resource", func(p *invalidate.Purger) *invalidate.Result {
+			return answer(p.Purge(context.Background(), invalidate.Request{URLs: []string{"http://shop.example/v"}}))
 		}, []string{"/v"}},
-		{"a purge by prefix", func(p *invalidate.Purger) int {
-			return purged(p.Purge(context.Background(), invalidate.Request{Prefix: "/api/"}))
+		{"a purge by prefix", func(p *invalidate.Purger) *invalidate.Result {
+			return answer(p.Purge(context.Background(), invalidate.Request{Prefix: "/api/"}))
 		}, []string{"/api/1", "/api/2"}},
-		{"a purge by tag", func(p *invalidate.Purger) int {
-			return purged(p.Purge(context.Background(), invalidate.Request{Tags: []string{"blue"}}))
+		{"a purge by tag", func(p *invalidate.Purger) *invalidate.Result {
+			return answer(p.Purge(context.Background(), invalidate.Request{Tags: []string{"blue"}}))
 		}, []string{"/tagged"}},
-		{"a purge of everything", func(p *invalidate.Purger) int {
-			return purged(p.Purge(context.Background(), invalidate.Request{All: true}))
+		{"a purge of everything", func(p *invalidate.Purger) *invalidate.Result {
+			return answer(p.Purge(context.Background(), invalidate.Request{All: true}))
 		}, targets},
-		{"an unsafe method's invalidation", func(p *invalidate.Purger) int {
+		{"an unsafe method's invalidation", func(p *invalidate.Purger) *invalidate.Result {
 			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "shop.example", Path: "/other"}})
-			return -1
+			return nil
 		}, []string{"/other"}},
-		{"an unsafe method's invalidation of a varying resource", func(p *invalidate.Purger) int {
+		{"an unsafe method's invalidation of a varying resource", func(p *invalidate.Purger) *invalidate.Result {
 			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "shop.example", Path: "/v"}})
-			return -1
+			return nil
 		}, []string{"/v"}},
-		{"another sidecar's purge by tag", func(p *invalidate.Purger) int {
+		{"another sidecar's purge by tag", func(p *invalidate.Purger) *invalidate.Result {
 			p.HandleMessage([]byte(`{"from":"other","tags":["blue"]}`))
-			return -1
+			return nil
 		}, []string{"/tagged"}},
-		{"a resubscription that may have missed purges", func(p *invalidate.Purger) int {
+		{"a resubscription that may have missed purges", func(p *invalidate.Purger) *invalidate.Result {
 			p.Subscribed(context.Background(), time.Now()) // the first: keeps L1
 			p.Subscribed(context.Background(), time.Now()) // unsequenced without L2: clears it
-			return -1
+			return nil
 		}, targets},
 	}
 	for _, c := range cases {
@@ -181,9 +181,16 @@ func TestPurgesAndInvalidationsRemoveTheBodyFilesOfWhatTheyRemove(t *testing.T) 
 					}
 				}
 				// A purge counts each response it removes once, whether
-				// L1 still held it or only its file was left.
-				if n := c.purge(p); n >= 0 && n != len(c.gone) {
-					t.Errorf("the purge answered %d responses removed, want %d", n, len(c.gone))
+				// L1 still held it or only its file was left, and says
+				// what went from each layer.
+				if res := c.purge(p); res != nil {
+					inL1 := len(c.gone)
+					if evicted {
+						inL1 = 0
+					}
+					if res.Purged != len(c.gone) || res.L1 != inL1 || res.Bodies != len(c.gone) {
+						t.Errorf("the purge answered %+v, want %d purged: %d from L1, %d body files", *res, len(c.gone), inL1, len(c.gone))
+					}
 				}
 				for _, target := range targets {
 					_, err := os.Stat(files[target])
@@ -196,9 +203,10 @@ func TestPurgesAndInvalidationsRemoveTheBodyFilesOfWhatTheyRemove(t *testing.T) 
 	}
 }
 
-func purged(res invalidate.Result, err error) int {
+// answer is a purge's answer; a failed purge answers -1 responses.
+func answer(res invalidate.Result, err error) *invalidate.Result {
 	if err != nil {
-		return -2
+		return &invalidate.Result{Purged: -1}
 	}
-	return res.L1
+	return &res
 }

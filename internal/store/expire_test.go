@@ -3,13 +3,21 @@ package store
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/store/l2"
 	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 func all(string, *entry.Entry) bool { return true }
@@ -193,5 +201,84 @@ func TestASoftPurgeThatDeletesAFileBackedEntryTakesItsChunks(t *testing.T) {
 	}
 	if n, _ := rc.Exists(ctx, entryName(testPrefix(t), keyFor("/big")), chunk(0), chunk(1)).Result(); n != 0 {
 		t.Fatalf("%d of the entry and its chunks left in L2, want none", n)
+	}
+}
+
+// A soft purge keeps the body files of what it names and marks their
+// entries: in L1 and in the files' trailers, which a restart brings back,
+// whether or not L1 still holds the entries.
+func TestASoftPurgeKeepsBodyFilesAndMarksTheirEntries(t *testing.T) {
+	for _, evicted := range []bool{false, true} {
+		name := "while L1 holds the entries"
+		if evicted {
+			name = "after L1 evicted the entries"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, storeOpts{})
+			bodies, dir := openBodies(t)
+			compiled, err := tierconfig.Compile(tierconfig.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := invalidate.NewPurger(NewLocal(f.l1, bodies), tierconfig.NewHolder(compiled))
+			keys := map[string]string{}
+			for _, target := range []string{"/api/1", "/api/2", "/other"} {
+				key := string(cachekey.AppendPrimary(nil, "http", "shop.example", target))
+				mustSet(t, f.s, key, fileEntry(t, bodies, key, "shop.example", target))
+				keys[target] = key
+			}
+			if evicted {
+				for _, k := range keys {
+					f.l1.Delete(k)
+				}
+			}
+			before := time.Now()
+			res, err := p.Purge(context.Background(), invalidate.Request{Prefix: "/api/", Soft: true})
+			inL1 := 2
+			if evicted {
+				inL1 = 0
+			}
+			if err != nil || !res.Soft || res.Purged != 2 || res.L1 != inL1 || res.Bodies != 2 {
+				t.Fatalf("answer %+v, %v; want soft, 2 marked: %d in L1, 2 body files", res, err, inL1)
+			}
+			if !evicted {
+				for target, key := range keys {
+					e, err := f.l1.Get(key)
+					if err != nil {
+						t.Fatalf("%s: %v", target, err)
+					}
+					if stale := !e.FreshUntil().After(time.Now()); stale != (target != "/other") {
+						t.Errorf("%s in L1: stale %v", target, stale)
+					}
+				}
+			}
+			// Restart: the files come back with their entries as marked.
+			if err := bodies.Close(); err != nil {
+				t.Fatal(err)
+			}
+			m, err := metrics.New(prometheus.NewRegistry(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, rec, err := bodystore.Open(context.Background(), bodystore.Options{Dir: dir, MaxBytes: 64 << 20, Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer again.Close()
+			if len(rec) != 3 {
+				t.Fatalf("the restart recovered %d bodies, want all 3: a soft purge keeps them", len(rec))
+			}
+			for _, r := range rec {
+				var e entry.Entry
+				if err := entry.Decode(r.Entry, &e); err != nil {
+					t.Fatal(err)
+				}
+				until := e.FreshUntil()
+				stale := !until.After(time.Now())
+				if want := e.Target != "/other"; stale != want || stale && until.Before(before) {
+					t.Errorf("%s recovered fresh until %s (purge at %s): stale %v, want %v", e.Target, until, before, stale, want)
+				}
+			}
+		})
 	}
 }

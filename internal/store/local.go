@@ -67,7 +67,7 @@ func (l *Local) DeleteMatching(match func(e *entry.Entry) bool) int {
 	if l.bodies == nil {
 		return l.l1.DeleteMatching(match)
 	}
-	n, _, _ := l.deleteMatching(match)
+	n, _, _, _ := l.deleteMatching(match)
 	return n
 }
 
@@ -76,22 +76,23 @@ func (l *Local) DeleteMatching(match func(e *entry.Entry) bool) int {
 // deleted, and of those the files whose entries L1 no longer held
 // (responses L1 did not count).
 func (l *Local) DeleteMatchingCount(match func(e *entry.Entry) bool) (responses, files, filesOnly int) {
-	count := func(e *entry.Entry) bool {
-		hit := match(e)
-		if hit && e.Kind == entry.KindResponse {
-			responses++
-		}
-		return hit
-	}
 	if l.bodies == nil {
-		l.l1.DeleteMatching(count)
+		l.l1.DeleteMatching(func(e *entry.Entry) bool {
+			hit := match(e)
+			if hit && e.Kind == entry.KindResponse {
+				responses++
+			}
+			return hit
+		})
 		return responses, 0, 0
 	}
-	_, files, filesOnly = l.deleteMatching(count)
+	_, responses, files, filesOnly = l.deleteMatching(match)
 	return responses, files, filesOnly
 }
 
-func (l *Local) deleteMatching(match func(e *entry.Entry) bool) (n, files, filesOnly int) {
+// deleteMatching is DeleteMatching with bodies, returning l1's count and
+// DeleteMatchingCount's.
+func (l *Local) deleteMatching(match func(e *entry.Entry) bool) (n, responses, files, filesOnly int) {
 	// What match decided for the files of the entries L1 holds: match
 	// is not asked twice about one stored response (it may count them).
 	seen := make(map[[16]byte]bool)
@@ -100,10 +101,13 @@ func (l *Local) deleteMatching(match func(e *entry.Entry) bool) (n, files, files
 		if e.File != nil {
 			seen[e.File.ID] = hit
 		}
+		if hit && e.Kind == entry.KindResponse {
+			responses++
+		}
 		return hit
 	})
 	files = l.bodies.RemoveMatching(l.filesMatch(seen, match, &filesOnly))
-	return n, files, filesOnly
+	return n, responses, files, filesOnly
 }
 
 // filesMatch is match for the body files: what match decided for a file
