@@ -3,9 +3,10 @@
 // against a tier from a workstation, in the way kubectl, varnishadm and
 // istioctl users expect.
 //
-//   - purge: sends a purge to the tier's sidecars with the tier's own
-//     token, read from its Secret: to one sidecar when L2 fans purges out
-//     to every replica, else to every pod.
+//   - purge: sends a purge (hard, or with --soft one that marks stale) to
+//     the tier's sidecars with the tier's own token, read from its Secret:
+//     to one sidecar when L2 fans purges out to every replica, else to
+//     every pod.
 //   - status: the CacheTier's status and, per pod, the config version, hit
 //     ratio and L2 state read from the sidecar's metrics.
 //   - explain: which rule a URL falls under, what its cache key is made of

@@ -192,6 +192,18 @@ func sidecarsWorkUnderTheirACL(t *testing.T, addr string, admin redis.UniversalC
 	c.waitReady(t)
 	c.expect(t, "/grp/1", "HIT; layer=l1", "/grp/1 v1")
 
+	// Soft purges by URL, tag and prefix rewrite (here: delete, the
+	// origin gives no validator or stale window) L2 entries through the
+	// same commands.
+	for i, body := range []string{`{"urls":["http://shop.test/soft/1"],"soft":true}`, `{"tags":["grp-soft"],"soft":true}`, `{"prefix":"/soft/","soft":true}`} {
+		path := fmt.Sprintf("/soft/%d", i+1)
+		a.get(t, path)
+		waitInL2(t, admin, prefix, path)
+		if status, res := a.purge(t, body); status != http.StatusOK || !res.Soft || res.L2 == nil || *res.L2 < 1 {
+			t.Fatalf("purge %s: %d %+v", body, status, res)
+		}
+	}
+
 	// Purges by URL, tag and prefix reach L2 and the other sidecar.
 	for i, body := range []string{`{"urls":["http://shop.test/grp/2"]}`, `{"tags":["grp-grp"]}`, `{"prefix":"/grp/"}`} {
 		path := fmt.Sprintf("/grp/%d", i+2)
@@ -260,7 +272,7 @@ func TestATierACLUserServesATierOnRedisCluster(t *testing.T) {
 		waitInL2(t, rdb, prefix, p)
 		b.expect(t, p, "HIT; layer=l2", p+" v1")
 	}
-	for _, body := range []string{`{"tags":["grp-grp"]}`, `{"prefix":"/grp/"}`} {
+	for _, body := range []string{`{"urls":["http://shop.test/grp/0"],"soft":true}`, `{"tags":["grp-grp"],"soft":true}`, `{"prefix":"/grp/","soft":true}`, `{"tags":["grp-grp"]}`, `{"prefix":"/grp/"}`} {
 		if status, res := a.purge(t, body); status != http.StatusOK || res.Error != "" {
 			t.Fatalf("purge %s: %d %+v", body, status, res)
 		}

@@ -34,6 +34,12 @@
 //   - Deletes (purges, invalidations) are synchronous in both layers, and
 //     cancel any write of the key still queued: a purge is never undone by
 //     a write that was queued before it.
+//   - Soft purges (expire.go; l1.ExpireMatching, Local.ExpireMatching)
+//     rewrite entries instead of deleting them, with their freshness
+//     ended at the purge (entry.Entry.Expire), so that the proxy treats
+//     them as stale without any change to how it reads them. L2 entries
+//     are written back only over the value read, for what is left of
+//     their use (deleted when nothing is).
 //
 // The writers are owned by the Layered store and stop when its context
 // ends or Close is called. L1 and L2 themselves belong to the caller.
