@@ -10,15 +10,16 @@ import "time"
 // within stale-while-revalidate and stale-if-error, validated otherwise,
 // and a 304 renews it like any entry whose time ran out.
 //
-// A soft purge concerns the stored responses requested before at.
-// Markers and hit-for-miss records are not content, and a response whose
+// A soft purge concerns the stored responses, whole (KindResponse) or
+// partial (KindPartial), requested before at. Markers and hit-for-miss
+// records are not content, and a response whose
 // request left at or after at was fetched after the purge: it is what the
 // purge asks for. concerned reports whether e is one the purge concerns
 // (a purge counts those), changed whether e was fresh at at and has been
 // changed (its encoding is as long as before: only a fixed-size field
 // differs).
 func (e *Entry) Expire(at time.Time) (concerned, changed bool) {
-	if e.Kind != KindResponse || !e.RequestTime.Before(at) {
+	if e.Kind != KindResponse && e.Kind != KindPartial || !e.RequestTime.Before(at) {
 		return false, false
 	}
 	age := max(e.InitialAge, 0) + max(at.Sub(e.ResponseTime), 0)

@@ -51,6 +51,11 @@ func TestExpire(t *testing.T) {
 			concerned: true, change: true, freshUntil: t0,
 		},
 		{
+			name: "a stored partial response is marked like a whole one",
+			e:    response(func(e *Entry) { e.Kind = KindPartial }), at: t0.Add(5 * time.Minute),
+			concerned: true, change: true, freshUntil: t0.Add(5 * time.Minute),
+		},
+		{
 			name: "a Vary marker is not content and is left alone",
 			e:    response(func(e *Entry) { e.Kind = KindVary }), at: t0.Add(time.Minute),
 			concerned: false, change: false, freshUntil: t0.Add(time.Hour - 10*time.Second),

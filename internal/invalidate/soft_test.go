@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/cachekey"
+	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store/l1"
 )
 
@@ -191,5 +193,24 @@ func TestASoftPurgeAnswerSaysItIsSoftAndCountsPerLayer(t *testing.T) {
 		if res.StatusCode != http.StatusOK || string(gb) != string(wb) {
 			t.Errorf("%s: %d %s, want 200 %s", tc.body, res.StatusCode, gb, wb)
 		}
+	}
+}
+
+func TestASoftPurgeMarksAStoredPartialResponse(t *testing.T) {
+	p, cache, _ := newPurger(t, "")
+	key := string(cachekey.AppendPrimary(nil, "http", "a.example", "/video"))
+	part := &entry.Entry{Kind: entry.KindPartial, Host: "a.example", Target: "/video", Status: 200,
+		Partial: &entry.Partial{Length: 100, Spans: []entry.Span{{Start: 0, End: 9}}},
+		Body:    []byte("0123456789"), ResponseTime: time.Now(), Lifetime: time.Hour}
+	if err := cache.Set(key, part); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Purge(context.Background(), Request{URLs: []string{"/video"}, Soft: true})
+	if err != nil || res.L1 != 1 || res.Purged != 1 {
+		t.Fatalf("answer %+v, %v; want the part counted", res, err)
+	}
+	got, err := cache.Get(key)
+	if err != nil || got.Kind != entry.KindPartial || got.FreshUntil().After(time.Now()) || string(got.Body) != "0123456789" {
+		t.Fatalf("after the soft purge the part is %+v (%v); want it kept, stale", got, err)
 	}
 }

@@ -72,14 +72,14 @@ func (l *Local) DeleteMatching(match func(e *entry.Entry) bool) int {
 }
 
 // DeleteMatchingCount is DeleteMatching counting what a purge's answer
-// reports: the stored responses it deleted from L1, the body files it
+// reports: the stored responses (whole or partial) it deleted from L1, the body files it
 // deleted, and of those the files whose entries L1 no longer held
 // (responses L1 did not count).
 func (l *Local) DeleteMatchingCount(match func(e *entry.Entry) bool) (responses, files, filesOnly int) {
 	if l.bodies == nil {
 		l.l1.DeleteMatching(func(e *entry.Entry) bool {
 			hit := match(e)
-			if hit && e.Kind == entry.KindResponse {
+			if hit && (e.Kind == entry.KindResponse || e.Kind == entry.KindPartial) {
 				responses++
 			}
 			return hit
@@ -101,7 +101,7 @@ func (l *Local) deleteMatching(match func(e *entry.Entry) bool) (n, responses, f
 		if e.File != nil {
 			seen[e.File.ID] = hit
 		}
-		if hit && e.Kind == entry.KindResponse {
+		if hit && (e.Kind == entry.KindResponse || e.Kind == entry.KindPartial) {
 			responses++
 		}
 		return hit
