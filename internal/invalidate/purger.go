@@ -1,10 +1,11 @@
 // Package invalidate owns removing entries before their time: purges from
 // the admin API (by URL, path prefix or tag, hard or soft) and the
 // invalidations that unsafe requests cause (RFC 9111 §4.4). A soft purge
-// (soft.go) ends the freshness of what it names instead of removing it. It also knows the fills in
-// progress (Watches), so that a fill of a resource that is purged or
-// invalidated while it runs is served but never stored after it, while
-// fills of every other resource are stored as usual.
+// (soft.go) ends the freshness of what it names instead of removing it.
+// It also knows the fills in progress (Watches), so that a fill of a
+// resource that is purged or invalidated while it runs is served but
+// never stored after it, while fills of every other resource are stored
+// as usual.
 //
 // With a Remote (L2), purges are cluster-wide: they delete from Redis and
 // are published on the tier's channel so that every sidecar of the tier
@@ -203,12 +204,12 @@ type Request struct {
 }
 
 // Result is the answer to a purge: how many stored responses each layer
-// removed, or with Soft marked stale (every variant counts): this
-// sidecar's L1, with L2 L2, and the body files of this sidecar's body
-// store (0 without one; a response whose body is a file counts in L1 and
-// in Bodies while L1 holds its entry, in Bodies only once L1 let it go).
-// Purged is the most responses one layer counted, a response known only
-// by its body file counting with L1.
+// removed, or with Soft marked stale (every variant counts). L1 counts
+// this sidecar's L1; L2 the shared Redis (nil without L2); Bodies the
+// files of this sidecar's body store (0 without one): a response whose
+// body is a file counts in L1 and in Bodies while L1 holds its entry, in
+// Bodies only once L1 let it go. Purged is the most responses one layer
+// counted, a response known only by its body file counting with L1.
 type Result struct {
 	Purged int  `json:"purged"`
 	L1     int  `json:"l1"`
