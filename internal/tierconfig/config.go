@@ -35,6 +35,8 @@ type Config struct {
 	// RequestHeaders chooses which client request headers reach the
 	// origin on fetches whose answer may be stored.
 	RequestHeaders RequestHeaders `json:"requestHeaders,omitzero"`
+	// AccessLog is the tier's say over the access log (accesslog.go).
+	AccessLog AccessLog `json:"accessLog,omitzero"`
 	// SecretVersions names the Secret contents this config goes with,
 	// without their values: file name in the sidecar's secrets directory
 	// ("redis-password") → "<secret>/<key>@<resourceVersion>". The operator

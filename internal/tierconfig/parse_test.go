@@ -104,6 +104,11 @@ func TestParseExampleFile(t *testing.T) {
 			Mode:  RequestHeadersStrict,
 			Allow: []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent", "X-Request-Id"},
 		},
+		AccessLog: AccessLog{
+			Enabled: ptr(true), SamplePercent: 10,
+			ExcludePaths: []string{"/healthz", "/static/*"}, QueryParams: []string{"page", "sort"},
+			TrustForwardedFor: true,
+		},
 		SecretVersions: map[string]string{"redis-password": "redis/password@4711"},
 	}
 	if !reflect.DeepEqual(c, want) {

@@ -96,6 +96,7 @@ func (c Config) Validate() error {
 	c.Coalescing.validate(&p)
 	c.Purge.validate(&p)
 	c.RequestHeaders.validate(&p)
+	c.AccessLog.validate(&p)
 	validateSecretVersions(&p, c.SecretVersions)
 	return errors.Join(p...)
 }
