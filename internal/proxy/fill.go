@@ -41,7 +41,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		}
 	}
 	staleRes := func() shared {
-		return shared{e: c.stale, xcache: xStaleCoal, out: outcome{metrics.ResultStale, c.layer, false}}
+		return shared{e: c.stale, xcache: xStaleCoal, out: outcome{result: metrics.ResultStale, layer: c.layer, abort: false}}
 	}
 	// detached: a fill going to a body file went on on a goroutine of its
 	// own (fillfile.go), which ends the watch, the watchdog and the
@@ -116,7 +116,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		}
 		finish(shared{})
 		p.originFailed(w, r, wd, err)
-		return outcome{metrics.ResultError, failedLayer(err), false}
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false}
 	}
 	defer func() {
 		if !detached {
@@ -141,7 +141,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		wd.stop()
 		e, kept := p.revalidated(ctx, c, resp.Header, reqTime, respTime, watch)
 		if kept {
-			finish(shared{e: e, xcache: xRevalCoal, out: outcome{metrics.ResultRevalidated, c.layer, false}})
+			finish(shared{e: e, xcache: xRevalCoal, out: outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}})
 		} else {
 			// Overtaken by a purge (or not storable): a request that joined
 			// meanwhile, perhaps after its own write, fetches afresh.
@@ -160,7 +160,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			}
 		}
 		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, body)
-		return outcome{metrics.ResultRevalidated, c.layer, false}
+		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}
 	}
 
 	exchange := httpcache.Exchange{
@@ -216,13 +216,13 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			p.uncacheable(ctx, c, r, resp.StatusCode)
 		}
 		if bodyW == nil {
-			return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 		}
 		if err := p.stream(bodyW, body); err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
 		}
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	}
 
 	// Stored fills are bound as a whole; past the bound the fill gives up
@@ -260,10 +260,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
 		finish(shared{})
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, bodyW != nil}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil}
 	}
 	if !complete {
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	}
 	wd.stop()
 	e.Body = data
@@ -278,7 +278,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			_ = http.NewResponseController(bodyW).Flush()
 		}
 	}
-	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 }
 
 // keep stores the complete response e of c's fill where pl says and
@@ -289,7 +289,7 @@ func (p *Proxy) keep(ctx context.Context, c *call, f *flight, e *entry.Entry, pl
 	var res shared
 	if p.put(ctx, c, e, pl, watch) {
 		p.superseded(c, e)
-		res = shared{e: e, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, vary: pl.names, varyKey: pl.vk}
+		res = shared{e: e, xcache: xMissCoalesced, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, vary: pl.names, varyKey: pl.vk}
 	} else {
 		if e.File != nil {
 			p.bodies.Remove(e.File.ID)
@@ -505,14 +505,14 @@ func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call) outc
 	if body == nil {
 		if body, ok = p.openBody(r, c.key, c.stale); !ok {
 			p.originError(w, r, errStaleBodyGone)
-			return outcome{metrics.ResultError, metrics.LayerOrigin, false}
+			return outcome{result: metrics.ResultError, layer: metrics.LayerOrigin, abort: false}
 		}
 		if body != nil {
 			defer body.Close()
 		}
 	}
 	p.serveEntry(w, r, c.stale, httpcache.CurrentAge(stored(c.stale), p.now()), pick(c.layer, xStaleL1, xStaleL2), body)
-	return outcome{metrics.ResultStale, c.layer, false}
+	return outcome{result: metrics.ResultStale, layer: c.layer, abort: false}
 }
 
 // errStaleBodyGone: the origin failed and the stored response that could
@@ -690,7 +690,7 @@ func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
 		if use, _ := httpcache.Evaluate(stored(&e), httpcache.RequestCC{}, p.now()); use != httpcache.UseFresh {
 			return false
 		}
-		p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{metrics.ResultHit, layer, false}})
+		p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
 		return true
 	})
 }

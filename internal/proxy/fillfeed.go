@@ -146,8 +146,8 @@ func (fd *feed) next(pos int64, foDone bool) (mem []byte, fo *bodystore.Follower
 // from the origin. A response that cannot be completed is broken off.
 func (p *Proxy) serveFeed(w http.ResponseWriter, r *http.Request, fd *feed, chunked bool) outcome {
 	defer fd.leave()
-	out := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
-	broken := outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
+	out := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+	broken := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
 	rc := http.NewResponseController(w)
 	var pos, foPos int64 // bytes sent, and read from fo
 	foDone := false
@@ -224,8 +224,8 @@ func (p *Proxy) sendFollower(w http.ResponseWriter, fo *bodystore.Follower, chun
 // serveRest sends the end of a body t describes to a client that has
 // been sent pos bytes.
 func (p *Proxy) serveRest(w http.ResponseWriter, r *http.Request, t *rest, pos int64) outcome {
-	out := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
-	broken := outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
+	out := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+	broken := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
 	skip := pos - t.from
 	if skip < 0 || skip > int64(len(t.buf)) {
 		// The client is short of bytes that nothing holds any more: a

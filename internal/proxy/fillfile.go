@@ -63,13 +63,13 @@ func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// Not stored after all: a plain pass-through.
 		ff.giveUp()
 		if w == nil {
-			return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, false
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, false
 		}
 		if err := p.stream(w, body); err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{metrics.ResultMiss, metrics.LayerOrigin, true}, false
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}, false
 		}
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}, false
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, false
 	}
 	if w == nil {
 		return ff.run(), false
@@ -158,7 +158,7 @@ var errFillLost = errors.New("the fill ended without finishing its client's resp
 // end, stores it, and hands it to the flight's waiters.
 func (ff *fileFill) run() outcome {
 	p := ff.p
-	miss := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	miss := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
@@ -212,7 +212,7 @@ func (ff *fileFill) run() outcome {
 			ff.giveUp()
 			p.bodyFailed(ff.r, ff.wd, rerr)
 			ff.fd.end(&rest{from: ff.covered(), err: rerr})
-			return outcome{metrics.ResultMiss, metrics.LayerOrigin, ff.fd != nil}
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: ff.fd != nil}
 		}
 	}
 	ff.wd.stop()
@@ -323,7 +323,7 @@ func (ff *fileFill) covered() int64 { return max(ff.filed, ff.inMem) }
 // to read.
 func (ff *fileFill) stop(pending []byte, rerr error) outcome {
 	ff.giveUp()
-	miss := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	miss := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	if ff.fd == nil {
 		return miss
 	}

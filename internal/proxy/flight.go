@@ -185,7 +185,7 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 		defer body.Close()
 	}
 	x := pick(got.layer, xHitL1, xHitL2)
-	out := outcome{metrics.ResultHit, got.layer, false}
+	out := outcome{result: metrics.ResultHit, layer: got.layer, abort: false}
 	p.flights.finish(c.key, f, shared{e: detach(got.e), xcache: x, out: out})
 	p.serveEntry(w, r, got.e, age, x, body)
 	return out, true
@@ -266,7 +266,7 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	case <-timer.C:
 		return p.fill(w, r, c, nil)
 	case <-r.Context().Done():
-		return outcome{metrics.ResultError, metrics.LayerNone, false}
+		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false}
 	}
 	res := f.res
 	if res.overtaken && !c.rejoined {
@@ -298,7 +298,7 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 	h := w.Header()
 	writeEntryHeader(h, l.e, httpcache.AgeHeader(httpcache.CurrentAge(stored(l.e), p.now())), xMissCoalesced)
 	stripTargeted(h, c.cfg.StripTargeted)
-	out := outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	out := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	if httpcache.NotModified(r.Header, l.e.Status, l.e) {
 		notModified(w)
 		return out

@@ -59,7 +59,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 			return p.serveStale(w, r, c)
 		}
 		p.originFailed(w, r, wd, err)
-		return outcome{metrics.ResultError, failedLayer(err), false}
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false}
 	}
 	defer resp.Body.Close()
 	wd.stop()
@@ -72,7 +72,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	case httpcache.HeadUpdates:
 		e := p.headUpdated(ctx, c, resp.Header, reqTime, respTime, watch)
 		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, nil)
-		return outcome{metrics.ResultRevalidated, c.layer, false}
+		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}
 	case httpcache.HeadInvalidates:
 		// Removed only while it is still the response this HEAD was
 		// compared with: a fill may have stored a newer one meanwhile.
@@ -88,7 +88,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	stripTargeted(h, c.cfg.StripTargeted)
 	h["X-Cache"] = xMiss
 	w.WriteHeader(resp.StatusCode)
-	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 }
 
 // headUpdated merges the HEAD's header fields into c's stored response

@@ -99,7 +99,7 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 			res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
 		}
 		p.servePart(w, r, e, age, want, ranged, unsatisfiable, x)
-		return outcome{res, f.layer, false}, true, nil
+		return outcome{result: res, layer: f.layer, abort: false}, true, nil
 	}
 	if p.cluster != nil {
 		full := new(entry.Entry)
@@ -278,13 +278,13 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 			p.bodyFailed(r, wd, err)
 		}
 		finish(shared{})
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, bodyW != nil}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil}
 	}
 	wd.stop()
 	if collect && data != nil {
 		complete, pl := p.keepPart(ctx, c, r, resp.Header, pd, data, watch, reqTime, respTime)
 		if complete != nil {
-			finish(shared{e: complete, xcache: xMissCoalesced, out: outcome{metrics.ResultMiss, metrics.LayerOrigin, false},
+			finish(shared{e: complete, xcache: xMissCoalesced, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
 				vary: pl.names, varyKey: pl.vk})
 		}
 	}
@@ -294,7 +294,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	c.releaseLease()
 	writeSome(bodyW, held)
 	writeSome(bodyW, suffix)
-	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 }
 
 // forwardedPart relays the origin's answer to a client's own range (a
@@ -314,13 +314,13 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 	}
 	if !collect {
 		if bodyW == nil {
-			return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 		}
 		if err := p.stream(bodyW, body); err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
 		}
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	}
 	// The client gets every byte the origin sends, framed as it framed
 	// them; only exactly the bytes Content-Range names are stored.
@@ -328,14 +328,14 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 		true, true, true, &wd.late)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, bodyW != nil}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil}
 	}
 	wd.stop()
 	if exact && data != nil {
 		p.keepPart(ctx, c, r, resp.Header, pd, data, watch, reqTime, respTime)
 	}
 	writeSome(bodyW, held)
-	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 }
 
 // relay sends the origin's answer to a fill of part of a representation
@@ -349,9 +349,9 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *htt
 	w.WriteHeader(resp.StatusCode)
 	if err := p.stream(w, body); err != nil {
 		p.bodyFailed(r, wd, err)
-		return outcome{metrics.ResultMiss, metrics.LayerOrigin, true}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
 	}
-	return outcome{metrics.ResultMiss, metrics.LayerOrigin, false}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 }
 
 // copyPart reads the body of a 206 that names span, to its end. The bytes

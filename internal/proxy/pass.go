@@ -26,7 +26,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	resp, err := p.roundTrip(out, w)
 	if err != nil {
 		p.originFailed(w, r, wd, err)
-		return outcome{metrics.ResultError, failedLayer(err), false}
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false}
 	}
 	defer resp.Body.Close()
 	body := wd.receiving(resp.Body)
@@ -43,7 +43,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	if err = p.stream(w, body); err != nil {
 		p.bodyFailed(r, wd, err)
 	}
-	return outcome{result, metrics.LayerOrigin, err != nil}
+	return outcome{result: result, layer: metrics.LayerOrigin, abort: err != nil}
 }
 
 // serveUnsafe forwards methods other than GET and HEAD (a POST whose

@@ -63,7 +63,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	respTime := p.now()
 	if err != nil {
 		p.originFailed(w, r, wd, err)
-		return outcome{metrics.ResultError, failedLayer(err), false}
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false}
 	}
 	defer resp.Body.Close()
 	httpcache.AddDate(resp.Header, respTime) // as for a fill (RFC 9110 §6.6.1)
@@ -86,9 +86,9 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	if !d.Store || resp.ContentLength > limit || isEventStream(resp.Header) {
 		if err := p.stream(w, body); err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{metrics.ResultBypass, metrics.LayerOrigin, true}
+			return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: true}
 		}
-		return outcome{metrics.ResultBypass, metrics.LayerOrigin, false}
+		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false}
 	}
 	// Watched from here on, after this request's own invalidation: a purge
 	// of the URI or of one of the answer's tags while its body arrives
@@ -99,10 +99,10 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	data, held, complete, err := p.tee(w, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
-		return outcome{metrics.ResultBypass, metrics.LayerOrigin, true}
+		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: true}
 	}
 	if !complete {
-		return outcome{metrics.ResultBypass, metrics.LayerOrigin, false}
+		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false}
 	}
 	wd.stop()
 	e := &entry.Entry{
@@ -130,7 +130,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 			_ = http.NewResponseController(w).Flush()
 		}
 	}
-	return outcome{metrics.ResultBypass, metrics.LayerOrigin, false}
+	return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false}
 }
 
 // sentAsFill reports whether a request with header h sent the origin only

@@ -274,12 +274,69 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// outcome is what happened to one request, for metrics.
+// outcome is what happened to one request: the handler fills it once per
+// request, and metrics, Cache-Status and the access log read it.
 type outcome struct {
+	// result and layer are the metrics' labels (metrics.Result*,
+	// metrics.Layer*).
 	result, layer string
 	// abort: the origin broke off mid-body; the client must see a broken
 	// response rather than a complete-looking short one.
 	abort bool
+	// fwd says why the request went to the origin (RFC 9211 §2.2);
+	// fwdNone for a response served from the cache without asking.
+	fwd fwdKind
+	// stored: the origin's response was (to be) stored.
+	stored bool
+	// rule is the name of the rule the request matched (the default
+	// rule's name when none did).
+	rule string
+	// ttl is the remaining freshness of the response served from the
+	// cache (negative when stale); hasTTL says it is set.
+	ttl    time.Duration
+	hasTTL bool
+	// originTime is how long the origin took to send its response
+	// header, 0 when it was not asked.
+	originTime time.Duration
+	// notStored is why the origin's response was not stored (a short
+	// token such as "no-store"; see notStoredReason), "" when it was
+	// stored or not asked.
+	notStored string
+}
+
+// fwdKind is the fwd parameter of Cache-Status (RFC 9211 §2.2).
+type fwdKind uint8
+
+const (
+	fwdNone     fwdKind = iota // served from the cache
+	fwdBypass                  // a rule or the request's shape bypasses the cache
+	fwdMethod                  // the method is not cacheable
+	fwdURIMiss                 // nothing stored for the URI
+	fwdVaryMiss                // stored variants, none for this request
+	fwdMiss                    // only a hit-for-miss marker stored
+	fwdRequest                 // the request's directives forbade a stored response
+	fwdStale                   // the stored response was stale
+)
+
+// String is the parameter's token value.
+func (k fwdKind) String() string {
+	switch k {
+	case fwdBypass:
+		return "bypass"
+	case fwdMethod:
+		return "method"
+	case fwdURIMiss:
+		return "uri-miss"
+	case fwdVaryMiss:
+		return "vary-miss"
+	case fwdMiss:
+		return "miss"
+	case fwdRequest:
+		return "request"
+	case fwdStale:
+		return "stale"
+	}
+	return ""
 }
 
 // maxRefreshes bounds the stale-while-revalidate refreshes one proxy runs

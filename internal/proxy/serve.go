@@ -135,10 +135,10 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		switch use {
 		case httpcache.UseFresh:
 			p.serveEntry(w, r, f.e, age, pick(f.layer, xHitL1, xHitL2), body)
-			return outcome{metrics.ResultHit, f.layer, false}
+			return outcome{result: metrics.ResultHit, layer: f.layer, abort: false}
 		case httpcache.UseStale:
 			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
-			return outcome{metrics.ResultStale, f.layer, false}
+			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false}
 		case httpcache.UseStaleRevalidate:
 			// The slot is taken before the call is built: under a herd
 			// most stale hits find every slot taken, and building a call
@@ -149,17 +149,17 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 				p.m.RefreshesDeferred.Inc()
 			}
 			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
-			return outcome{metrics.ResultStale, f.layer, false}
+			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false}
 		}
 	}
 	if r.Context().Err() != nil {
 		// The client left (perhaps while L2 was being asked): nobody to
 		// fetch for.
-		return outcome{metrics.ResultError, metrics.LayerNone, false}
+		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false}
 	}
 	if rcc.OnlyIfCached {
 		http.Error(w, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
-		return outcome{metrics.ResultMiss, metrics.LayerNone, false}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerNone, abort: false}
 	}
 	if r.Method == http.MethodHead && f.ok && updatesFromHead(cfg, r, rcc) {
 		// The HEAD's answer may update the stored GET response (head.go).
