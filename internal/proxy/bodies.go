@@ -57,7 +57,7 @@ func (p *Proxy) openBody(r *http.Request, key string, e *entry.Entry) (body *bod
 // serveFile writes the body of a file-backed entry, whose header is in
 // w.Header() already: the whole body or a single range, copied from the
 // file into w so that net/http sends it with sendfile. HEAD needs no file.
-func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry, body *bodystore.Body) {
+func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry, body *bodystore.Body) sent {
 	h := w.Header()
 	size := e.File.Size
 	status, off, n := e.Status, int64(0), size
@@ -75,12 +75,12 @@ func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry
 	}
 	if !bodyAllowed(status) {
 		w.WriteHeader(status)
-		return
+		return sent{status: status}
 	}
 	h["Content-Length"] = []string{strconv.FormatInt(n, 10)}
 	if r.Method == http.MethodHead || n == 0 {
 		w.WriteHeader(status)
-		return
+		return sent{status: status}
 	}
 	if body == nil {
 		// openBody opens the file of every GET that needs a body; not
@@ -104,12 +104,14 @@ func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry
 	}
 	// io.Copy finds w's ReadFrom (net/http's response), which hands the
 	// *io.LimitedReader over the file to the connection's: sendfile.
-	if _, err := io.Copy(w, body.Section(off, n)); err != nil && r.Context().Err() == nil {
+	written, err := io.Copy(w, body.Section(off, n))
+	if err != nil && r.Context().Err() == nil {
 		p.log.Debug("serving a body file failed", "path", r.URL.Path, "err", err)
 	}
 	if more {
 		connguard.Push(r.Context())
 	}
+	return sent{status: status, bytes: written}
 }
 
 // writeEntryHeader fills h with what serveEntry sends for e: the stored

@@ -207,6 +207,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	} else {
 		w.WriteHeader(resp.StatusCode)
 	}
+	status := resp.StatusCode
+	if bodyW == nil && !c.background {
+		status = http.StatusNotModified
+	}
 
 	if !d.Store {
 		finish(shared{})
@@ -216,13 +220,14 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			p.uncacheable(ctx, c, r, resp.StatusCode)
 		}
 		if bodyW == nil {
-			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: status}}
 		}
-		if err := p.stream(bodyW, body); err != nil {
+		n, err := p.streamN(bodyW, body)
+		if err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true, sent: sent{status, n}}
 		}
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 	}
 
 	// Stored fills are bound as a whole; past the bound the fill gives up
@@ -278,7 +283,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			_ = http.NewResponseController(bodyW).Flush()
 		}
 	}
-	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+	sn := sent{status: status}
+	if bodyW != nil && r.Method != http.MethodHead {
+		sn.bytes = int64(len(data))
+	}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sn}
 }
 
 // keep stores the complete response e of c's fill where pl says and

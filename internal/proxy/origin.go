@@ -294,6 +294,13 @@ func copyHeader(dst, src http.Header) {
 // read, so the first byte goes out before the origin has finished. It
 // returns the first read error other than EOF.
 func (p *Proxy) stream(w http.ResponseWriter, body io.Reader) error {
+	_, err := p.streamN(w, body)
+	return err
+}
+
+// streamN is stream that also says how many bytes reached w.
+func (p *Proxy) streamN(w http.ResponseWriter, body io.Reader) (int64, error) {
+	var total int64
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
@@ -301,16 +308,18 @@ func (p *Proxy) stream(w http.ResponseWriter, body io.Reader) error {
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return nil // the client left; nothing more to do
+			k, werr := w.Write(buf[:n])
+			total += int64(k)
+			if werr != nil {
+				return total, nil // the client left; nothing more to do
 			}
 			_ = rc.Flush()
 		}
 		if err == io.EOF {
-			return nil
+			return total, nil
 		}
 		if err != nil {
-			return err
+			return total, err
 		}
 	}
 }

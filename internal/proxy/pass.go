@@ -40,10 +40,11 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 		p.invalidateAfter(r, resp)
 	}
 	w.WriteHeader(resp.StatusCode)
-	if err = p.stream(w, body); err != nil {
+	n, err := p.streamN(w, body)
+	if err != nil {
 		p.bodyFailed(r, wd, err)
 	}
-	return outcome{result: result, layer: metrics.LayerOrigin, abort: err != nil}
+	return outcome{result: result, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{resp.StatusCode, n}}
 }
 
 // serveUnsafe forwards methods other than GET and HEAD (a POST whose

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/tiercache/tiercache/internal/accesslog"
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
@@ -95,6 +96,10 @@ type Options struct {
 	// keeps every stored body inline, and bodies above the L1 entry limit
 	// pass through uncached. The Proxy uses it but does not own it.
 	Bodies *bodystore.Store
+	// AccessLog, when set, gets one line per request the Proxy answers
+	// (upgraded connections and refused requests aside); the Proxy uses
+	// it but does not own it.
+	AccessLog *accesslog.Logger
 	// Upgrades tunnels protocol-switching requests (WebSocket); default:
 	// one of the Proxy's own, closed by Close, to which ServeHTTP hands
 	// them. A caller that passes its own (a sidecar shares one across
@@ -120,6 +125,7 @@ type Proxy struct {
 	now      func() time.Time
 	up       *Upgrades
 	ownsUp   bool
+	alog     *accesslog.Logger
 
 	flights flightGroup
 	// refreshes bounds the background refreshes in flight.
@@ -166,6 +172,7 @@ func New(o Options) (*Proxy, error) {
 		log:      o.Logger,
 		rt:       o.Transport,
 		now:      o.Now,
+		alog:     o.AccessLog,
 	}
 	if p.m == nil {
 		m, err := metrics.New(prometheus.NewRegistry(), nil)
@@ -268,7 +275,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		out = p.serveUnsafe(w, r, cfg)
 	}
-	p.m.Request(out.result, out.layer, time.Since(start).Seconds())
+	end := time.Now()
+	elapsed := end.Sub(start)
+	p.m.Request(out.result, out.layer, elapsed.Seconds())
+	if p.alog != nil {
+		p.logAccess(r, cfg, &out, end, elapsed)
+	}
 	if out.abort {
 		panic(http.ErrAbortHandler)
 	}
@@ -298,10 +310,35 @@ type outcome struct {
 	// originTime is how long the origin took to send its response
 	// header, 0 when it was not asked.
 	originTime time.Duration
+	// sent is the status and body bytes written to the client, where the
+	// path that wrote them reports it (hits, stale answers, passes,
+	// misses streamed from the origin); zero elsewhere.
+	sent sent
 	// notStored is why the origin's response was not stored (a short
 	// token such as "no-store"; see notStoredReason), "" when it was
 	// stored or not asked.
 	notStored string
+}
+
+// logAccess hands the request's outcome to the access log. The entry
+// lives on the stack: the log copies what it keeps.
+func (p *Proxy) logAccess(r *http.Request, cfg *tierconfig.Compiled, out *outcome, end time.Time, elapsed time.Duration) {
+	e := accesslog.Entry{
+		End: end, Duration: elapsed,
+		Status: out.sent.status, Bytes: out.sent.bytes,
+		Result: out.result, Layer: out.layer, Rule: out.rule,
+		OriginTime: out.originTime,
+	}
+	p.alog.Log(r, cfg, &e)
+}
+
+// sent is what a response put on the wire, for the access log: its status
+// and the body bytes written (known from what was handed to the
+// ResponseWriter, which is not wrapped: that would hide the connection's
+// ReadFrom, sendfile).
+type sent struct {
+	status int
+	bytes  int64
 }
 
 // fwdKind is the fwd parameter of Cache-Status (RFC 9211 §2.2).

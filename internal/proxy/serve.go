@@ -134,11 +134,11 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		use, age := httpcache.Evaluate(stored(f.e), rcc, p.now())
 		switch use {
 		case httpcache.UseFresh:
-			p.serveEntry(w, r, f.e, age, pick(f.layer, xHitL1, xHitL2), body)
-			return outcome{result: metrics.ResultHit, layer: f.layer, abort: false}
+			sn := p.serveEntry(w, r, f.e, age, pick(f.layer, xHitL1, xHitL2), body)
+			return outcome{result: metrics.ResultHit, layer: f.layer, abort: false, sent: sn}
 		case httpcache.UseStale:
-			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
-			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false}
+			sn := p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
+			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false, sent: sn}
 		case httpcache.UseStaleRevalidate:
 			// The slot is taken before the call is built: under a herd
 			// most stale hits find every slot taken, and building a call
@@ -148,8 +148,8 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 			} else {
 				p.m.RefreshesDeferred.Inc()
 			}
-			p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
-			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false}
+			sn := p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
+			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false, sent: sn}
 		}
 	}
 	if r.Context().Err() != nil {
@@ -273,7 +273,7 @@ func (w withoutCacheControl) Values(name string) []string {
 // and single-range requests from it. e is not modified. A file-backed
 // entry's body is read from file, opened by openBody (nil when the request
 // needs no body).
-func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string, file *bodystore.Body) {
+func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string, file *bodystore.Body) sent {
 	h := w.Header()
 	s := newHeaderScratch(len(e.Header))
 	for i := range e.Header {
@@ -291,11 +291,10 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 			delete(h, k)
 		}
 		w.WriteHeader(http.StatusNotModified)
-		return
+		return sent{status: http.StatusNotModified}
 	}
 	if e.File != nil {
-		p.serveFile(w, r, e, file)
-		return
+		return p.serveFile(w, r, e, file)
 	}
 	status, body := e.Status, e.Body
 	if e.Status == http.StatusOK && r.Method == http.MethodGet && len(r.Header["Range"]) > 0 {
@@ -316,8 +315,10 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 	}
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead && bodyAllowed(status) {
-		_, _ = w.Write(body)
+		n, _ := w.Write(body)
+		return sent{status: status, bytes: int64(n)}
 	}
+	return sent{status: status}
 }
 
 // headerScratch holds the values of one served response's header fields,
