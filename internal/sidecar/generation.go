@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/accesslog"
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
@@ -92,6 +93,9 @@ type dataPlane struct {
 	// soft owns the Go soft memory limit with --memory-limit auto (nil
 	// otherwise).
 	soft *softLimit
+
+	// alog is the access log, shared by every generation.
+	alog *accesslog.Logger
 
 	// up tunnels upgraded connections (WebSocket) for every generation:
 	// they use no cache, so a rebuild leaves them open; RunWith closes
@@ -263,6 +267,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		Transport:   dp.rt,
 		Upgrades:    dp.up,
 		Bodies:      dp.bodies,
+		AccessLog:   dp.alog,
 	}
 	if g.client != nil {
 		g.purger.SetAuth(invalidate.Auth{

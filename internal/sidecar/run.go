@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tiercache/tiercache/internal/accesslog"
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/controlplane"
@@ -82,6 +83,10 @@ type Options struct {
 	BodyDirSize int64
 	// AdminPprof serves net/http/pprof's profiles on the admin port.
 	AdminPprof bool
+	// AccessLog is the access log's default (--access-log,
+	// --access-log-sample-percent, --access-log-exclude): what applies
+	// where the tier's accessLog says nothing.
+	AccessLog accesslog.Defaults
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -122,6 +127,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	bodyDirSize := fs.String("body-dir-size", "", "budget of --body-dir, a size such as 2Gi; 0 or empty = 90% of the directory's free space at start")
 	fs.BoolVar(&o.AdminPprof, "admin-pprof", false, "serve Go profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on the admin port; off by default")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize + 48Mi, or the live heap + 64Mi once the live heap comes within 32Mi of that; unless GOMEMLIMIT is set)")
+	fs.BoolVar(&o.AccessLog.Enabled, "access-log", true, "write one JSON line per request to stdout (the tier's accessLog.enabled wins when set)")
+	fs.IntVar(&o.AccessLog.SamplePercent, "access-log-sample-percent", 100, "log this share of requests, 1-100; 5xx answers are always logged (the tier's accessLog.samplePercent wins when set)")
+	accessExclude := fs.String("access-log-exclude", "", "comma-separated paths never logged, exact or a prefix ending in * (the tier's accessLog.excludePaths wins when set)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -147,6 +155,14 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	if o.Upstream == "" {
 		return o, errors.New("--upstream is required (or TIERCACHE_UPSTREAM)")
+	}
+	if *accessExclude != "" {
+		for _, p := range strings.Split(*accessExclude, ",") {
+			o.AccessLog.ExcludePaths = append(o.AccessLog.ExcludePaths, strings.TrimSpace(p))
+		}
+	}
+	if err := o.AccessLog.Validate(); err != nil {
+		return o, err
 	}
 	size, err := parseBodyDirSize(*bodyDirSize)
 	if err != nil {
@@ -222,7 +238,7 @@ func envName(flag string) string {
 
 // Run runs the sidecar until ctx ends, then drains and returns.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return RunWith(ctx, args, os.Getenv, stderr, nil)
+	return runWith(ctx, args, os.Getenv, stdout, stderr, nil)
 }
 
 // Addrs are the addresses a running sidecar listens on.
@@ -231,7 +247,13 @@ type Addrs struct{ Serve, Admin string }
 // RunWith is Run with the environment and a readiness callback injected.
 // ready, when not nil, is called with the bound serving and admin
 // addresses once both listen (tests use it with ":0" addresses).
+// The access log goes to stderr with the other lines (Run sends it to
+// stdout).
 func RunWith(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready func(Addrs)) error {
+	return runWith(ctx, args, getenv, stderr, stderr, ready)
+}
+
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready func(Addrs)) error {
 	o, err := ParseArgs(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -338,6 +360,15 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		dp.m.InvalidationsRejected.WithLabelValues(r)
 	}
 	dp.setVersion(version)
+	// The access log outlives the data plane's generations; it is closed
+	// (its last lines written) once requests have drained.
+	if dp.alog, err = accesslog.New(accesslog.Options{
+		Writer: stdout, Defaults: o.AccessLog, Registerer: reg,
+		ErrorLog: func(err error) { log.Warn("writing the access log failed; lines are dropped", "err", err) },
+	}); err != nil {
+		return err
+	}
+	defer func() { _ = dp.alog.Close(context.WithoutCancel(ctx)) }()
 	var recovered []bodystore.Recovered
 	if o.BodyDir != "" {
 		// Every file is verified (its CRC too) before the sidecar serves,
@@ -480,6 +511,9 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		runErr = errors.Join(runErr, err)
 	}
 	if err := dp.close(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	if err := dp.alog.Close(sctx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
 	return runErr
