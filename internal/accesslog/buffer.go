@@ -21,6 +21,7 @@ import (
 // full.
 type buffer struct {
 	mu      sync.Mutex
+	size    int // of each half: cur, and run's spare
 	cur     []byte
 	lines   int // in cur
 	dropped prometheus.Counter
@@ -29,7 +30,7 @@ type buffer struct {
 }
 
 func newBuffer(size int, dropped prometheus.Counter) *buffer {
-	return &buffer{cur: make([]byte, 0, size), dropped: dropped, kick: make(chan struct{}, 1)}
+	return &buffer{size: size, cur: make([]byte, 0, size), dropped: dropped, kick: make(chan struct{}, 1)}
 }
 
 // add copies line into the buffer, or drops it when it does not fit.
@@ -65,7 +66,7 @@ func (b *buffer) swap(spare []byte) ([]byte, int) {
 // when ctx ends, then returns. Lines whose write fails are counted as
 // dropped; errLog hears of the first failure of a run of them.
 func (b *buffer) run(ctx context.Context, w io.Writer, tick <-chan time.Time, errLog func(error)) {
-	spare := make([]byte, 0, cap(b.cur))
+	spare := make([]byte, 0, b.size)
 	failing := false
 	flush := func() {
 		out, n := b.swap(spare)

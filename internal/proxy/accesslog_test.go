@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -119,6 +120,29 @@ func TestAccessLogLines(t *testing.T) {
 	for _, secret := range []string{"s3cret", "authsecret", "cookiesecret"} {
 		if strings.Contains(all, secret) {
 			t.Errorf("the access log holds the secret %q:\n%s", secret, all)
+		}
+	}
+}
+
+// BenchmarkServeHTTPHitAccessLog is BenchmarkServeHTTPHit with the access
+// log on (every request logged, lines written to io.Discard).
+func BenchmarkServeHTTPHitAccessLog(b *testing.B) {
+	f, req := benchFixture(b)
+	lg, err := accesslog.New(accesslog.Options{Writer: io.Discard, Defaults: accesslog.DefaultDefaults(), FlushInterval: time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = lg.Close(context.Background()) }()
+	f.px.alog = lg
+	w := &benchWriter{h: make(http.Header, 16)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		clear(w.h)
+		w.status, w.n = 0, 0
+		f.px.ServeHTTP(w, req)
+		if w.status != 200 || w.n != 1024 {
+			b.Fatalf("status %d, %d bytes", w.status, w.n)
 		}
 	}
 }
