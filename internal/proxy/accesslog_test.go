@@ -89,6 +89,7 @@ func TestAccessLogLines(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 
+	f.srv.Close() // waits for every handler, and so every line
 	lines := logLines(t, lg, out)
 	want := []struct{ path, result, layer string }{
 		{"/a", "miss", "origin"},

@@ -81,15 +81,14 @@ type failedBody interface{ failed() *clientBodyError }
 // the client is already gone (it closed mid-body) the answer goes nowhere,
 // which is fine. Logged at debug: a client's mistake is no operator's
 // alarm.
-func (p *Proxy) answerClientBody(w http.ResponseWriter, r *http.Request, ce *clientBodyError) {
+func (p *Proxy) answerClientBody(w http.ResponseWriter, r *http.Request, ce *clientBodyError) sent {
 	p.log.Debug("request body unreadable", "method", r.Method, "path", r.URL.Path, "err", ce.err)
 	w.Header()["Connection"] = []string{"close"}
 	if mbe, ok := errors.AsType[*http.MaxBytesError](ce); ok {
-		http.Error(w, "request body larger than "+strconv.FormatInt(mbe.Limit, 10)+" bytes",
+		return errorAnswer(w, r, "request body larger than "+strconv.FormatInt(mbe.Limit, 10)+" bytes",
 			http.StatusRequestEntityTooLarge)
-		return
 	}
-	http.Error(w, ce.Error(), http.StatusBadRequest)
+	return errorAnswer(w, r, ce.Error(), http.StatusBadRequest)
 }
 
 // failedLayer is the requests_total layer of a request whose origin round

@@ -115,8 +115,8 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			return p.serveStale(w, r, c)
 		}
 		finish(shared{})
-		p.originFailed(w, r, wd, err)
-		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false}
+		sn := p.originFailed(w, r, wd, err)
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer func() {
 		if !detached {
@@ -159,8 +159,8 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 				defer body.Close()
 			}
 		}
-		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, body)
-		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}
+		sn := p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, body)
+		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false, sent: sn}
 	}
 
 	exchange := httpcache.Exchange{
@@ -253,9 +253,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if p.bodies != nil && (resp.ContentLength < 0 || resp.ContentLength > fileAbove) {
 		var out outcome
 		out, detached = p.fillFile(ctx, bodyW, r, c, f, e, resp, body, wd, watch, fileAbove, storeMax)
+		out.sent.status = status // fillFile counts the bytes
 		return out
 	}
-	data, held, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
+	data, held, n, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.
 		wd.stopStoring()
@@ -265,10 +266,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
 		finish(shared{})
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil, sent: sent{status, n}}
 	}
 	if !complete {
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 	}
 	wd.stop()
 	e.Body = data
@@ -279,15 +280,13 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	// Stored and handed to the waiters: now the client may have its
 	// final bytes, and whatever it asks next finds the entry.
 	if len(held) > 0 {
-		if _, err := bodyW.Write(held); err == nil {
+		k, err := bodyW.Write(held)
+		n += int64(k)
+		if err == nil {
 			_ = http.NewResponseController(bodyW).Flush()
 		}
 	}
-	sn := sent{status: status}
-	if bodyW != nil && r.Method != http.MethodHead {
-		sn.bytes = int64(len(data))
-	}
-	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sn}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 }
 
 // keep stores the complete response e of c's fill where pl says and
@@ -513,15 +512,15 @@ func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call) outc
 	body, ok := c.body, true
 	if body == nil {
 		if body, ok = p.openBody(r, c.key, c.stale); !ok {
-			p.originError(w, r, errStaleBodyGone)
-			return outcome{result: metrics.ResultError, layer: metrics.LayerOrigin, abort: false}
+			sn := p.originError(w, r, errStaleBodyGone)
+			return outcome{result: metrics.ResultError, layer: metrics.LayerOrigin, abort: false, sent: sn}
 		}
 		if body != nil {
 			defer body.Close()
 		}
 	}
-	p.serveEntry(w, r, c.stale, httpcache.CurrentAge(stored(c.stale), p.now()), pick(c.layer, xStaleL1, xStaleL2), body)
-	return outcome{result: metrics.ResultStale, layer: c.layer, abort: false}
+	sn := p.serveEntry(w, r, c.stale, httpcache.CurrentAge(stored(c.stale), p.now()), pick(c.layer, xStaleL1, xStaleL2), body)
+	return outcome{result: metrics.ResultStale, layer: c.layer, abort: false, sent: sn}
 }
 
 // errStaleBodyGone: the origin failed and the stored response that could
@@ -533,7 +532,8 @@ var errStaleBodyGone = errors.New("origin failed and the stored response's body 
 // collecting; once late is set it stops collecting too. It keeps reading
 // after the client has gone for as long as it is collecting, since the
 // fill serves everyone; with nobody left to serve it stops. complete is
-// true when the whole body was collected.
+// true when the whole body was collected; written counts the bytes that
+// reached w (held is not written).
 //
 // A client that knows the body's length (hint, its Content-Length) has
 // the whole response with its final byte, and may ask again at once: so
@@ -542,7 +542,7 @@ var errStaleBodyGone = errors.New("origin failed and the stored response's body 
 // and handed to the flight's waiters (read your own fill). A body of
 // unknown length ends for the client only when the handler returns, which
 // is after that anyway.
-func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, late *atomic.Bool, overflow func()) (data, held []byte, complete bool, err error) {
+func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, late *atomic.Bool, overflow func()) (data, held []byte, written int64, complete bool, err error) {
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
@@ -558,7 +558,9 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, la
 		if w == nil {
 			return
 		}
-		if _, werr := w.Write(b); werr != nil {
+		k, werr := w.Write(b)
+		written += int64(k)
+		if werr != nil {
 			w = nil
 		} else {
 			_ = rc.Flush()
@@ -591,16 +593,16 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, la
 			}
 		}
 		if w == nil && !collect {
-			return nil, nil, false, nil
+			return nil, nil, written, false, nil
 		}
 		if rerr == io.EOF {
 			if data == nil && collect {
 				data = []byte{}
 			}
-			return data, held, collect, nil
+			return data, held, written, collect, nil
 		}
 		if rerr != nil {
-			return nil, nil, false, rerr
+			return nil, nil, written, false, rerr
 		}
 	}
 }

@@ -144,10 +144,13 @@ func (fd *feed) next(pos int64, foDone bool) (mem []byte, fo *bodystore.Follower
 // sendfile, when the length is known; chunked, piece by piece, when it is
 // not), then, should the fill have stopped storing, the rest straight
 // from the origin. A response that cannot be completed is broken off.
+// The outcome counts the body bytes sent (its status is the caller's).
 func (p *Proxy) serveFeed(w http.ResponseWriter, r *http.Request, fd *feed, chunked bool) outcome {
 	defer fd.leave()
 	out := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
-	broken := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
+	broken := func(sentBytes int64) outcome {
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true, sent: sent{bytes: sentBytes}}
+	}
 	rc := http.NewResponseController(w)
 	var pos, foPos int64 // bytes sent, and read from fo
 	foDone := false
@@ -155,11 +158,12 @@ func (p *Proxy) serveFeed(w http.ResponseWriter, r *http.Request, fd *feed, chun
 		mem, fo, t := fd.next(pos, foDone)
 		switch {
 		case mem != nil:
-			if _, err := w.Write(mem); err != nil {
-				return broken
+			k, err := w.Write(mem)
+			pos += int64(k)
+			if err != nil {
+				return broken(pos)
 			}
 			_ = rc.Flush()
-			pos += int64(len(mem))
 		case fo != nil:
 			if foPos < pos {
 				// Sent from memory already.
@@ -175,11 +179,12 @@ func (p *Proxy) serveFeed(w http.ResponseWriter, r *http.Request, fd *feed, chun
 			foPos += n
 			switch {
 			case err == nil:
+				out.sent.bytes = pos
 				return out // the file is committed and all sent
 			case errors.Is(err, bodystore.ErrAborted):
 				foDone = true // the fill stopped storing: see how it ends
 			default:
-				return broken // the client left, or the file was cut under us
+				return broken(pos) // the client left, or the file was cut under us
 			}
 		default:
 			return p.serveRest(w, r, t, pos)
@@ -224,28 +229,30 @@ func (p *Proxy) sendFollower(w http.ResponseWriter, fo *bodystore.Follower, chun
 // serveRest sends the end of a body t describes to a client that has
 // been sent pos bytes.
 func (p *Proxy) serveRest(w http.ResponseWriter, r *http.Request, t *rest, pos int64) outcome {
-	out := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
-	broken := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
+	end := func(abort bool) outcome {
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: abort, sent: sent{bytes: pos}}
+	}
 	skip := pos - t.from
 	if skip < 0 || skip > int64(len(t.buf)) {
 		// The client is short of bytes that nothing holds any more: a
 		// bug, and a short response must not look complete.
 		p.log.Error("a fill's client cannot be sent the rest of its body", "path", r.URL.Path, "sent", pos, "from", t.from)
-		return broken
+		return end(true)
 	}
 	if b := t.buf[skip:]; len(b) > 0 {
-		if _, err := w.Write(b); err != nil {
-			return broken
+		k, err := w.Write(b)
+		pos += int64(k)
+		if err != nil {
+			return end(true)
 		}
 	}
 	if t.src != nil {
-		if err := p.stream(w, t.src); err != nil {
+		n, err := p.streamN(w, t.src)
+		pos += n
+		if err != nil {
 			p.bodyFailed(r, t.wd, err)
-			return broken
+			return end(true)
 		}
 	}
-	if t.err != nil {
-		return broken
-	}
-	return out
+	return end(t.err != nil)
 }

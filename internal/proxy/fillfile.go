@@ -65,11 +65,11 @@ func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Req
 		if w == nil {
 			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, false
 		}
-		if err := p.stream(w, body); err != nil {
+		n, err := p.streamN(w, body)
+		if err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}, false
 		}
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, false
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{bytes: n}}, false
 	}
 	if w == nil {
 		return ff.run(), false

@@ -187,7 +187,7 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 	x := pick(got.layer, xHitL1, xHitL2)
 	out := outcome{result: metrics.ResultHit, layer: got.layer, abort: false}
 	p.flights.finish(c.key, f, shared{e: detach(got.e), xcache: x, out: out})
-	p.serveEntry(w, r, got.e, age, x, body)
+	out.sent = p.serveEntry(w, r, got.e, age, x, body)
 	return out, true
 }
 
@@ -266,7 +266,7 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	case <-timer.C:
 		return p.fill(w, r, c, nil)
 	case <-r.Context().Done():
-		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false}
+		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false, sent: sent{status: statusClientGone}}
 	}
 	res := f.res
 	if res.overtaken && !c.rejoined {
@@ -284,8 +284,9 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if body != nil {
 		defer body.Close()
 	}
-	p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), res.xcache, body)
-	return res.out
+	out := res.out // the leader's; what went out is this waiter's own
+	out.sent = p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), res.xcache, body)
+	return out
 }
 
 // follow serves a waiter from the response its leader is writing to a
@@ -301,12 +302,14 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 	out := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	if httpcache.NotModified(r.Header, l.e.Status, l.e) {
 		notModified(w)
+		out.sent = sent{status: http.StatusNotModified}
 		return out
 	}
 	if l.size >= 0 && bodyAllowed(l.e.Status) {
 		h["Content-Length"] = []string{strconv.FormatInt(l.size, 10)}
 	}
 	w.WriteHeader(l.e.Status)
+	out.sent = sent{status: l.e.Status}
 	if !bodyAllowed(l.e.Status) {
 		return out
 	}
@@ -317,11 +320,11 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 		// The follower hands each grown piece of the file to w's ReadFrom:
 		// sendfile. An error is the fill's or the client's; either way the
 		// response is broken off.
-		_, err = io.Copy(w, body)
+		out.sent.bytes, err = io.Copy(w, body)
 	} else {
 		// Chunked: read and flush piece by piece, so that nothing waits
 		// in net/http's buffers while the fill does.
-		err = p.stream(w, body)
+		out.sent.bytes, err = p.streamN(w, body)
 	}
 	if err != nil {
 		out.abort = true

@@ -58,8 +58,8 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
 			return p.serveStale(w, r, c)
 		}
-		p.originFailed(w, r, wd, err)
-		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false}
+		sn := p.originFailed(w, r, wd, err)
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer resp.Body.Close()
 	wd.stop()
@@ -71,8 +71,8 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	switch httpcache.EffectOfHead(c.stale.Status, c.stale, storedLength(c.stale), resp.StatusCode, resp.Header) {
 	case httpcache.HeadUpdates:
 		e := p.headUpdated(ctx, c, resp.Header, reqTime, respTime, watch)
-		p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, nil)
-		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}
+		sn := p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, nil)
+		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false, sent: sn}
 	case httpcache.HeadInvalidates:
 		// Removed only while it is still the response this HEAD was
 		// compared with: a fill may have stored a newer one meanwhile.
@@ -88,7 +88,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	stripTargeted(h, c.cfg.StripTargeted)
 	h["X-Cache"] = xMiss
 	w.WriteHeader(resp.StatusCode)
-	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: resp.StatusCode}}
 }
 
 // headUpdated merges the HEAD's header fields into c's stored response

@@ -233,10 +233,9 @@ func (p *Proxy) roundTrip(out *http.Request, w http.ResponseWriter) (*http.Respo
 
 // originError answers a client when the origin could not be reached: 504
 // for a timeout, 502 otherwise; or 4xx when the client's body was at fault.
-func (p *Proxy) originError(w http.ResponseWriter, r *http.Request, err error) {
+func (p *Proxy) originError(w http.ResponseWriter, r *http.Request, err error) sent {
 	if ce, ok := errors.AsType[*clientBodyError](err); ok {
-		p.answerClientBody(w, r, ce)
-		return
+		return p.answerClientBody(w, r, ce)
 	}
 	status := http.StatusBadGateway
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
@@ -247,7 +246,17 @@ func (p *Proxy) originError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	h := w.Header()
 	h["X-Cache"] = xMiss
-	http.Error(w, http.StatusText(status)+": origin unavailable", status)
+	return errorAnswer(w, r, http.StatusText(status)+": origin unavailable", status)
+}
+
+// errorAnswer writes http.Error's answer and says what went out: msg and
+// its newline, no body for HEAD.
+func errorAnswer(w http.ResponseWriter, r *http.Request, msg string, status int) sent {
+	http.Error(w, msg, status)
+	if r.Method == http.MethodHead {
+		return sent{status: status}
+	}
+	return sent{status: status, bytes: int64(len(msg)) + 1}
 }
 
 // unreachable reports whether err (after watchdog.reason) means the origin

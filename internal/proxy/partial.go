@@ -98,8 +98,8 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 		if use == httpcache.UseStale {
 			res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
 		}
-		p.servePart(w, r, e, age, want, ranged, unsatisfiable, x)
-		return outcome{result: res, layer: f.layer, abort: false}, true, nil
+		sn := p.servePart(w, r, e, age, want, ranged, unsatisfiable, x)
+		return outcome{result: res, layer: f.layer, abort: false, sent: sn}, true, nil
 	}
 	if p.cluster != nil {
 		full := new(entry.Entry)
@@ -147,23 +147,25 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 // conditional's 304 with its header, a 416 for a range past its length,
 // or the bytes want, which e holds (206 when ranged, else 200).
 func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, want httpcache.ByteRange,
-	ranged, unsatisfiable bool, xcache []string) {
+	ranged, unsatisfiable bool, xcache []string) sent {
 	h := w.Header()
 	writeEntryHeader(h, e, httpcache.AgeHeader(age), xcache)
 	stripTargeted(h, p.cfg.Load().StripTargeted)
 	if httpcache.NotModified(r.Header, http.StatusOK, e) {
 		notModified(w)
-		return
+		return sent{status: http.StatusNotModified}
 	}
 	length := e.Partial.Length
 	switch {
 	case r.Method == http.MethodHead:
 		h["Content-Length"] = []string{strconv.FormatInt(length, 10)}
 		w.WriteHeader(http.StatusOK)
+		return sent{status: http.StatusOK}
 	case unsatisfiable:
 		h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(length, 10)}
 		h["Content-Length"] = []string{"0"}
 		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
+		return sent{status: http.StatusRequestedRangeNotSatisfiable}
 	default:
 		body := partBytes(e, want)
 		status := http.StatusOK
@@ -173,7 +175,8 @@ func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry
 		}
 		h["Content-Length"] = []string{strconv.Itoa(len(body))}
 		w.WriteHeader(status)
-		_, _ = w.Write(body)
+		n, _ := w.Write(body)
+		return sent{status: status, bytes: int64(n)}
 	}
 }
 
@@ -257,20 +260,21 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	bodyW := w
 	if httpcache.NotModified(r.Header, http.StatusOK, merged) {
 		notModified(w)
-		bodyW = nil
+		bodyW, status = nil, http.StatusNotModified
 	} else {
 		w.WriteHeader(status)
 	}
+	var n int64 // body bytes sent
 	span := part.Span
 	if want.Start < span.Start {
-		writeSome(bodyW, partBytes(rg.part, httpcache.ByteRange{Start: want.Start, End: span.Start - 1}))
+		writeSome(bodyW, partBytes(rg.part, httpcache.ByteRange{Start: want.Start, End: span.Start - 1}), &n)
 	}
 	var suffix []byte
 	if want.End > span.End {
 		suffix = partBytes(rg.part, httpcache.ByteRange{Start: max(want.Start, span.End+1), End: want.End})
 	}
 	clip := httpcache.ByteRange{Start: max(want.Start, span.Start), End: min(want.End, span.End)}
-	data, held, exact, err := p.copyPart(bodyW, body, span, clip, collect, len(suffix) == 0, false, &wd.late)
+	data, held, exact, err := p.copyPart(bodyW, body, span, clip, collect, len(suffix) == 0, false, &wd.late, &n)
 	if err != nil || !exact {
 		// The origin broke off, or sent other than the bytes it named:
 		// the client, promised Content-Length, gets a broken response.
@@ -278,7 +282,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 			p.bodyFailed(r, wd, err)
 		}
 		finish(shared{})
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil, sent: sent{status, n}}
 	}
 	wd.stop()
 	if collect && data != nil {
@@ -292,9 +296,9 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	// Stored first, and the shared fetch over: what the client asks once
 	// it has its last byte finds the entry (caching.md "Determinism").
 	c.releaseLease()
-	writeSome(bodyW, held)
-	writeSome(bodyW, suffix)
-	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+	writeSome(bodyW, held, &n)
+	writeSome(bodyW, suffix, &n)
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 }
 
 // forwardedPart relays the origin's answer to a client's own range (a
@@ -305,37 +309,38 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
 	h["X-Cache"] = xMiss
-	bodyW := w
+	bodyW, status := w, resp.StatusCode
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
 		notModified(w)
-		bodyW = nil
+		bodyW, status = nil, http.StatusNotModified
 	} else {
 		w.WriteHeader(resp.StatusCode)
 	}
+	var n int64 // body bytes sent
 	if !collect {
 		if bodyW == nil {
-			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: status}}
 		}
-		if err := p.stream(bodyW, body); err != nil {
+		n, err := p.streamN(bodyW, body)
+		if err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
 		}
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{status, n}}
 	}
 	// The client gets every byte the origin sends, framed as it framed
 	// them; only exactly the bytes Content-Range names are stored.
 	data, held, exact, err := p.copyPart(bodyW, body, pd.Span, httpcache.ByteRange{Start: pd.Span.Start, End: math.MaxInt64},
-		true, true, true, &wd.late)
+		true, true, true, &wd.late, &n)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil, sent: sent{status, n}}
 	}
 	wd.stop()
 	if exact && data != nil {
 		p.keepPart(ctx, c, r, resp.Header, pd, data, watch, reqTime, respTime)
 	}
-	writeSome(bodyW, held)
-	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+	writeSome(bodyW, held, &n)
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 }
 
 // relay sends the origin's answer to a fill of part of a representation
@@ -347,11 +352,11 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *htt
 	stripTargeted(h, c.cfg.StripTargeted)
 	h["X-Cache"] = xMiss
 	w.WriteHeader(resp.StatusCode)
-	if err := p.stream(w, body); err != nil {
+	n, err := p.streamN(w, body)
+	if err != nil {
 		p.bodyFailed(r, wd, err)
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true}
 	}
-	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
+	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{resp.StatusCode, n}}
 }
 
 // copyPart reads the body of a 206 that names span, to its end. The bytes
@@ -365,7 +370,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *htt
 // sent), without it copyPart stops at once (exact false). It keeps
 // reading after w has gone for as long as it collects.
 func (p *Proxy) copyPart(w http.ResponseWriter, body io.Reader, span, clip httpcache.ByteRange, collect, hold, overflow bool,
-	late *atomic.Bool) (data, held []byte, exact bool, err error) {
+	late *atomic.Bool, written *int64) (data, held []byte, exact bool, err error) {
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
@@ -387,7 +392,7 @@ func (p *Proxy) copyPart(w http.ResponseWriter, body io.Reader, span, clip httpc
 					return nil, nil, false, nil
 				}
 				collect, data = false, nil
-				w = writeSome(w, held)
+				w = writeSome(w, held, written)
 				held = nil
 			}
 			if collect {
@@ -398,7 +403,7 @@ func (p *Proxy) copyPart(w http.ResponseWriter, body io.Reader, span, clip httpc
 				if hold && collect && b == last {
 					held = data[int64(len(data))-int64(n)+(a-pos) : int64(len(data))-int64(n)+(b-pos)+1]
 				} else {
-					w = writeSome(w, out)
+					w = writeSome(w, out, written)
 				}
 			}
 			pos = end + 1
@@ -415,13 +420,16 @@ func (p *Proxy) copyPart(w http.ResponseWriter, body io.Reader, span, clip httpc
 	}
 }
 
-// writeSome writes b to w and flushes, and returns w, or nil once a write
-// failed (the client left). A nil w writes nothing.
-func writeSome(w http.ResponseWriter, b []byte) http.ResponseWriter {
+// writeSome writes b to w and flushes, adds what w took to *written, and
+// returns w, or nil once a write failed (the client left). A nil w writes
+// nothing.
+func writeSome(w http.ResponseWriter, b []byte, written *int64) http.ResponseWriter {
 	if w == nil || len(b) == 0 {
 		return w
 	}
-	if _, err := w.Write(b); err != nil {
+	k, err := w.Write(b)
+	*written += int64(k)
+	if err != nil {
 		return nil
 	}
 	_ = http.NewResponseController(w).Flush()

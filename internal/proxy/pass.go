@@ -25,8 +25,8 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	out.Body = wd.sending(out.Body)
 	resp, err := p.roundTrip(out, w)
 	if err != nil {
-		p.originFailed(w, r, wd, err)
-		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false}
+		sn := p.originFailed(w, r, wd, err)
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer resp.Body.Close()
 	body := wd.receiving(resp.Body)

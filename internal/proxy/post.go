@@ -62,8 +62,8 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	resp, err := p.roundTrip(out, w)
 	respTime := p.now()
 	if err != nil {
-		p.originFailed(w, r, wd, err)
-		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false}
+		sn := p.originFailed(w, r, wd, err)
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer resp.Body.Close()
 	httpcache.AddDate(resp.Header, respTime) // as for a fill (RFC 9110 §6.6.1)
@@ -83,12 +83,13 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	}, rule.Policy)
 	limit := int64(cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
 	w.WriteHeader(resp.StatusCode)
+	status := resp.StatusCode
 	if !d.Store || resp.ContentLength > limit || isEventStream(resp.Header) {
-		if err := p.stream(w, body); err != nil {
+		n, err := p.streamN(w, body)
+		if err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: true}
 		}
-		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false}
+		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{status, n}}
 	}
 	// Watched from here on, after this request's own invalidation: a purge
 	// of the URI or of one of the answer's tags while its body arrives
@@ -96,13 +97,13 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	watch := p.inval.Watch(c.host, c.tgt)
 	defer watch.End()
 	wd.storeUntil(start.Add(cfg.Config.Origin.Timeout.Std()), func() {})
-	data, held, complete, err := p.tee(w, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
+	data, held, n, complete, err := p.tee(w, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
-		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: true}
+		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: true, sent: sent{status, n}}
 	}
 	if !complete {
-		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false}
+		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 	}
 	wd.stop()
 	e := &entry.Entry{
@@ -126,11 +127,13 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	// Stored: now the client may have its final bytes, and a GET it sends
 	// next finds the answer (read your own write).
 	if len(held) > 0 {
-		if _, err := w.Write(held); err == nil {
+		k, err := w.Write(held)
+		n += int64(k)
+		if err == nil {
 			_ = http.NewResponseController(w).Flush()
 		}
 	}
-	return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false}
+	return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 }
 
 // sentAsFill reports whether a request with header h sent the origin only

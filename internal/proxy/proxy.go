@@ -256,9 +256,15 @@ func (p *Proxy) Close(ctx context.Context) error {
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if why := unsupported(r); why != "" {
-		p.refuse(w, r, why)
+		sn := p.refuse(w, r, why)
+		if p.alog != nil {
+			out := outcome{result: metrics.ResultError, layer: metrics.LayerNone, sent: sn}
+			p.logAccess(r, p.cfg.Load(), &out, time.Now(), 0)
+		}
 		return
 	}
+	// Upgrades are not in the access log: a tunnel is no request-response
+	// exchange, and it may last for hours (operations.md, Access log).
 	if p.ownsUp && IsUpgrade(r) {
 		p.up.ServeHTTP(w, r)
 		return
@@ -323,9 +329,13 @@ type outcome struct {
 // logAccess hands the request's outcome to the access log. The entry
 // lives on the stack: the log copies what it keeps.
 func (p *Proxy) logAccess(r *http.Request, cfg *tierconfig.Compiled, out *outcome, end time.Time, elapsed time.Duration) {
+	bytes := out.sent.bytes
+	if r.Method == http.MethodHead {
+		bytes = 0 // net/http took whatever was written and sent none of it
+	}
 	e := accesslog.Entry{
 		End: end, Duration: elapsed,
-		Status: out.sent.status, Bytes: out.sent.bytes,
+		Status: out.sent.status, Bytes: bytes,
 		Result: out.result, Layer: out.layer, Rule: out.rule,
 		OriginTime: out.originTime,
 	}
@@ -340,6 +350,10 @@ type sent struct {
 	status int
 	bytes  int64
 }
+
+// clientGone is logged for a request whose client left before anything
+// was written: nginx's 499.
+const statusClientGone = 499
 
 // fwdKind is the fwd parameter of Cache-Status (RFC 9211 §2.2).
 type fwdKind uint8

@@ -155,11 +155,11 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	if r.Context().Err() != nil {
 		// The client left (perhaps while L2 was being asked): nobody to
 		// fetch for.
-		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false}
+		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false, sent: sent{status: statusClientGone}}
 	}
 	if rcc.OnlyIfCached {
-		http.Error(w, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerNone, abort: false}
+		sn := errorAnswer(w, r, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerNone, abort: false, sent: sn}
 	}
 	if r.Method == http.MethodHead && f.ok && updatesFromHead(cfg, r, rcc) {
 		// The HEAD's answer may update the stored GET response (head.go).

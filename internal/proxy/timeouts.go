@@ -222,7 +222,7 @@ func (wd *watchdog) reason(err error) error {
 // originFailed answers a client whose origin request failed before the
 // response headers: 408 when the client's own upload stood still,
 // otherwise as originError (504 for a timeout, 502 else).
-func (p *Proxy) originFailed(w http.ResponseWriter, r *http.Request, wd *watchdog, err error) {
+func (p *Proxy) originFailed(w http.ResponseWriter, r *http.Request, wd *watchdog, err error) sent {
 	err = wd.reason(err)
 	var te *timeoutError
 	if errors.As(err, &te) && te.client {
@@ -230,10 +230,9 @@ func (p *Proxy) originFailed(w http.ResponseWriter, r *http.Request, wd *watchdo
 		h := w.Header()
 		h["X-Cache"] = xBypass
 		h["Connection"] = []string{"close"}
-		http.Error(w, "request timeout: "+err.Error(), http.StatusRequestTimeout)
-		return
+		return errorAnswer(w, r, "request timeout: "+err.Error(), http.StatusRequestTimeout)
 	}
-	p.originError(w, r, err)
+	return p.originError(w, r, err)
 }
 
 // bodyFailed logs a response body the proxy broke off because the origin

@@ -441,7 +441,7 @@ func isGRPC(ct string) bool {
 
 // refuse answers a request the sidecar cannot proxy: 505 for HTTP/2, 501
 // otherwise, with the reason in the body and in one log line.
-func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, why string) {
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, why string) sent {
 	status := http.StatusNotImplemented
 	if r.ProtoMajor != 1 || r.Method == "PRI" {
 		status = http.StatusHTTPVersionNotSupported
@@ -449,5 +449,5 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, why string) {
 	p.log.Info("refused a request the sidecar cannot proxy", "method", r.Method, "path", r.URL.Path, "proto", r.Proto, "why", why)
 	p.m.Request(metrics.ResultError, metrics.LayerNone, 0)
 	w.Header().Set("Connection", "close")
-	http.Error(w, "tiercache: "+why, status)
+	return errorAnswer(w, r, "tiercache: "+why, status)
 }
