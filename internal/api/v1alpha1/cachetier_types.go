@@ -92,6 +92,11 @@ type CacheTierSpec struct {
 	// origin on fetches whose answer may be stored.
 	// +optional
 	RequestHeaders RequestHeadersSpec `json:"requestHeaders,omitempty"`
+	// AccessLog is the tier's say over the sidecars' access log (one JSON
+	// line per request on the sidecar's stdout). Each field left unset
+	// takes the sidecar's --access-log* flag (default: on, every request).
+	// +optional
+	AccessLog AccessLogSpec `json:"accessLog,omitempty"`
 	// Sidecar shapes the container injected into the tier's pods.
 	// +optional
 	Sidecar SidecarSpec `json:"sidecar,omitempty"`
@@ -477,6 +482,48 @@ type RequestHeadersSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
 	// +listType=set
 	Allow []string `json:"allow,omitempty"`
+}
+
+// AccessLogSpec chooses what the sidecars' access log writes. Header
+// values are never logged, nor the query except the parameters
+// queryParams lists.
+type AccessLogSpec struct {
+	// Enabled turns the access log on or off (default: the sidecar's
+	// --access-log, on).
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// SamplePercent logs this share of the requests, chosen at random;
+	// answers with a 5xx status are always logged (default: the
+	// sidecar's --access-log-sample-percent, 100).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SamplePercent int32 `json:"samplePercent,omitempty"`
+	// ExcludePaths are request paths never logged: exact ("/healthz"), or
+	// a prefix when the entry ends in '*' ("/static/*"). Setting it
+	// replaces the sidecar's --access-log-exclude.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^/[^?#*]*\*?$`
+	// +listType=set
+	ExcludePaths []string `json:"excludePaths,omitempty"`
+	// QueryParams names the query parameters logged (a trailing '*' is a
+	// prefix); the query is otherwise left out of the log, since its
+	// values may be secrets (tokens, signatures).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[^*]*\*?$`
+	// +kubebuilder:validation:items:MinLength=1
+	// +listType=set
+	QueryParams []string `json:"queryParams,omitempty"`
+	// TrustForwardedFor logs the client address from the last
+	// X-Forwarded-For entry instead of the connection's peer. Set it only
+	// when every request reaches the sidecar through a proxy that appends
+	// it (an ingress, a mesh).
+	// +optional
+	TrustForwardedFor bool `json:"trustForwardedFor,omitempty"`
 }
 
 // Match selects requests: by path (exactly one of path, pathPrefix, regex

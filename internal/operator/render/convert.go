@@ -144,6 +144,18 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		Allow: append([]string(nil), spec.RequestHeaders.Allow...),
 	}
 
+	al := spec.AccessLog
+	c.AccessLog = tierconfig.AccessLog{
+		SamplePercent:     int(al.SamplePercent),
+		ExcludePaths:      slices.Clone(al.ExcludePaths),
+		QueryParams:       slices.Clone(al.QueryParams),
+		TrustForwardedFor: al.TrustForwardedFor,
+	}
+	if al.Enabled != nil {
+		v := *al.Enabled
+		c.AccessLog.Enabled = &v
+	}
+
 	co := spec.Coalescing
 	c.Coalescing = tierconfig.Coalescing{
 		Timeout: dur("coalescing.timeout", co.Timeout),
