@@ -414,9 +414,14 @@ type Coalescing struct {
 	ClusterWide *bool `json:"clusterWide,omitempty"`
 }
 
-// Purge guards POST /purge.
+// Purge guards POST /purge and the serving port's PURGE.
 type Purge struct {
 	// Token, when set, is required as "Authorization: Bearer <token>";
 	// without it purges are accepted only from loopback.
 	Token string `json:"token,omitempty"`
+	// HTTPMethod turns on "PURGE <url>" on the serving port (Varnish's
+	// habit): it purges the request's own URL, always requires Token and
+	// is rate-limited with the admin purges. Off (the default), a PURGE is
+	// forwarded to the origin like any other unknown method.
+	HTTPMethod bool `json:"httpMethod,omitempty"`
 }

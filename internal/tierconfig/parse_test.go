@@ -99,7 +99,7 @@ func TestParseExampleFile(t *testing.T) {
 			},
 		},
 		Coalescing: Coalescing{Enabled: ptr(true), Timeout: Duration(5 * time.Second), ClusterWide: ptr(true)},
-		Purge:      Purge{Token: "0123456789abcdef0123456789abcdef"},
+		Purge:      Purge{Token: "0123456789abcdef0123456789abcdef", HTTPMethod: true},
 		RequestHeaders: RequestHeaders{
 			Mode:  RequestHeadersStrict,
 			Allow: []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent", "X-Request-Id"},

@@ -85,7 +85,8 @@ type CacheTierSpec struct {
 	// fetch.
 	// +optional
 	Coalescing CoalescingSpec `json:"coalescing,omitempty"`
-	// Purge guards the sidecars' admin POST /purge endpoint.
+	// Purge guards the sidecars' admin POST /purge endpoint and their
+	// serving port's PURGE method (off by default).
 	// +optional
 	Purge PurgeSpec `json:"purge,omitempty"`
 	// RequestHeaders chooses which client request headers reach the
@@ -680,7 +681,8 @@ type CoalescingSpec struct {
 	ClusterWide *bool `json:"clusterWide,omitempty"`
 }
 
-// PurgeSpec guards POST /purge on the sidecars' admin port.
+// PurgeSpec guards POST /purge on the sidecars' admin port and PURGE on
+// their serving port.
 type PurgeSpec struct {
 	// TokenSecretRef names a Secret key holding the purge token (at least
 	// 16 characters, no whitespace), required as "Authorization: Bearer
@@ -690,6 +692,15 @@ type PurgeSpec struct {
 	// generates.
 	// +optional
 	TokenSecretRef *corev1.SecretKeySelector `json:"tokenSecretRef,omitempty"`
+	// HTTPMethod turns on "PURGE <url>" on the sidecars' serving port, as
+	// Varnish users send it: it purges the URL of the request's Host and
+	// target (every variant, L1, L2 and every replica), marks it stale
+	// instead with the header "Tiercache-Soft-Purge: 1", requires the
+	// purge token as "Authorization: Bearer <token>" and shares the admin
+	// purges' rate limit. Off (the default): a PURGE goes to the
+	// application like any other method the sidecar does not cache.
+	// +optional
+	HTTPMethod bool `json:"httpMethod,omitempty"`
 }
 
 // SidecarSpec shapes the injected sidecar container.

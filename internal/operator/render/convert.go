@@ -156,6 +156,8 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		c.AccessLog.Enabled = &v
 	}
 
+	c.Purge.HTTPMethod = spec.Purge.HTTPMethod
+
 	co := spec.Coalescing
 	c.Coalescing = tierconfig.Coalescing{
 		Timeout: dur("coalescing.timeout", co.Timeout),

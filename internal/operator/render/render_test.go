@@ -77,7 +77,7 @@ func TestRenderFillsTheModel(t *testing.T) {
 			CacheKey:             v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true},
 		}},
 		Origin:         v1alpha1.OriginSpec{IdleTimeout: "5m"},
-		Purge:          v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token")},
+		Purge:          v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token"), HTTPMethod: true},
 		RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict},
 	}
 	secrets := secretMetas{
@@ -108,6 +108,7 @@ func TestRenderFillsTheModel(t *testing.T) {
 		{"the rule TTL is parsed", c.Rules[0].TTL, tierconfig.Duration(24 * time.Hour)},
 		{"the rule's stale-while-revalidate override is kept", *c.Rules[0].StaleWhileRevalidate, tierconfig.Duration(30 * time.Second)},
 		{"no purge token is rendered", c.Purge.Token, ""},
+		{"the serving port's PURGE setting is carried", c.Purge.HTTPMethod, true},
 		{"the password's version names Secret, key and resourceVersion", c.SecretVersions["redis-password"], "redis/password@11"},
 		{"the CA's version is its Secret's", c.SecretVersions["redis-ca.crt"], "redis/ca.crt@11"},
 		{"the purge token's version is the named Secret's", c.SecretVersions["purge-token"], "purge/token@12"},
