@@ -105,56 +105,76 @@ type HandlerOptions struct {
 // pod; not the rest of 127.0.0.0/8, from which a service mesh's proxy
 // forwards other pods' traffic). Authorized purges are then rate-limited.
 func Handler(p *Purger, cfg *tierconfig.Holder, o HandlerOptions) http.Handler {
-	count := o.Count
-	if count == nil {
-		count = func(string) {}
-	}
+	a := newApplier(p, o)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
-			count(ResultInvalid)
+			a.count(ResultInvalid)
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "purge: use POST")
 			return
 		}
 		if status, msg := authorize(r, cfg.Load().Config.Purge.Token); status != 0 {
-			count(ResultUnauthorized)
+			a.count(ResultUnauthorized)
 			writeError(w, status, msg)
 			return
 		}
 		req, status, msg := decode(w, r)
 		if status != 0 {
-			count(ResultInvalid)
+			a.count(ResultInvalid)
 			writeError(w, status, msg)
 			return
 		}
-		if err := req.Validate(); err != nil {
-			count(ResultInvalid)
-			writeError(w, http.StatusBadRequest, "purge: "+strings.ReplaceAll(err.Error(), "\n", "; "))
-			return
-		}
-		// Only authorized, valid purges spend the budget: a client without
-		// the token cannot starve the application's own purges.
-		if wait := o.Limit.take(req.All); wait > 0 {
-			count(ResultLimited)
-			w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("purge: rate limit of this sidecar reached (%s); retry after %s, or batch URLs and tags into fewer requests", o.Limit, wait.Round(time.Millisecond)))
-			return
-		}
-		res, err := p.Purge(r.Context(), req)
-		w.Header().Set("Content-Type", "application/json")
-		if err != nil {
-			count(ResultFailed)
-			// Applied here; the shared tier failed. Safe to retry.
-			w.WriteHeader(http.StatusBadGateway)
-			_ = json.NewEncoder(w).Encode(struct {
-				Result
-				Error string `json:"error"`
-			}{res, "purge: applied to this sidecar, but " + err.Error()})
-			return
-		}
-		count(ResultPurged)
-		_ = json.NewEncoder(w).Encode(res)
+		a.apply(w, r, req)
 	})
+}
+
+// applier is what every purge handler does once a request is authorized
+// and read: validate it, spend the rate limit, purge, and answer.
+type applier struct {
+	p     *Purger
+	limit *Limiter
+	count func(result string)
+}
+
+func newApplier(p *Purger, o HandlerOptions) applier {
+	a := applier{p: p, limit: o.Limit, count: o.Count}
+	if a.count == nil {
+		a.count = func(string) {}
+	}
+	return a
+}
+
+// apply validates req, takes its cost from the rate limit and purges,
+// answering with the Result (200), or the error: 400 for an invalid
+// request, 429 over the limit, 502 when the shared tier failed.
+func (a applier) apply(w http.ResponseWriter, r *http.Request, req Request) {
+	if err := req.Validate(); err != nil {
+		a.count(ResultInvalid)
+		writeError(w, http.StatusBadRequest, "purge: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		return
+	}
+	// Only authorized, valid purges spend the budget: a client without
+	// the token cannot starve the application's own purges.
+	if wait := a.limit.take(req.All); wait > 0 {
+		a.count(ResultLimited)
+		w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("purge: rate limit of this sidecar reached (%s); retry after %s, or batch URLs and tags into fewer requests", a.limit, wait.Round(time.Millisecond)))
+		return
+	}
+	res, err := a.p.Purge(r.Context(), req)
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		a.count(ResultFailed)
+		// Applied here; the shared tier failed. Safe to retry.
+		w.WriteHeader(http.StatusBadGateway)
+		_ = json.NewEncoder(w).Encode(struct {
+			Result
+			Error string `json:"error"`
+		}{res, "purge: applied to this sidecar, but " + err.Error()})
+		return
+	}
+	a.count(ResultPurged)
+	_ = json.NewEncoder(w).Encode(res)
 }
 
 // decode reads the purge request from r's body, at most maxBody bytes.
