@@ -46,6 +46,9 @@ type generation struct {
 	purger *invalidate.Purger
 	px     *proxy.Proxy
 	purge  http.Handler // admin POST /purge over purger
+	// purgeMethod serves PURGE on the serving port (purge.httpMethod)
+	// over purger, with purge's rate limit and counter.
+	purgeMethod http.Handler
 
 	cancel context.CancelFunc // ends the subscription and the preload
 	bg     sync.WaitGroup     // the subscription and the preload
@@ -171,8 +174,16 @@ func (dp *dataPlane) acquire() *generation {
 }
 
 // ServeHTTP serves a request with the current generation; the generation
-// is not closed before the request has ended.
+// is not closed before the request has ended. With purge.httpMethod on, a
+// PURGE is a purge, never forwarded (the origin does not see its token);
+// off, it goes to the origin like any method the cache does not serve.
 func (dp *dataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == invalidate.MethodPurge && dp.holder.Load().Config.Purge.HTTPMethod {
+		g := dp.acquire()
+		defer g.release()
+		g.purgeMethod.ServeHTTP(w, r)
+		return
+	}
 	if proxy.IsUpgrade(r) {
 		dp.up.ServeHTTP(w, r)
 		return
@@ -281,7 +292,9 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	if g.px, err = proxy.New(popts); err != nil {
 		return nil, err
 	}
-	g.purge = invalidate.Handler(g.purger, dp.holder, invalidate.HandlerOptions{Limit: dp.purgeLimit, Count: dp.m.PurgeRequest})
+	purgeOpts := invalidate.HandlerOptions{Limit: dp.purgeLimit, Count: dp.m.PurgeRequest}
+	g.purge = invalidate.Handler(g.purger, dp.holder, purgeOpts)
+	g.purgeMethod = invalidate.MethodHandler(g.purger, dp.holder, purgeOpts)
 
 	// Nothing can fail from here on.
 	if g.client != nil {
