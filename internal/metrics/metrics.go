@@ -97,7 +97,7 @@ type Metrics struct {
 	// like) connections; upgrades counts upgrade requests by result.
 	UpgradedOpen prometheus.Gauge
 	upgrades     *prometheus.CounterVec
-	// purgeRequests counts admin purge requests by outcome.
+	// purgeRequests counts purge requests (both ports) by outcome.
 	purgeRequests *prometheus.CounterVec
 
 	// The body store (package bodystore): committed bytes and files,
@@ -183,7 +183,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		}, []string{"result"}),
 		purgeRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_purge_requests_total",
-			Help: "Requests to the admin purge endpoint, by result: purged, failed (applied here, L2 or fan-out failed), unauthorized, limited (rate limit, 429), invalid.",
+			Help: "Purge requests (admin POST /purge, and PURGE on the serving port with purge.httpMethod), by result: purged, failed (applied here, L2 or fan-out failed), unauthorized, limited (rate limit, 429), invalid.",
 		}, []string{"result"}),
 		BodyStoreBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tiercache_body_store_bytes",
@@ -276,7 +276,8 @@ func (m *Metrics) Upgrade(result string) {
 	m.upgrades.WithLabelValues(result).Inc()
 }
 
-// PurgeRequest counts one admin purge request by its result.
+// PurgeRequest counts one purge request (admin POST /purge or serving-port
+// PURGE) by its result.
 func (m *Metrics) PurgeRequest(result string) {
 	if m == nil {
 		return

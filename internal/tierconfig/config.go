@@ -30,7 +30,7 @@ type Config struct {
 	Rules []Rule `json:"rules,omitempty"`
 	// Coalescing collapses concurrent misses for one key into one fetch.
 	Coalescing Coalescing `json:"coalescing"`
-	// Purge guards the admin purge endpoint.
+	// Purge guards the admin purge endpoint and the serving port's PURGE.
 	Purge Purge `json:"purge,omitempty"`
 	// RequestHeaders chooses which client request headers reach the
 	// origin on fetches whose answer may be stored.
