@@ -115,14 +115,13 @@ func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry
 }
 
 // writeEntryHeader fills h with what serveEntry sends for e: the stored
-// fields, Age, X-Cache and Via.
-func writeEntryHeader(h http.Header, e *entry.Entry, ageValue string, xcache []string) {
+// fields, Age and Via (the caller adds X-Cache and Cache-Status).
+func writeEntryHeader(h http.Header, e *entry.Entry, ageValue string) {
 	for i := range e.Header {
 		f := &e.Header[i]
 		h[f.Name] = append(h[f.Name], f.Value)
 	}
 	h["Age"] = []string{ageValue}
-	h["X-Cache"] = xcache
 	appendVia(h)
 }
 

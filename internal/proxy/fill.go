@@ -41,7 +41,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		}
 	}
 	staleRes := func() shared {
-		return shared{e: c.stale, xcache: xStaleCoal, out: outcome{result: metrics.ResultStale, layer: c.layer, abort: false}}
+		return shared{e: c.stale, v: verdict{x: xStaleCoal, rule: c.rule, fwd: c.why, collapsed: true}, out: outcome{result: metrics.ResultStale, layer: c.layer, abort: false}}
 	}
 	// detached: a fill going to a body file went on on a goroutine of its
 	// own (fillfile.go), which ends the watch, the watchdog and the
@@ -112,10 +112,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if err != nil {
 		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
 			finish(staleRes())
-			return p.serveStale(w, r, c)
+			return p.serveStale(w, r, c, 0)
 		}
 		finish(shared{})
-		sn := p.originFailed(w, r, wd, err)
+		sn := p.originFailed(w, r, verdict{x: xMiss, rule: c.rule, fwd: c.why}, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer func() {
@@ -129,8 +129,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	httpcache.AddDate(resp.Header, respTime)
 	body := wd.receiving(resp.Body)
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
-		finish(staleRes())
-		return p.serveStale(w, r, c)
+		res := staleRes()
+		res.v.fwdStatus = resp.StatusCode
+		finish(res)
+		return p.serveStale(w, r, c, resp.StatusCode)
 	}
 	if c.rng != nil && resp.StatusCode != http.StatusOK {
 		// A 200 is the whole representation, filled as usual; the rest
@@ -141,7 +143,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		wd.stop()
 		e, kept := p.revalidated(ctx, c, resp.Header, reqTime, respTime, watch)
 		if kept {
-			finish(shared{e: e, xcache: xRevalCoal, out: outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}})
+			finish(shared{e: e, v: verdict{x: xRevalCoal, rule: c.rule, fwd: c.why, fwdStatus: http.StatusNotModified, stored: true, collapsed: true}, out: outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}})
 		} else {
 			// Overtaken by a purge (or not storable): a request that joined
 			// meanwhile, perhaps after its own write, fetches afresh.
@@ -159,7 +161,8 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 				defer body.Close()
 			}
 		}
-		sn := p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, body)
+		v := verdict{x: xRevalidated, rule: c.rule, fwd: c.why, fwdStatus: http.StatusNotModified, stored: kept}
+		sn := p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), v, body)
 		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false, sent: sn}
 	}
 
@@ -184,7 +187,6 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
-	h["X-Cache"] = xMiss
 	// The client gets the Age the stored entry has (RFC 9111 §4.2.3), not
 	// the origin's Age alone: the response delay and the origin's Date
 	// count too, as they will for every hit after this miss.
@@ -198,13 +200,16 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if c.background {
 		bodyW = nil
 	}
+	v := verdict{x: xMiss, rule: c.rule, fwd: c.why, fwdStatus: resp.StatusCode, stored: d.Store}
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
 		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
 			delete(h, k)
 		}
+		p.setStatus(h, v, http.StatusNotModified)
 		w.WriteHeader(http.StatusNotModified)
 		bodyW = nil
 	} else {
+		p.setStatus(h, v, resp.StatusCode)
 		w.WriteHeader(resp.StatusCode)
 	}
 	status := resp.StatusCode
@@ -297,7 +302,7 @@ func (p *Proxy) keep(ctx context.Context, c *call, f *flight, e *entry.Entry, pl
 	var res shared
 	if p.put(ctx, c, e, pl, watch) {
 		p.superseded(c, e)
-		res = shared{e: e, xcache: xMissCoalesced, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, vary: pl.names, varyKey: pl.vk}
+		res = shared{e: e, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: c.why, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, vary: pl.names, varyKey: pl.vk}
 	} else {
 		if e.File != nil {
 			p.bodies.Remove(e.File.ID)
@@ -508,18 +513,21 @@ func (p *Proxy) staleIfUnreachable(c *call, err error) bool {
 	return c.stale != nil && unreachable(err) && httpcache.StaleIfUnreachableOK(stored(c.stale), c.rcc, p.now())
 }
 
-func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call) outcome {
+// serveStale serves c's stored response in place of the origin's answer:
+// fwdStatus is the origin's status (a 5xx), 0 when it could not be asked.
+func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call, fwdStatus int) outcome {
 	body, ok := c.body, true
 	if body == nil {
 		if body, ok = p.openBody(r, c.key, c.stale); !ok {
-			sn := p.originError(w, r, errStaleBodyGone)
+			sn := p.originError(w, r, verdict{x: xMiss, rule: c.rule, fwd: c.why}, errStaleBodyGone)
 			return outcome{result: metrics.ResultError, layer: metrics.LayerOrigin, abort: false, sent: sn}
 		}
 		if body != nil {
 			defer body.Close()
 		}
 	}
-	sn := p.serveEntry(w, r, c.stale, httpcache.CurrentAge(stored(c.stale), p.now()), pick(c.layer, xStaleL1, xStaleL2), body)
+	v := verdict{x: pick(c.layer, xStaleL1, xStaleL2), rule: c.rule, fwd: c.why, fwdStatus: fwdStatus}
+	sn := p.serveEntry(w, r, c.stale, httpcache.CurrentAge(stored(c.stale), p.now()), v, body)
 	return outcome{result: metrics.ResultStale, layer: c.layer, abort: false, sent: sn}
 }
 
@@ -701,7 +709,7 @@ func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
 		if use, _ := httpcache.Evaluate(stored(&e), httpcache.RequestCC{}, p.now()); use != httpcache.UseFresh {
 			return false
 		}
-		p.flights.finish(c.key, f, shared{e: detach(&e), xcache: pick(layer, xHitL1, xHitL2), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
+		p.flights.finish(c.key, f, shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
 		return true
 	})
 }

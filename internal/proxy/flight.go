@@ -62,9 +62,9 @@ type live struct {
 // shared is what a flight leaves for its waiters. A nil e means waiters
 // must fetch for themselves (uncacheable, too large, failed).
 type shared struct {
-	e      *entry.Entry
-	xcache []string // what waiters report
-	out    outcome  // how waiters count
+	e   *entry.Entry
+	v   verdict // what waiters report
+	out outcome // how waiters count
 	// The leader's request values of the response's Vary fields: a waiter
 	// whose values differ cannot use e.
 	vary    []string
@@ -184,10 +184,10 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 	if body != nil {
 		defer body.Close()
 	}
-	x := pick(got.layer, xHitL1, xHitL2)
+	v := hitVerdict(pick(got.layer, xHitL1, xHitL2), c.rule)
 	out := outcome{result: metrics.ResultHit, layer: got.layer, abort: false}
-	p.flights.finish(c.key, f, shared{e: detach(got.e), xcache: x, out: out})
-	out.sent = p.serveEntry(w, r, got.e, age, x, body)
+	p.flights.finish(c.key, f, shared{e: detach(got.e), v: v, out: out})
+	out.sent = p.serveEntry(w, r, got.e, age, v, body)
 	return out, true
 }
 
@@ -285,7 +285,7 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		defer body.Close()
 	}
 	out := res.out // the leader's; what went out is this waiter's own
-	out.sent = p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), res.xcache, body)
+	out.sent = p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), res.v, body)
 	return out
 }
 
@@ -297,8 +297,13 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 		return p.fill(w, r, c, nil)
 	}
 	h := w.Header()
-	writeEntryHeader(h, l.e, httpcache.AgeHeader(httpcache.CurrentAge(stored(l.e), p.now())), xMissCoalesced)
+	writeEntryHeader(h, l.e, httpcache.AgeHeader(httpcache.CurrentAge(stored(l.e), p.now())))
 	stripTargeted(h, c.cfg.StripTargeted)
+	v := verdict{x: xMissCoalesced, rule: c.rule, fwd: c.why, stored: true, collapsed: true}
+	if cs, ok := cacheStatus(c.cfg, v, l.e.Status, 0, false); ok {
+		h["Cache-Status"] = append(h["Cache-Status"], cs)
+	}
+	h["X-Cache"] = v.x
 	out := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	if httpcache.NotModified(r.Header, l.e.Status, l.e) {
 		notModified(w)

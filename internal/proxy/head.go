@@ -56,22 +56,23 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	respTime := p.now()
 	if err != nil {
 		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
-			return p.serveStale(w, r, c)
+			return p.serveStale(w, r, c, 0)
 		}
-		sn := p.originFailed(w, r, wd, err)
+		sn := p.originFailed(w, r, verdict{x: xMiss, rule: c.rule, fwd: c.why}, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer resp.Body.Close()
 	wd.stop()
 	httpcache.AddDate(resp.Header, respTime) // as for a fill (RFC 9110 §6.6.1)
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
-		return p.serveStale(w, r, c)
+		return p.serveStale(w, r, c, resp.StatusCode)
 	}
 
 	switch httpcache.EffectOfHead(c.stale.Status, c.stale, storedLength(c.stale), resp.StatusCode, resp.Header) {
 	case httpcache.HeadUpdates:
 		e := p.headUpdated(ctx, c, resp.Header, reqTime, respTime, watch)
-		sn := p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), xRevalidated, nil)
+		v := verdict{x: xRevalidated, rule: c.rule, fwd: c.why, fwdStatus: resp.StatusCode, stored: true}
+		sn := p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), v, nil)
 		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false, sent: sn}
 	case httpcache.HeadInvalidates:
 		// Removed only while it is still the response this HEAD was
@@ -86,7 +87,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
-	h["X-Cache"] = xMiss
+	p.setStatus(h, verdict{x: xMiss, rule: c.rule, fwd: c.why}, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: resp.StatusCode}}
 }

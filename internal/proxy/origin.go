@@ -233,7 +233,7 @@ func (p *Proxy) roundTrip(out *http.Request, w http.ResponseWriter) (*http.Respo
 
 // originError answers a client when the origin could not be reached: 504
 // for a timeout, 502 otherwise; or 4xx when the client's body was at fault.
-func (p *Proxy) originError(w http.ResponseWriter, r *http.Request, err error) sent {
+func (p *Proxy) originError(w http.ResponseWriter, r *http.Request, v verdict, err error) sent {
 	if ce, ok := errors.AsType[*clientBodyError](err); ok {
 		return p.answerClientBody(w, r, ce)
 	}
@@ -244,8 +244,7 @@ func (p *Proxy) originError(w http.ResponseWriter, r *http.Request, err error) s
 	if r.Context().Err() == nil {
 		p.log.Warn("origin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	h := w.Header()
-	h["X-Cache"] = xMiss
+	p.setStatus(w.Header(), v, status)
 	return errorAnswer(w, r, http.StatusText(status)+": origin unavailable", status)
 }
 

@@ -75,7 +75,7 @@ func forwardRange(r *http.Request) *rangeFill {
 // fill; HEAD and other ranges pass). When the part lacks what r needs and
 // L2 holds the complete response, f becomes that hit instead: a partial
 // response in this replica's L1 never shadows a complete one in L2.
-func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rcc httpcache.RequestCC, kb *keyBuf,
+func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, rcc httpcache.RequestCC, kb *keyBuf,
 	f *found) (outcome, bool, *rangeFill) {
 	e := f.part
 	now := p.now()
@@ -98,7 +98,7 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 		if use == httpcache.UseStale {
 			res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
 		}
-		sn := p.servePart(w, r, e, age, want, ranged, unsatisfiable, x)
+		sn := p.servePart(w, r, e, age, want, ranged, unsatisfiable, hitVerdict(x, rule))
 		return outcome{result: res, layer: f.layer, abort: false, sent: sn}, true, nil
 	}
 	if p.cluster != nil {
@@ -147,10 +147,15 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 // conditional's 304 with its header, a 416 for a range past its length,
 // or the bytes want, which e holds (206 when ranged, else 200).
 func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, want httpcache.ByteRange,
-	ranged, unsatisfiable bool, xcache []string) sent {
+	ranged, unsatisfiable bool, v verdict) sent {
 	h := w.Header()
-	writeEntryHeader(h, e, httpcache.AgeHeader(age), xcache)
-	stripTargeted(h, p.cfg.Load().StripTargeted)
+	writeEntryHeader(h, e, httpcache.AgeHeader(age))
+	cfg := p.cfg.Load()
+	stripTargeted(h, cfg.StripTargeted)
+	h["X-Cache"] = v.x
+	if cs, ok := cacheStatus(cfg, v, 0, e.Lifetime-age, true); ok {
+		h["Cache-Status"] = append(h["Cache-Status"], cs)
+	}
 	if httpcache.NotModified(r.Header, http.StatusOK, e) {
 		notModified(w)
 		return sent{status: http.StatusNotModified}
@@ -201,7 +206,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		if c.rng = nil; rg.ranged {
 			finish(shared{})
 			if c.rng = forwardRange(r); c.rng == nil {
-				return p.pass(w, r, c.cfg, xMiss, metrics.ResultMiss)
+				return p.pass(w, r, c.cfg, verdict{x: xMiss, rule: c.rule, fwd: c.why}, metrics.ResultMiss)
 			}
 			return p.fill(w, r, c, nil)
 		}
@@ -249,7 +254,6 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	appendVia(h)
 	stripTargeted(h, c.cfg.StripTargeted)
-	h["X-Cache"] = xMissPartial
 	want, length := rg.want, part.Length
 	status := http.StatusOK
 	if rg.ranged {
@@ -258,10 +262,13 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	h["Content-Length"] = []string{strconv.FormatInt(spanLen(want), 10)}
 	bodyW := w
+	v := verdict{x: xMissPartial, rule: c.rule, fwd: fwdPartial, fwdStatus: resp.StatusCode, stored: collect}
 	if httpcache.NotModified(r.Header, http.StatusOK, merged) {
+		p.setStatus(h, v, http.StatusNotModified)
 		notModified(w)
 		bodyW, status = nil, http.StatusNotModified
 	} else {
+		p.setStatus(h, v, status)
 		w.WriteHeader(status)
 	}
 	var n int64 // body bytes sent
@@ -288,7 +295,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	if collect && data != nil {
 		complete, pl := p.keepPart(ctx, c, r, resp.Header, pd, data, watch, reqTime, respTime)
 		if complete != nil {
-			finish(shared{e: complete, xcache: xMissCoalesced, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
+			finish(shared{e: complete, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: fwdPartial, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
 				vary: pl.names, varyKey: pl.vk})
 		}
 	}
@@ -308,12 +315,14 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
-	h["X-Cache"] = xMiss
 	bodyW, status := w, resp.StatusCode
+	v := verdict{x: xMiss, rule: c.rule, fwd: c.why, fwdStatus: resp.StatusCode, stored: collect}
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
+		p.setStatus(h, v, http.StatusNotModified)
 		notModified(w)
 		bodyW, status = nil, http.StatusNotModified
 	} else {
+		p.setStatus(h, v, resp.StatusCode)
 		w.WriteHeader(resp.StatusCode)
 	}
 	var n int64 // body bytes sent
@@ -350,7 +359,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *htt
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
-	h["X-Cache"] = xMiss
+	p.setStatus(h, verdict{x: xMiss, rule: c.rule, fwd: c.why}, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	n, err := p.streamN(w, body)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // nothing. It is tied to the client's context: when the client leaves, the
 // origin request is cancelled. Only the response-header and idle timeouts
 // apply: a stream or an upload may last as long as bytes keep moving.
-func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, xcache []string, result string) outcome {
+func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, v verdict, result string) outcome {
 	ctx, wd := p.watch(r.Context(), &cfg.Config.Origin, w)
 	defer wd.close()
 	// Nothing pass fetches is stored, so the client's forwarding headers
@@ -25,7 +25,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	out.Body = wd.sending(out.Body)
 	resp, err := p.roundTrip(out, w)
 	if err != nil {
-		sn := p.originFailed(w, r, wd, err)
+		sn := p.originFailed(w, r, v, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer resp.Body.Close()
@@ -33,7 +33,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, cfg.StripTargeted)
-	h["X-Cache"] = xcache
+	p.setStatus(h, v, resp.StatusCode)
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		// Invalidate before the client sees the answer, so that a client
 		// that reads its write back never gets the old entry.
@@ -53,7 +53,7 @@ func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tiercon
 	if r.Method == http.MethodPost && cfg.Config.Defaults.StorePostResponses {
 		return p.servePost(w, r, cfg)
 	}
-	return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+	return p.pass(w, r, cfg, verdict{x: xBypass, rule: cfg.Match(r.URL.Path, r.Header), fwd: fwdMethod}, metrics.ResultBypass)
 }
 
 // invalidateAfter applies RFC 9111 §4.4: a non-error response to an unsafe

@@ -31,13 +31,13 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	}
 	rule := cfg.Match(r.URL.Path, r.Header)
 	if rule.Bypass || oddPath(r.URL.Path) {
-		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 	}
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)
 	kb.build(r, rule)
 	if kb.ambiguous {
-		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 	}
 	var rcc httpcache.RequestCC
 	var reqH httpcache.Header = r.Header
@@ -49,7 +49,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	c := p.newCall(cfg, rule, rcc, reqH, kb, &found{})
 	c.fwd = &fillHeaders{keyed: rule.KeyHeaders(), cookies: rule.KeyCookies(), strict: cfg.StrictHeaders, allow: cfg.StrictAllow}
 	if !sentAsFill(c.fwd, r.Header) || (rule.ShapesQuery && string(rule.AppendQuery(nil, r.URL.RawQuery)) != r.URL.RawQuery) {
-		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 	}
 	target := &url.URL{Scheme: kb.scheme, Host: kb.host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 
@@ -62,7 +62,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	resp, err := p.roundTrip(out, w)
 	respTime := p.now()
 	if err != nil {
-		sn := p.originFailed(w, r, wd, err)
+		sn := p.originFailed(w, r, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer resp.Body.Close()
@@ -71,7 +71,6 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, cfg.StripTargeted)
-	h["X-Cache"] = xBypass
 	// Invalidate before the client sees the answer, as pass does; the
 	// answer is stored after that, so the invalidation does not remove it.
 	p.invalidateAfter(r, resp)
@@ -82,9 +81,11 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 		RequestTime: reqTime, ResponseTime: respTime,
 	}, rule.Policy)
 	limit := int64(cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
+	storing := d.Store && resp.ContentLength <= limit && !isEventStream(resp.Header)
+	p.setStatus(h, verdict{x: xBypass, rule: rule, fwd: fwdMethod, stored: storing}, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	status := resp.StatusCode
-	if !d.Store || resp.ContentLength > limit || isEventStream(resp.Header) {
+	if !storing {
 		n, err := p.streamN(w, body)
 		if err != nil {
 			p.bodyFailed(r, wd, err)

@@ -367,6 +367,7 @@ const (
 	fwdMiss                    // only a hit-for-miss marker stored
 	fwdRequest                 // the request's directives forbade a stored response
 	fwdStale                   // the stored response was stale
+	fwdPartial                 // part of the response was stored, the rest asked for
 )
 
 // String is the parameter's token value.
@@ -386,6 +387,8 @@ func (k fwdKind) String() string {
 		return "request"
 	case fwdStale:
 		return "stale"
+	case fwdPartial:
+		return "partial"
 	}
 	return ""
 }

@@ -50,6 +50,8 @@ type call struct {
 	// shared: this replica holds the tier-wide lease for the key, so its
 	// fill is written where the waiting replicas see it at once.
 	shared bool
+	// why says why the request goes to the origin (Cache-Status fwd).
+	why fwdKind
 	// rejoined: the request already waited on a flight that an
 	// invalidation overtook and joined a new one.
 	rejoined bool
@@ -93,7 +95,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		// A body is not part of the key, so a GET or HEAD that carries
 		// one could make the origin answer something the key does not
 		// describe: it is neither filled nor served from the cache.
-		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass}, metrics.ResultBypass)
 	}
 	var rcc httpcache.RequestCC
 	var reqH httpcache.Header = r.Header
@@ -107,14 +109,14 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	defer p.keys.Put(kb)
 	kb.build(r, rule)
 	if kb.ambiguous {
-		return p.pass(w, r, cfg, xBypass, metrics.ResultBypass)
+		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass}, metrics.ResultBypass)
 	}
 	f := p.lookup(r.Context(), kb, r)
 	var rg *rangeFill // how a miss asks for part of the representation
 	if f.part != nil {
 		var out outcome
 		var done bool
-		if out, done, rg = p.partialHit(w, r, cfg, rcc, kb, &f); done {
+		if out, done, rg = p.partialHit(w, r, cfg, rule, rcc, kb, &f); done {
 			return out
 		}
 	}
@@ -134,10 +136,10 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		use, age := httpcache.Evaluate(stored(f.e), rcc, p.now())
 		switch use {
 		case httpcache.UseFresh:
-			sn := p.serveEntry(w, r, f.e, age, pick(f.layer, xHitL1, xHitL2), body)
+			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xHitL1, xHitL2), rule), body)
 			return outcome{result: metrics.ResultHit, layer: f.layer, abort: false, sent: sn}
 		case httpcache.UseStale:
-			sn := p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
+			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xStaleL1, xStaleL2), rule), body)
 			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false, sent: sn}
 		case httpcache.UseStaleRevalidate:
 			// The slot is taken before the call is built: under a herd
@@ -148,7 +150,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 			} else {
 				p.m.RefreshesDeferred.Inc()
 			}
-			sn := p.serveEntry(w, r, f.e, age, pick(f.layer, xStaleL1, xStaleL2), body)
+			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xStaleL1, xStaleL2), rule), body)
 			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false, sent: sn}
 		}
 	}
@@ -157,17 +159,24 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		// fetch for.
 		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false, sent: sent{status: statusClientGone}}
 	}
+	why := missKind(&f, rcc, p.now())
 	if rcc.OnlyIfCached {
+		// X-Cache stays unset: nothing was asked or served from the cache.
+		if cs, ok := cacheStatus(cfg, verdict{rule: rule, fwd: why}, http.StatusGatewayTimeout, 0, false); ok {
+			w.Header()["Cache-Status"] = []string{cs}
+		}
 		sn := errorAnswer(w, r, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerNone, abort: false, sent: sn}
 	}
 	if r.Method == http.MethodHead && f.ok && updatesFromHead(cfg, r, rcc) {
 		// The HEAD's answer may update the stored GET response (head.go).
-		return p.headUpdate(w, r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
+		c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
+		c.why = why
+		return p.headUpdate(w, r, c)
 	}
 	if r.Method == http.MethodHead {
 		// A HEAD miss is forwarded as HEAD and never stored as a GET body.
-		return p.pass(w, r, cfg, xMiss, metrics.ResultMiss)
+		return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: why}, metrics.ResultMiss)
 	}
 	if rg == nil && len(r.Header["Range"]) > 0 {
 		// A Range miss asks the origin for that range and may store the
@@ -175,13 +184,14 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		// revalidated for, or whose answer is never stored (several
 		// ranges), is forwarded as it is.
 		if f.ok {
-			return p.pass(w, r, cfg, xMiss, metrics.ResultMiss)
+			return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: why}, metrics.ResultMiss)
 		}
 		if rg = forwardRange(r); rg == nil {
-			return p.pass(w, r, cfg, xMiss, metrics.ResultMiss)
+			return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: why}, metrics.ResultMiss)
 		}
 	}
 	c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
+	c.why = why
 	// Revalidating or falling back on a stored response serves its body
 	// from the file opened above.
 	c.body = body
@@ -273,7 +283,7 @@ func (w withoutCacheControl) Values(name string) []string {
 // and single-range requests from it. e is not modified. A file-backed
 // entry's body is read from file, opened by openBody (nil when the request
 // needs no body).
-func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, xcache []string, file *bodystore.Body) sent {
+func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, v verdict, file *bodystore.Body) sent {
 	h := w.Header()
 	s := newHeaderScratch(len(e.Header))
 	for i := range e.Header {
@@ -284,8 +294,17 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 	// serves an entry (hit, stale, revalidated, coalesced) strips alike.
 	stripTargeted(h, p.cfg.Load().StripTargeted)
 	s.set(h, "Age", strconv.FormatInt(httpcache.AgeSeconds(age), 10))
-	h["X-Cache"] = xcache
+	h["X-Cache"] = v.x
 	s.add(h, "Via", viaValue)
+	switch cfg := p.cfg.Load(); {
+	case !cfg.CacheStatus:
+	case v.fwd == fwdNone && v.rule != nil && !v.collapsed:
+		// A hit's member is shared with the rule's other hits this second.
+		s.add(h, "Cache-Status", v.rule.HitStatus.Member(e.Lifetime-age))
+	default:
+		cs, _ := cacheStatus(cfg, v, e.Status, e.Lifetime-age, true)
+		s.add(h, "Cache-Status", cs)
+	}
 	if httpcache.NotModified(r.Header, e.Status, e) {
 		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
 			delete(h, k)
@@ -331,7 +350,7 @@ type headerScratch struct {
 }
 
 func newHeaderScratch(fields int) headerScratch {
-	return headerScratch{vals: make([]string, 0, fields+3)} // + Age, Via, Content-Length
+	return headerScratch{vals: make([]string, 0, fields+4)} // + Age, Via, Cache-Status, Content-Length
 }
 
 // set makes value the only value of the field name of h (the fields the

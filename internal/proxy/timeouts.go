@@ -222,17 +222,17 @@ func (wd *watchdog) reason(err error) error {
 // originFailed answers a client whose origin request failed before the
 // response headers: 408 when the client's own upload stood still,
 // otherwise as originError (504 for a timeout, 502 else).
-func (p *Proxy) originFailed(w http.ResponseWriter, r *http.Request, wd *watchdog, err error) sent {
+func (p *Proxy) originFailed(w http.ResponseWriter, r *http.Request, v verdict, wd *watchdog, err error) sent {
 	err = wd.reason(err)
 	var te *timeoutError
 	if errors.As(err, &te) && te.client {
 		p.log.Info("request body stood still; answered 408", "method", r.Method, "path", r.URL.Path, "err", err)
 		h := w.Header()
-		h["X-Cache"] = xBypass
+		p.setStatus(h, v.with(xBypass), http.StatusRequestTimeout)
 		h["Connection"] = []string{"close"}
 		return errorAnswer(w, r, "request timeout: "+err.Error(), http.StatusRequestTimeout)
 	}
-	return p.originError(w, r, err)
+	return p.originError(w, r, v, err)
 }
 
 // bodyFailed logs a response body the proxy broke off because the origin

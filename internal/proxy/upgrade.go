@@ -160,6 +160,9 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		copyHeader(h, resp.Header)
 		stripTargeted(h, cfg.StripTargeted)
 		h["X-Cache"] = xBypass
+		if cs, ok := cacheStatus(cfg, verdict{x: xBypass, rule: cfg.Match(r.URL.Path, r.Header), fwd: fwdBypass}, resp.StatusCode, 0, false); ok {
+			h["Cache-Status"] = append(h["Cache-Status"], cs)
+		}
 		w.WriteHeader(resp.StatusCode)
 		// Streamed like any pass-through: flushed as it comes, ended when
 		// the client leaves, cut after the idle timeout without a byte.

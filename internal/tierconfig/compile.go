@@ -28,8 +28,14 @@ type Compiled struct {
 	// cache-control fields removed from every response to a client
 	// (defaults.targetedCacheControl.strip); nil when nothing is removed.
 	StripTargeted []string
-	rules         []*CompiledRule
+	// CacheStatus: responses carry Cache-Status (defaults.cacheStatus).
+	CacheStatus bool
+	rules       []*CompiledRule
 }
+
+// CacheStatusName is the cache's name in its Cache-Status members (RFC
+// 9211).
+const CacheStatusName = "tiercache"
 
 // CompiledRule is one rule ready for the request path.
 type CompiledRule struct {
@@ -41,6 +47,9 @@ type CompiledRule struct {
 	ShapesQuery bool
 	// HasKeyExtras is true when headers or cookies join the key.
 	HasKeyExtras bool
+	// HitStatus builds the Cache-Status members of this rule's hits
+	// (detail = Name) without allocating for each.
+	HitStatus *httpcache.HitMembers
 
 	match      matcher
 	conds      []condition // header and cookie conditions; bypass rules only
@@ -108,9 +117,10 @@ func Compile(c Config) (*Compiled, error) {
 	out := &Compiled{
 		Config:  c,
 		Hash:    c.Hash(),
-		Default: &CompiledRule{Name: defaultRuleName, Policy: base},
+		Default: &CompiledRule{Name: defaultRuleName, Policy: base, HitStatus: httpcache.NewHitMembers(CacheStatusName, defaultRuleName)},
 		rules:   make([]*CompiledRule, 0, len(c.Rules)),
 	}
+	out.CacheStatus = d.CacheStatusOn()
 	if d.StripTargeted() {
 		out.StripTargeted = base.TargetedFields
 	}
@@ -141,7 +151,7 @@ func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
 	if r.StaleIfError != nil {
 		p.StaleIfError = r.StaleIfError.Std()
 	}
-	cr := &CompiledRule{Name: r.Name, Bypass: r.Bypass, Policy: p}
+	cr := &CompiledRule{Name: r.Name, Bypass: r.Bypass, Policy: p, HitStatus: httpcache.NewHitMembers(CacheStatusName, r.Name)}
 	switch {
 	case r.Match.Path != "":
 		cr.match = matcher{kind: matchPath, literal: r.Match.Path}

@@ -270,7 +270,14 @@ type Defaults struct {
 	// a variant; "en, de;q=0.5" and "de, en;q=0.5" do not). Default false:
 	// values as received, with RFC 9111 §4.1's normalization only.
 	NormalizeAcceptLanguage bool `json:"normalizeAcceptLanguage,omitempty"`
+	// CacheStatus sends the Cache-Status response field (RFC 9211) beside
+	// X-Cache. nil means the default, on; false turns it off (X-Cache
+	// stays). Read it through CacheStatusOn.
+	CacheStatus *bool `json:"cacheStatus,omitempty"`
 }
+
+// CacheStatusOn reports whether responses carry Cache-Status.
+func (d Defaults) CacheStatusOn() bool { return d.CacheStatus == nil || *d.CacheStatus }
 
 // DefaultStaleIfUnreachable is defaults.staleIfUnreachable when a tier
 // does not set it.

@@ -71,6 +71,7 @@ func TestParseExampleFile(t *testing.T) {
 			StorePostResponses:      true,
 			StaleIfUnreachable:      ptr(Duration(30 * time.Minute)),
 			NormalizeAcceptLanguage: true,
+			CacheStatus:             ptr(true),
 		},
 		Rules: []Rule{
 			{Name: "health", Match: Match{Path: "/healthz"}, Bypass: true},

@@ -382,6 +382,11 @@ type DefaultsSpec struct {
 	// received).
 	// +optional
 	NormalizeAcceptLanguage bool `json:"normalizeAcceptLanguage,omitempty"`
+	// CacheStatus sends the Cache-Status response field (RFC 9211:
+	// "tiercache; hit; ttl=42; detail=<rule>") beside X-Cache. Default
+	// true; false turns it off (X-Cache stays).
+	// +optional
+	CacheStatus *bool `json:"cacheStatus,omitempty"`
 }
 
 // TargetedCacheControlSpec is the tier's target list of RFC 9213.

@@ -90,6 +90,7 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		ForwardClientValidators:   d.ForwardClientValidators,
 		StorePostResponses:        d.StorePostResponses,
 		NormalizeAcceptLanguage:   d.NormalizeAcceptLanguage,
+		CacheStatus:               d.CacheStatus,
 	}
 	if d.StaleIfUnreachable != nil {
 		v := dur("defaults.staleIfUnreachable", *d.StaleIfUnreachable)
