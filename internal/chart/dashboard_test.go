@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -133,10 +134,19 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 	for _, v := range dash.Templating.List {
 		exprs = append(exprs, v.Definition)
 	}
+	byRule := false
 	for _, e := range exprs {
 		for _, m := range metricName.FindAllString(e, -1) {
 			used[m] = true
 		}
+		byRule = byRule || strings.Contains(e, "by (namespace, tier, rule)")
+	}
+	// The CRD promises that a rule's name identifies it in metrics.
+	if !byRule {
+		t.Error("no panel shows requests per rule (requests_total's rule label)")
+	}
+	if !slices.Contains(known["tiercache_requests_total"], "rule") {
+		t.Errorf("tiercache_requests_total has labels %v, no rule", known["tiercache_requests_total"])
 	}
 	var unknown []string
 	for m := range used {

@@ -5,6 +5,9 @@
 package metrics
 
 import (
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -108,10 +111,53 @@ type Metrics struct {
 	BodyStoreEvictions prometheus.Counter
 	bodyStoreErrors    *prometheus.CounterVec
 
-	// The request counters and duration observers of every known result
-	// and layer, resolved once (indexed by resultIndex and layerIndex).
-	reqByLabel [len(results)][len(layers)]prometheus.Counter
-	durByRes   [len(results)]prometheus.Observer
+	// The duration observers of every known result, resolved once
+	// (indexed by resultIndex); the request counters of requests no rule
+	// saw (rule=""), and those of each rule name ever asked for.
+	durByRes [len(results)]prometheus.Observer
+	noRule   *Rule
+	rulesMu  sync.Mutex
+	rules    map[string]*Rule
+}
+
+// Rule holds the request counters of one rule name (requests_total's
+// rule label): each result and layer's counter is resolved the first time
+// it counts, then kept, so that a request costs no label lookup and a
+// rule has series only for what happened under it.
+type Rule struct {
+	vec  *prometheus.CounterVec
+	name string
+	req  [len(results)][len(layers)]atomic.Pointer[counter]
+}
+
+type counter struct{ prometheus.Counter }
+
+// Rule returns the counters of the rule named name (rule names are
+// validated and at most 64 a tier, so the label's values are bounded).
+// The same name gets the same counters across config versions. Call it
+// when a config is compiled, not per request.
+func (m *Metrics) Rule(name string) *Rule {
+	if m == nil {
+		return nil
+	}
+	m.rulesMu.Lock()
+	defer m.rulesMu.Unlock()
+	if r, ok := m.rules[name]; ok {
+		return r
+	}
+	r := &Rule{vec: m.requests, name: name}
+	m.rules[name] = r
+	return r
+}
+
+func (r *Rule) inc(i, j int) {
+	slot := &r.req[i][j]
+	c := slot.Load()
+	if c == nil {
+		c = &counter{r.vec.WithLabelValues(results[i], layers[j], r.name)}
+		slot.Store(c) // a race stores the same child twice: harmless
+	}
+	c.Inc()
 }
 
 // L1Stats is what the L1 gauges read at scrape time.
@@ -125,8 +171,8 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_requests_total",
-			Help: "Requests served, by result (hit, miss, stale, revalidated, bypass, error) and the layer that answered.",
-		}, []string{"result", "layer"}),
+			Help: "Requests served, by result (hit, miss, stale, revalidated, bypass, error), the layer that answered and the tier rule the request matched (\"default\" for none; \"\" when the request never reached the rules).",
+		}, []string{"result", "layer", "rule"}),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tiercache_request_duration_seconds",
 			Help:    "Time from request to the end of the response, by result.",
@@ -223,10 +269,15 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	m.rules = make(map[string]*Rule)
+	m.noRule = m.Rule("")
 	for i, r := range results {
 		m.durByRes[i] = m.requestDuration.WithLabelValues(r)
-		for j, l := range layers {
-			m.reqByLabel[i][j] = m.requests.WithLabelValues(r, l)
+		// The requests no rule saw have all their series from the start:
+		// requests_total is there (at 0) before the first request, and
+		// tools that look for it (kubectl tiercache status) find it.
+		for j := range layers {
+			m.noRule.req[i][j].Store(&counter{m.requests.WithLabelValues(r, layers[j], "")})
 		}
 	}
 	for _, r := range []string{"switched", "refused", "error"} {
@@ -241,19 +292,29 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 	return m, nil
 }
 
-// Request counts one served request and its duration in seconds.
+// Request counts one served request that no rule saw and its duration
+// in seconds.
 func (m *Metrics) Request(result, layer string, seconds float64) {
+	if m == nil {
+		return
+	}
+	m.RuleRequest(m.noRule, result, layer, seconds)
+}
+
+// RuleRequest counts one served request under rule (from Rule) and its
+// duration in seconds.
+func (m *Metrics) RuleRequest(rule *Rule, result, layer string, seconds float64) {
 	if m == nil {
 		return
 	}
 	i, j := resultIndex(result), layerIndex(layer)
 	if i < 0 || j < 0 {
-		m.requests.WithLabelValues(result, layer).Inc()
+		m.requests.WithLabelValues(result, layer, rule.name).Inc()
 		if i < 0 {
 			return
 		}
 	} else {
-		m.reqByLabel[i][j].Inc()
+		rule.inc(i, j)
 	}
 	m.durByRes[i].Observe(seconds)
 }

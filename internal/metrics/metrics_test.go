@@ -30,13 +30,13 @@ func TestRequestCountsEveryResultAndLayerUnderItsOwnLabels(t *testing.T) {
 	for _, r := range results {
 		for _, l := range layers {
 			n++
-			if got := testutil.ToFloat64(m.requests.WithLabelValues(r, l)); got != float64(n) {
+			if got := testutil.ToFloat64(m.requests.WithLabelValues(r, l, "")); got != float64(n) {
 				t.Errorf("requests_total{result=%q,layer=%q} = %v, want %d", r, l, got, n)
 			}
 		}
 	}
 	for _, pair := range [][2]string{{"teapot", LayerL1}, {ResultHit, "l3"}} {
-		if got := testutil.ToFloat64(m.requests.WithLabelValues(pair[0], pair[1])); got != 1 {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues(pair[0], pair[1], "")); got != 1 {
 			t.Errorf("requests_total{result=%q,layer=%q} = %v, want 1", pair[0], pair[1], got)
 		}
 	}
@@ -74,6 +74,50 @@ func TestRequestCountsEveryResultAndLayerUnderItsOwnLabels(t *testing.T) {
 	}
 }
 
+func TestRuleRequestCountsUnderTheRulesLabelOnly(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static, api := m.Rule("static"), m.Rule("api")
+	if m.Rule("static") != static {
+		t.Fatal("Rule returned new counters for a name it already had")
+	}
+	m.RuleRequest(static, ResultHit, LayerL1, 0.001)
+	m.RuleRequest(static, ResultHit, LayerL1, 0.001)
+	m.RuleRequest(api, ResultMiss, LayerOrigin, 0.001)
+	m.RuleRequest(api, ResultHit, "l3", 0.001)
+	m.Request(ResultError, LayerNone, 0)
+	for _, c := range []struct {
+		result, layer, rule string
+		want                float64
+	}{
+		{ResultHit, LayerL1, "static", 2},
+		{ResultMiss, LayerOrigin, "api", 1},
+		{ResultHit, "l3", "api", 1},
+		{ResultError, LayerNone, "", 1},
+		{ResultHit, LayerL1, "api", 0},
+		{ResultHit, LayerL1, "", 0},
+	} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues(c.result, c.layer, c.rule)); got != c.want {
+			t.Errorf("requests_total{result=%q,layer=%q,rule=%q} = %v, want %v", c.result, c.layer, c.rule, got, c.want)
+		}
+	}
+}
+
+func BenchmarkRuleRequest(b *testing.B) {
+	m, err := New(prometheus.NewRegistry(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := m.Rule("static")
+	b.ReportAllocs()
+	for b.Loop() {
+		m.RuleRequest(r, ResultHit, LayerL1, 0.0001)
+	}
+}
+
 func BenchmarkRequest(b *testing.B) {
 	m, err := New(prometheus.NewRegistry(), nil)
 	if err != nil {
@@ -82,5 +126,19 @@ func BenchmarkRequest(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Request(ResultHit, LayerL1, 0.0001)
+	}
+}
+
+func TestRequestsTotalIsThereBeforeTheFirstRequest(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	n, err := testutil.GatherAndCount(reg, "tiercache_requests_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(results)*len(layers) {
+		t.Errorf("%d requests_total series before any request, want %d (every result and layer, rule=\"\")", n, len(results)*len(layers))
 	}
 }

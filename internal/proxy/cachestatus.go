@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -90,4 +91,28 @@ func missKind(f *found, rcc httpcache.RequestCC, now time.Time) fwdKind {
 		}
 	}
 	return fwdStale
+}
+
+// ruleTable maps the rules of one config to their request counters.
+type ruleTable struct {
+	cfg   *tierconfig.Compiled
+	rules map[*tierconfig.CompiledRule]*metrics.Rule
+}
+
+// ruleMetrics returns rule's request counters (requests_total's rule
+// label). They are resolved once per config, the first time a request
+// sees it, so a request does a pointer lookup, never a label lookup.
+func (p *Proxy) ruleMetrics(cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule) *metrics.Rule {
+	t := p.ruleTab.Load()
+	if t == nil || t.cfg != cfg {
+		// Two requests may build it at once: the same counters either way.
+		rules := cfg.Rules()
+		t = &ruleTable{cfg: cfg, rules: make(map[*tierconfig.CompiledRule]*metrics.Rule, len(rules)+1)}
+		t.rules[cfg.Default] = p.m.Rule(cfg.Default.Name)
+		for _, r := range rules {
+			t.rules[r] = p.m.Rule(r.Name)
+		}
+		p.ruleTab.Store(t)
+	}
+	return t.rules[rule]
 }

@@ -62,13 +62,15 @@ func observe(t *testing.T, px *Proxy) *observed {
 	return o
 }
 
-// requests returns tiercache_requests_total{result,layer}.
+// requests returns tiercache_requests_total{result,layer}, summed over
+// the rules.
 func (o *observed) requests(t *testing.T, result, layer string) float64 {
 	t.Helper()
 	mfs, err := o.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var n float64
 	for _, mf := range mfs {
 		if mf.GetName() != "tiercache_requests_total" {
 			continue
@@ -79,11 +81,11 @@ func (o *observed) requests(t *testing.T, result, layer string) float64 {
 				labels[l.GetName()] = l.GetValue()
 			}
 			if labels["result"] == result && labels["layer"] == layer {
-				return m.GetCounter().GetValue()
+				n += m.GetCounter().GetValue()
 			}
 		}
 	}
-	return 0
+	return n
 }
 
 // bodyCounter is an origin that reads the whole request body before it

@@ -49,11 +49,11 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 
 // serveUnsafe forwards methods other than GET and HEAD (a POST whose
 // answer the tier may store: post.go).
-func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
+func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule) outcome {
 	if r.Method == http.MethodPost && cfg.Config.Defaults.StorePostResponses {
-		return p.servePost(w, r, cfg)
+		return p.servePost(w, r, cfg, rule)
 	}
-	return p.pass(w, r, cfg, verdict{x: xBypass, rule: cfg.Match(r.URL.Path, r.Header), fwd: fwdMethod}, metrics.ResultBypass)
+	return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 }
 
 // invalidateAfter applies RFC 9111 §4.4: a non-error response to an unsafe

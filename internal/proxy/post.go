@@ -25,11 +25,7 @@ import (
 // header a fill withholds (the unkeyed forwarding headers; in strict mode
 // everything off the allowlist) apart from those that describe the
 // request's body, and a query the rule does not reshape.
-func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
-	if httpcache.NamesFields(r.Header["Connection"]) {
-		httpcache.RemoveHopByHop(r.Header) // as for GET: keys see what the origin receives
-	}
-	rule := cfg.Match(r.URL.Path, r.Header)
+func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule) outcome {
 	if rule.Bypass || oddPath(r.URL.Path) {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 	}

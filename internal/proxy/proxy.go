@@ -23,6 +23,7 @@ import (
 	"github.com/tiercache/tiercache/internal/accesslog"
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/originconn"
@@ -126,6 +127,10 @@ type Proxy struct {
 	up       *Upgrades
 	ownsUp   bool
 	alog     *accesslog.Logger
+
+	// ruleTab holds the request counters of the rules of the config in
+	// effect (ruleMetrics).
+	ruleTab atomic.Pointer[ruleTable]
 
 	flights flightGroup
 	// refreshes bounds the background refreshes in flight.
@@ -274,16 +279,29 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// monotonic clock.
 	start := time.Now()
 	cfg := p.cfg.Load()
+	// The rule's conditions, the key and the Vary values must come from
+	// what the origin receives: the fields the client names in Connection
+	// are dropped before anything reads the header (else "Connection:
+	// Accept-Language" fills the fr variant with the origin's answer for
+	// no language). Without a Connection field naming one (keep-alive and
+	// close name none) there is nothing to do here: the fixed hop-by-hop
+	// fields never reach the origin in any request, so its answer cannot
+	// depend on them; they go in outbound.
+	if httpcache.NamesFields(r.Header["Connection"]) {
+		httpcache.RemoveHopByHop(r.Header)
+	}
+	rule := cfg.Match(r.URL.Path, r.Header)
 	var out outcome
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		out = p.serveCacheable(w, r, cfg)
+		out = p.serveCacheable(w, r, cfg, rule)
 	default:
-		out = p.serveUnsafe(w, r, cfg)
+		out = p.serveUnsafe(w, r, cfg, rule)
 	}
 	end := time.Now()
 	elapsed := end.Sub(start)
-	p.m.Request(out.result, out.layer, elapsed.Seconds())
+	out.rule = rule.Name
+	p.m.RuleRequest(p.ruleMetrics(cfg, rule), out.result, out.layer, elapsed.Seconds())
 	if p.alog != nil {
 		p.logAccess(r, cfg, &out, end, elapsed)
 	}

@@ -78,19 +78,9 @@ func (c *call) releaseLease() {
 }
 
 // serveCacheable handles GET and HEAD.
-func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled) outcome {
-	// The key and the Vary values must come from what the origin
-	// receives: the fields the client names in Connection are dropped
-	// before anything reads the header (else "Connection: Accept-Language"
-	// fills the fr variant with the origin's answer for no language).
-	// Without a Connection field naming one (keep-alive and close name
-	// none) there is nothing to do here: the fixed hop-by-hop fields never
-	// reach the origin in any request, so its answer cannot depend on
-	// them; they go in outbound.
-	if httpcache.NamesFields(r.Header["Connection"]) {
-		httpcache.RemoveHopByHop(r.Header)
-	}
-	rule := cfg.Match(r.URL.Path, r.Header)
+// rule is the rule r matched, on its header without the fields its
+// Connection names (ServeHTTP).
+func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule) outcome {
 	if rule.Bypass || hasPrecondition(r.Header) || hasBody(r) || oddPath(r.URL.Path) {
 		// A body is not part of the key, so a GET or HEAD that carries
 		// one could make the origin answer something the key does not

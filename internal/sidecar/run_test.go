@@ -153,8 +153,8 @@ func TestServesCachesReportsAndShutsDownWithoutLeaks(t *testing.T) {
 	}
 	_, metrics := s.get(t, admin+"/metrics")
 	for _, want := range []string{
-		`tiercache_requests_total{layer="l1",result="hit"} 1`,
-		`tiercache_requests_total{layer="origin",result="miss"} 1`,
+		`tiercache_requests_total{layer="l1",result="hit",rule="default"} 1`,
+		`tiercache_requests_total{layer="origin",result="miss",rule="default"} 1`,
 		`tiercache_origin_requests_total{code="200"} 1`,
 		`tiercache_l1_entries 1`,
 		`tiercache_config_info{version="`,

@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"maps"
+	"net/http"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// ruleCounts returns the non-zero tiercache_requests_total series as
+// "rule result layer" → value.
+func ruleCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "tiercache_requests_total" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range s.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if v := s.GetCounter().GetValue(); v != 0 {
+				got[l["rule"]+" "+l["result"]+" "+l["layer"]] = v
+			}
+		}
+	}
+	return got
+}
+
+// requests_total carries the rule a request matched.
+func TestRequestsAreCountedUnderTheRuleTheyMatched(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureWith(t, csRules, newOrigin(t, cacheFor("max-age=60", "hi")), func(o *Options) { o.Metrics = m }, nil)
+	f.get("/static/a")
+	f.get("/static/a")
+	f.get("/static/a")
+	f.get("/pass/a")
+	f.get("/elsewhere")
+	f.do(http.MethodPost, "/static/b") // invalidates /static/b only
+	want := map[string]float64{
+		"static hit l1":         2,
+		"static miss origin":    1,
+		"static bypass origin":  1,
+		"nocache bypass origin": 1,
+		"default miss origin":   1,
+	}
+	if got := ruleCounts(t, reg); !maps.Equal(got, want) {
+		t.Fatalf("requests_total by rule = %v, want %v", got, want)
+	}
+
+	// A new config version keeps counting a rule of the same name on the
+	// same series, and counts a new rule under its own name.
+	cfg, err := tierconfig.Parse([]byte(csRules + `
+- name: api
+  match: {pathPrefix: /api/}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tierconfig.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.px.cfg.Store(c)
+	expect(t, f.get("/static/a"), http.StatusOK, "HIT; layer=l1")
+	f.get("/api/x")
+	want["static hit l1"] = 3
+	want["api miss origin"] = 1
+	if got := ruleCounts(t, reg); !maps.Equal(got, want) {
+		t.Fatalf("requests_total by rule after the config change = %v, want %v", got, want)
+	}
+}
