@@ -84,6 +84,14 @@ func ttlSeconds(d time.Duration) int64 {
 	return max(-limit, min(s, limit))
 }
 
+// AppendSFItem appends v as an sf-token when it is one, else as an
+// sf-string (AppendSFString).
+func AppendSFItem(dst []byte, v string) []byte { return appendBareItem(dst, v) }
+
+// AppendSFString appends v as an sf-string, bytes a string cannot hold
+// percent-encoded (as a Cache-Status key).
+func AppendSFString(dst []byte, v string) []byte { return appendSFString(dst, v) }
+
 // appendBareItem appends v as an sf-token when it is one, else as an
 // sf-string.
 func appendBareItem(dst []byte, v string) []byte {

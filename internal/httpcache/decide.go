@@ -78,8 +78,15 @@ type Exchange struct {
 type Decision struct {
 	Store bool
 	// Reason is a short sentence saying why the response is not stored
-	// (empty when Store), for logs and tests.
+	// (empty when Store), for logs and tests; Why is the same as a token
+	// (the Why constants).
 	Reason string
+	Why    string
+	// Source says where Lifetime came from: "forced" (a rule's ttl),
+	// "explicit" (s-maxage, max-age or Expires), "negative" (the tier's
+	// negativeTTL), "fallback" (fallbackTTL), "heuristic" (Last-Modified)
+	// or "none" (stored for its validators only).
+	Source string
 	// Lifetime is the freshness lifetime (§4.2.1) after Policy; InitialAge
 	// is corrected_initial_age (§4.2.3).
 	Lifetime   time.Duration
@@ -111,6 +118,23 @@ const (
 	sourceFallback              // Policy.FallbackTTL
 	sourceHeuristic             // Last-Modified heuristic
 )
+
+// String names the source for Decision.Source.
+func (s freshSource) String() string {
+	switch s {
+	case sourceForced:
+		return "forced"
+	case sourceExplicit:
+		return "explicit"
+	case sourceNegative:
+		return "negative"
+	case sourceFallback:
+		return "fallback"
+	case sourceHeuristic:
+		return "heuristic"
+	}
+	return "none"
+}
 
 // Decide applies RFC 9111 §3 for a shared cache. Only GET responses are
 // stored, and POST responses when Policy.StorePOST allows it (status 200,
@@ -173,7 +197,7 @@ const (
 func Decide(x Exchange, p Policy) Decision {
 	if x.Method == http.MethodGet && x.Status == http.StatusPartialContent {
 		// Only as a part, under DecidePartial's rules.
-		return notStored("partial content (206) is not stored")
+		return notStored(WhyStatus, "partial content (206) is not stored")
 	}
 	return decide(x, p)
 }
@@ -183,15 +207,15 @@ func Decide(x Exchange, p Policy) Decision {
 func decide(x Exchange, p Policy) Decision {
 	post := x.Method == http.MethodPost && p.StorePOST
 	if x.Method != http.MethodGet && !post {
-		return notStored("only GET responses are stored")
+		return notStored(WhyMethod, "only GET responses are stored")
 	}
 	switch {
 	case x.Status >= 100 && x.Status < 200:
-		return notStored("an informational (1xx) response is not stored")
+		return notStored(WhyStatus, "an informational (1xx) response is not stored")
 	case x.Status < 200 || x.Status > 599:
-		return notStored("the status code is not a valid final status")
+		return notStored(WhyStatus, "the status code is not a valid final status")
 	case x.Status == http.StatusNotModified:
-		return notStored("a 304 Not Modified response is not stored")
+		return notStored(WhyStatus, "a 304 Not Modified response is not stored")
 	}
 	if post {
 		// Checked before anything else about the response: a POST's
@@ -199,37 +223,37 @@ func decide(x Exchange, p Policy) Decision {
 		// of its target URI.
 		switch {
 		case x.Status != http.StatusOK:
-			return notStored("a POST response is stored only with status 200")
+			return notStored(WhyStatus, "a POST response is stored only with status 200")
 		case !ContentLocationIsTarget(x.Target, x.RespHeader):
-			return notStored("a POST response is stored only with a Content-Location naming its target URI")
+			return notStored(WhyContentLocation, "a POST response is stored only with a Content-Location naming its target URI")
 		}
 	}
 	cc := SelectResponseCC(x.RespHeader, p.TargetedFields)
 	understood := understoodStatus(x.Status)
 	if cc.MustUnderstand && !understood {
-		return notStored("must-understand with a status code the cache does not understand prevents storing")
+		return notStored(WhyMustUnderstand, "must-understand with a status code the cache does not understand prevents storing")
 	}
 	if ParseRequestCC(x.ReqHeader).NoStore {
-		return notStored("no-store on the request prevents storing")
+		return notStored(WhyRequestNoStore, "no-store on the request prevents storing")
 	}
 	if cc.NoStore && !cc.MustUnderstand {
-		return notStored("no-store on the response prevents storing")
+		return notStored(WhyNoStore, "no-store on the response prevents storing")
 	}
 	if cc.Private {
-		return notStored("private prevents storing in a shared cache")
+		return notStored(WhyPrivate, "private prevents storing in a shared cache")
 	}
 	// A malformed s-maxage is no opt-in to sharing an authenticated
 	// response, hence !cc.Invalid.
 	sharedOK := cc.Public || cc.MustRevalidate || (cc.SMaxAge.Valid && !cc.Invalid)
 	if len(values(x.ReqHeader, "Authorization")) > 0 && !sharedOK {
-		return notStored("a request with Authorization is stored only with public, s-maxage or must-revalidate")
+		return notStored(WhyAuthorization, "a request with Authorization is stored only with public, s-maxage or must-revalidate")
 	}
 	cookieNamed := slices.Contains(cc.PrivateFields, "Set-Cookie") || slices.Contains(cc.NoCacheFields, "Set-Cookie")
 	if len(values(x.RespHeader, "Set-Cookie")) > 0 && !p.AllowSetCookie && !cookieNamed {
-		return notStored("Set-Cookie prevents storing")
+		return notStored(WhySetCookie, "Set-Cookie prevents storing")
 	}
 	if varyStar(x.RespHeader) {
-		return notStored("Vary: * prevents storing")
+		return notStored(WhyVaryStar, "Vary: * prevents storing")
 	}
 
 	heuristic := HeuristicallyCacheable(x.Status)
@@ -250,12 +274,12 @@ func decide(x Exchange, p Policy) Decision {
 		// RFC 9110 §9.3.3: explicit freshness from the origin, never a
 		// lifetime the cache makes up (a rule's ttl included).
 		if !cc.MaxAge.Valid && !cc.SMaxAge.Valid && len(expires) == 0 {
-			return notStored("a POST response is stored only with explicit freshness (max-age, s-maxage or Expires)")
+			return notStored(WhyNoFreshness, "a POST response is stored only with explicit freshness (max-age, s-maxage or Expires)")
 		}
 		forced = false
 	}
 	if !forced && !heuristic && !cc.Public && !cc.MaxAge.Valid && !cc.SMaxAge.Valid && len(expires) == 0 {
-		return notStored("the status code is not cacheable by default and the response has no explicit freshness")
+		return notStored(WhyStatus, "the status code is not cacheable by default and the response has no explicit freshness")
 	}
 
 	date, dateOK := ParseHTTPDate(first(x.RespHeader, "Date"))
@@ -279,7 +303,7 @@ func decide(x Exchange, p Policy) Decision {
 	case len(expires) > 0:
 		lifetime, source = expiresLifetime(expires, date), sourceExplicit
 	case !madeUpOK:
-		return notStored("a response to a request with Cookie or Authorization is stored only with explicit freshness from the origin (or public, or a rule's ttlWithCredentials)")
+		return notStored(WhyCredentials, "a response to a request with Cookie or Authorization is stored only with explicit freshness from the origin (or public, or a rule's ttlWithCredentials)")
 	case p.NegativeTTL > 0 && (x.Status == http.StatusNotFound || x.Status == http.StatusGone):
 		lifetime, source = p.NegativeTTL, sourceNegative
 	case p.FallbackTTL > 0 && heuristic:
@@ -308,11 +332,11 @@ func decide(x Exchange, p Policy) Decision {
 	validators := first(x.RespHeader, "ETag") != "" || first(x.RespHeader, "Last-Modified") != ""
 	switch {
 	case noCache && !validators:
-		return notStored("no-cache without a validator could never be reused")
+		return notStored(WhyNoCacheNoValidator, "no-cache without a validator could never be reused")
 	case source == sourceNone && !validators:
-		return notStored("no freshness information and no validator")
+		return notStored(WhyNoFreshness, "no freshness information and no validator")
 	case lifetime == 0 && !validators && swr == 0 && sie == 0:
-		return notStored("the response is already stale and has no validator")
+		return notStored(WhyAlreadyStale, "the response is already stale and has no validator")
 	}
 
 	strip := make([]string, 0, len(cc.PrivateFields)+len(cc.NoCacheFields)+1)
@@ -323,6 +347,7 @@ func decide(x Exchange, p Policy) Decision {
 	}
 	return Decision{
 		Store:                true,
+		Source:               source.String(),
 		Lifetime:             lifetime,
 		InitialAge:           initialAge(x, date, dateOK),
 		StaleWhileRevalidate: swr,
@@ -340,7 +365,28 @@ func Credentialed(req Header) bool {
 	return len(values(req, "Authorization")) > 0 || len(values(req, "Cookie")) > 0
 }
 
-func notStored(reason string) Decision { return Decision{Reason: reason} }
+func notStored(why, reason string) Decision { return Decision{Why: why, Reason: reason} }
+
+// Why values: a Decision's short reason for not storing, for debug
+// output, logs and metrics (a token; Reason is the sentence).
+const (
+	WhyMethod             = "method"
+	WhyStatus             = "status"
+	WhyContentLocation    = "content-location"
+	WhyMustUnderstand     = "must-understand"
+	WhyRequestNoStore     = "request-no-store"
+	WhyNoStore            = "no-store"
+	WhyPrivate            = "private"
+	WhyAuthorization      = "authorization"
+	WhySetCookie          = "set-cookie"
+	WhyVaryStar           = "vary-star"
+	WhyCredentials        = "credentials"
+	WhyNoCacheNoValidator = "no-cache-no-validator"
+	WhyNoFreshness        = "no-freshness"
+	WhyRange              = "range"        // a 206 to anything but one byte range
+	WhyPart               = "invalid-part" // a 206 whose Content-Range does not match its body
+	WhyAlreadyStale       = "already-stale"
+)
 
 // expiresLifetime is Expires - Date (§4.2.1). An invalid Expires, or
 // several that disagree, means already expired (§5.3, §4.2.1).

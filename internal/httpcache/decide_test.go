@@ -58,6 +58,13 @@ func runDecide(t *testing.T, tests []decideCase) {
 				want.Strip = []string{"Set-Cookie"}
 			}
 			got := httpcache.Decide(tt.x, tt.p)
+			// Why and Source have a table of their own
+			// (TestDecideSaysWhyAndFromWhere); here: present exactly when
+			// they apply.
+			if (got.Why == "") != got.Store || (got.Source == "") == got.Store {
+				t.Errorf("Decide: Store %v with Why %q and Source %q", got.Store, got.Why, got.Source)
+			}
+			got.Why, got.Source = "", ""
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("Decide\n got %+v\nwant %+v", got, want)
 			}
@@ -293,5 +300,39 @@ func TestHeuristicallyCacheable(t *testing.T) {
 		if got := httpcache.HeuristicallyCacheable(status); got != yes[status] {
 			t.Errorf("HeuristicallyCacheable(%d) = %v, want %v", status, got, yes[status])
 		}
+	}
+}
+
+func TestDecideSaysWhyAndFromWhere(t *testing.T) {
+	tests := map[string]struct {
+		x           httpcache.Exchange
+		p           httpcache.Policy
+		why, source string
+	}{
+		"private is private":                 {ex(200, "Cache-Control", "private, max-age=60"), httpcache.Policy{}, httpcache.WhyPrivate, ""},
+		"no-store is no-store":               {ex(200, "Cache-Control", "no-store"), httpcache.Policy{}, httpcache.WhyNoStore, ""},
+		"the request's no-store is its own":  {withReq(ex(200, "Cache-Control", "max-age=60"), "Cache-Control", "no-store"), httpcache.Policy{}, httpcache.WhyRequestNoStore, ""},
+		"Set-Cookie is set-cookie":           {ex(200, "Cache-Control", "max-age=60", "Set-Cookie", "a=b"), httpcache.Policy{}, httpcache.WhySetCookie, ""},
+		"Authorization is authorization":     {withReq(ex(200, "Cache-Control", "max-age=60"), "Authorization", "Bearer x"), httpcache.Policy{}, httpcache.WhyAuthorization, ""},
+		"Vary: * is vary-star":               {ex(200, "Cache-Control", "max-age=60", "Vary", "*"), httpcache.Policy{}, httpcache.WhyVaryStar, ""},
+		"a 500 without freshness is status":  {ex(500), httpcache.Policy{}, httpcache.WhyStatus, ""},
+		"nothing to go by is no-freshness":   {ex(200), httpcache.Policy{}, httpcache.WhyNoFreshness, ""},
+		"a cookie's answer needs freshness":  {withReq(ex(200), "Cookie", "a=b"), httpcache.Policy{FallbackTTL: time.Minute}, httpcache.WhyCredentials, ""},
+		"no-cache without validator":         {ex(200, "Cache-Control", "no-cache"), httpcache.Policy{}, httpcache.WhyNoCacheNoValidator, ""},
+		"a POST is method":                   {withMethod(ex(200, "Cache-Control", "max-age=60"), http.MethodPost), httpcache.Policy{}, httpcache.WhyMethod, ""},
+		"max-age is explicit":                {ex(200, "Cache-Control", "max-age=60"), httpcache.Policy{}, "", "explicit"},
+		"a rule's ttl is forced":             {ex(200), httpcache.Policy{ForceTTL: time.Minute}, "", "forced"},
+		"the fallback TTL is fallback":       {ex(200), httpcache.Policy{FallbackTTL: time.Minute}, "", "fallback"},
+		"the negative TTL is negative":       {ex(404), httpcache.Policy{NegativeTTL: time.Minute}, "", "negative"},
+		"Last-Modified makes it heuristic":   {ex(200, "Last-Modified", date(t0.Add(-10*time.Hour))), httpcache.Policy{HeuristicFraction: 0.1}, "", "heuristic"},
+		"a validator alone is stored for it": {ex(200, "ETag", `"x"`), httpcache.Policy{}, "", "none"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := httpcache.Decide(tt.x, tt.p)
+			if d.Why != tt.why || d.Source != tt.source {
+				t.Errorf("Decide: Why %q Source %q (%s), want Why %q Source %q", d.Why, d.Source, d.Reason, tt.why, tt.source)
+			}
+		})
 	}
 }

@@ -154,17 +154,17 @@ type PartialDecision struct {
 // heuristically cacheable).
 func DecidePartial(x Exchange, sentRange string, contentLength int64, p Policy) PartialDecision {
 	if x.Method != http.MethodGet {
-		return PartialDecision{Decision: notStored("only GET responses are stored")}
+		return PartialDecision{Decision: notStored(WhyMethod, "only GET responses are stored")}
 	}
 	if x.Status != http.StatusPartialContent {
-		return PartialDecision{Decision: notStored("only a 206 is a partial response")}
+		return PartialDecision{Decision: notStored(WhyStatus, "only a 206 is a partial response")}
 	}
 	if _, ok := singleByteRange(sentRange); !ok {
-		return PartialDecision{Decision: notStored("a 206 is stored only in answer to a single byte range")}
+		return PartialDecision{Decision: notStored(WhyRange, "a 206 is stored only in answer to a single byte range")}
 	}
 	part, why := ReceivedPart(x.RespHeader, contentLength)
 	if why != "" {
-		return PartialDecision{Decision: notStored(why)}
+		return PartialDecision{Decision: notStored(WhyPart, why)}
 	}
 	d := decide(x, p)
 	if !d.Store {

@@ -24,14 +24,17 @@ type verdict struct {
 	fwdStatus int
 	stored    bool
 	collapsed bool
+	// dbg is the decision a debug request is told (debug.go); nil for
+	// every other request, and never in what a flight shares.
+	dbg *debugInfo
 }
 
 // with returns v for X-Cache value x.
 func (v verdict) with(x []string) verdict { v.x = x; return v }
 
 // hitVerdict is a response served from the cache without asking.
-func hitVerdict(x []string, rule *tierconfig.CompiledRule) verdict {
-	return verdict{x: x, rule: rule}
+func hitVerdict(x []string, rule *tierconfig.CompiledRule, dbg *debugInfo) verdict {
+	return verdict{x: x, rule: rule, dbg: dbg}
 }
 
 // setStatus writes X-Cache and, unless the tier turned it off,
@@ -40,6 +43,9 @@ func (p *Proxy) setStatus(h http.Header, v verdict, sent int) {
 	h["X-Cache"] = v.x
 	if cs, ok := cacheStatus(p.cfg.Load(), v, sent, 0, false); ok {
 		h["Cache-Status"] = append(h["Cache-Status"], cs)
+	}
+	if v.dbg != nil {
+		h[debugHeader] = []string{v.dbg.value(v, 0, false)}
 	}
 }
 
@@ -64,6 +70,9 @@ func cacheStatus(cfg *tierconfig.Compiled, v verdict, sent int, ttl time.Duratio
 	}
 	if v.rule != nil {
 		s.Detail = v.rule.Name
+	}
+	if v.dbg != nil {
+		s.Key = v.dbg.key
 	}
 	var buf [128]byte
 	return string(httpcache.AppendCacheStatus(buf[:0], cacheName, s)), true

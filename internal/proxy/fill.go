@@ -109,13 +109,14 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	reqTime := p.now()
 	resp, err := p.roundTrip(out, w)
 	respTime := p.now()
+	originTime := time.Since(start)
 	if err != nil {
 		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
 			finish(staleRes())
 			return p.serveStale(w, r, c, 0)
 		}
 		finish(shared{})
-		sn := p.originFailed(w, r, verdict{x: xMiss, rule: c.rule, fwd: c.why}, wd, err)
+		sn := p.originFailed(w, r, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer func() {
@@ -161,7 +162,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 				defer body.Close()
 			}
 		}
-		v := verdict{x: xRevalidated, rule: c.rule, fwd: c.why, fwdStatus: http.StatusNotModified, stored: kept}
+		v := verdict{x: xRevalidated, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: http.StatusNotModified, stored: kept}
 		sn := p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), v, body)
 		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false, sent: sn}
 	}
@@ -180,9 +181,20 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		threshold, maxObject := bodyLimits(c.cfg)
 		storeMax, fileAbove = max(limit, maxObject), min(limit, threshold)
 	}
-	if d.Store && (resp.ContentLength > storeMax || isEventStream(resp.Header)) {
-		d.Store = false
+	if c.dbg != nil {
+		c.dbg.decided, c.dbg.d = true, d
 	}
+	why := d.Why
+	if d.Store && (resp.ContentLength > storeMax || isEventStream(resp.Header)) {
+		d.Store, why = false, whyTooLarge
+		if isEventStream(resp.Header) {
+			why = whyEventStream
+		}
+		if c.dbg != nil {
+			c.dbg.why = why
+		}
+	}
+	miss := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, fwd: c.why, stored: d.Store, notStored: why, originTime: originTime}
 
 	h := w.Header()
 	copyHeader(h, resp.Header)
@@ -200,7 +212,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if c.background {
 		bodyW = nil
 	}
-	v := verdict{x: xMiss, rule: c.rule, fwd: c.why, fwdStatus: resp.StatusCode, stored: d.Store}
+	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: d.Store}
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
 		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
 			delete(h, k)
@@ -225,14 +237,14 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			p.uncacheable(ctx, c, r, resp.StatusCode)
 		}
 		if bodyW == nil {
-			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: status}}
+			return miss.with(false, sent{status: status})
 		}
 		n, err := p.streamN(bodyW, body)
 		if err != nil {
 			p.bodyFailed(r, wd, err)
-			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true, sent: sent{status, n}}
+			return miss.with(true, sent{status, n})
 		}
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
+		return miss.with(false, sent{status, n})
 	}
 
 	// Stored fills are bound as a whole; past the bound the fill gives up
@@ -259,7 +271,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		var out outcome
 		out, detached = p.fillFile(ctx, bodyW, r, c, f, e, resp, body, wd, watch, fileAbove, storeMax)
 		out.sent.status = status // fillFile counts the bytes
-		return out
+		return miss.as(out)
 	}
 	data, held, n, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
 		// Too large to store: waiters fetch for themselves and later
@@ -271,10 +283,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
 		finish(shared{})
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil, sent: sent{status, n}}
+		return miss.with(bodyW != nil, sent{status, n})
 	}
 	if !complete {
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
+		return miss.with(false, sent{status, n})
 	}
 	wd.stop()
 	e.Body = data
@@ -291,7 +303,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 			_ = http.NewResponseController(bodyW).Flush()
 		}
 	}
-	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
+	return miss.with(false, sent{status, n})
 }
 
 // keep stores the complete response e of c's fill where pl says and
@@ -519,14 +531,14 @@ func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call, fwdS
 	body, ok := c.body, true
 	if body == nil {
 		if body, ok = p.openBody(r, c.key, c.stale); !ok {
-			sn := p.originError(w, r, verdict{x: xMiss, rule: c.rule, fwd: c.why}, errStaleBodyGone)
+			sn := p.originError(w, r, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, errStaleBodyGone)
 			return outcome{result: metrics.ResultError, layer: metrics.LayerOrigin, abort: false, sent: sn}
 		}
 		if body != nil {
 			defer body.Close()
 		}
 	}
-	v := verdict{x: pick(c.layer, xStaleL1, xStaleL2), rule: c.rule, fwd: c.why, fwdStatus: fwdStatus}
+	v := verdict{x: pick(c.layer, xStaleL1, xStaleL2), rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: fwdStatus}
 	sn := p.serveEntry(w, r, c.stale, httpcache.CurrentAge(stored(c.stale), p.now()), v, body)
 	return outcome{result: metrics.ResultStale, layer: c.layer, abort: false, sent: sn}
 }
@@ -709,7 +721,7 @@ func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
 		if use, _ := httpcache.Evaluate(stored(&e), httpcache.RequestCC{}, p.now()); use != httpcache.UseFresh {
 			return false
 		}
-		p.flights.finish(c.key, f, shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
+		p.flights.finish(c.key, f, shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule, nil), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
 		return true
 	})
 }

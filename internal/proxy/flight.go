@@ -184,9 +184,10 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 	if body != nil {
 		defer body.Close()
 	}
-	v := hitVerdict(pick(got.layer, xHitL1, xHitL2), c.rule)
+	v := hitVerdict(pick(got.layer, xHitL1, xHitL2), c.rule, nil)
 	out := outcome{result: metrics.ResultHit, layer: got.layer, abort: false}
 	p.flights.finish(c.key, f, shared{e: detach(got.e), v: v, out: out})
+	v.dbg = c.dbg
 	out.sent = p.serveEntry(w, r, got.e, age, v, body)
 	return out, true
 }
@@ -285,7 +286,9 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		defer body.Close()
 	}
 	out := res.out // the leader's; what went out is this waiter's own
-	out.sent = p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), res.v, body)
+	v := res.v
+	v.dbg = c.dbg // the waiter's own, never the leader's
+	out.sent = p.serveEntry(w, r, res.e, httpcache.CurrentAge(stored(res.e), p.now()), v, body)
 	return out
 }
 
@@ -299,7 +302,7 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 	h := w.Header()
 	writeEntryHeader(h, l.e, httpcache.AgeHeader(httpcache.CurrentAge(stored(l.e), p.now())))
 	stripTargeted(h, c.cfg.StripTargeted)
-	v := verdict{x: xMissCoalesced, rule: c.rule, fwd: c.why, stored: true, collapsed: true}
+	v := verdict{x: xMissCoalesced, rule: c.rule, dbg: c.dbg, fwd: c.why, stored: true, collapsed: true}
 	if cs, ok := cacheStatus(c.cfg, v, l.e.Status, 0, false); ok {
 		h["Cache-Status"] = append(h["Cache-Status"], cs)
 	}

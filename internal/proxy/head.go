@@ -58,7 +58,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
 			return p.serveStale(w, r, c, 0)
 		}
-		sn := p.originFailed(w, r, verdict{x: xMiss, rule: c.rule, fwd: c.why}, wd, err)
+		sn := p.originFailed(w, r, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
 	defer resp.Body.Close()
@@ -71,7 +71,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	switch httpcache.EffectOfHead(c.stale.Status, c.stale, storedLength(c.stale), resp.StatusCode, resp.Header) {
 	case httpcache.HeadUpdates:
 		e := p.headUpdated(ctx, c, resp.Header, reqTime, respTime, watch)
-		v := verdict{x: xRevalidated, rule: c.rule, fwd: c.why, fwdStatus: resp.StatusCode, stored: true}
+		v := verdict{x: xRevalidated, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: true}
 		sn := p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), v, nil)
 		return outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false, sent: sn}
 	case httpcache.HeadInvalidates:
@@ -87,7 +87,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
-	p.setStatus(h, verdict{x: xMiss, rule: c.rule, fwd: c.why}, resp.StatusCode)
+	p.setStatus(h, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: resp.StatusCode}}
 }

@@ -75,7 +75,7 @@ func forwardRange(r *http.Request) *rangeFill {
 // fill; HEAD and other ranges pass). When the part lacks what r needs and
 // L2 holds the complete response, f becomes that hit instead: a partial
 // response in this replica's L1 never shadows a complete one in L2.
-func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, rcc httpcache.RequestCC, kb *keyBuf,
+func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo, rcc httpcache.RequestCC, kb *keyBuf,
 	f *found) (outcome, bool, *rangeFill) {
 	e := f.part
 	now := p.now()
@@ -98,7 +98,7 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 		if use == httpcache.UseStale {
 			res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
 		}
-		sn := p.servePart(w, r, e, age, want, ranged, unsatisfiable, hitVerdict(x, rule))
+		sn := p.servePart(w, r, e, age, want, ranged, unsatisfiable, hitVerdict(x, rule, dbg))
 		return outcome{result: res, layer: f.layer, abort: false, sent: sn}, true, nil
 	}
 	if p.cluster != nil {
@@ -156,6 +156,9 @@ func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry
 	if cs, ok := cacheStatus(cfg, v, 0, e.Lifetime-age, true); ok {
 		h["Cache-Status"] = append(h["Cache-Status"], cs)
 	}
+	if v.dbg != nil {
+		h[debugHeader] = []string{v.dbg.value(v, e.Lifetime, true)}
+	}
 	if httpcache.NotModified(r.Header, http.StatusOK, e) {
 		notModified(w)
 		return sent{status: http.StatusNotModified}
@@ -206,7 +209,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		if c.rng = nil; rg.ranged {
 			finish(shared{})
 			if c.rng = forwardRange(r); c.rng == nil {
-				return p.pass(w, r, c.cfg, verdict{x: xMiss, rule: c.rule, fwd: c.why}, metrics.ResultMiss)
+				return p.pass(w, r, c.cfg, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, metrics.ResultMiss)
 			}
 			return p.fill(w, r, c, nil)
 		}
@@ -262,7 +265,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	h["Content-Length"] = []string{strconv.FormatInt(spanLen(want), 10)}
 	bodyW := w
-	v := verdict{x: xMissPartial, rule: c.rule, fwd: fwdPartial, fwdStatus: resp.StatusCode, stored: collect}
+	v := verdict{x: xMissPartial, rule: c.rule, dbg: c.dbg, fwd: fwdPartial, fwdStatus: resp.StatusCode, stored: collect}
 	if httpcache.NotModified(r.Header, http.StatusOK, merged) {
 		p.setStatus(h, v, http.StatusNotModified)
 		notModified(w)
@@ -316,7 +319,7 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
 	bodyW, status := w, resp.StatusCode
-	v := verdict{x: xMiss, rule: c.rule, fwd: c.why, fwdStatus: resp.StatusCode, stored: collect}
+	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: collect}
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
 		p.setStatus(h, v, http.StatusNotModified)
 		notModified(w)
@@ -359,7 +362,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *htt
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
-	p.setStatus(h, verdict{x: xMiss, rule: c.rule, fwd: c.why}, resp.StatusCode)
+	p.setStatus(h, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	n, err := p.streamN(w, body)
 	if err != nil {

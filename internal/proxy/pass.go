@@ -44,16 +44,19 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	if err != nil {
 		p.bodyFailed(r, wd, err)
 	}
-	return outcome{result: result, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{resp.StatusCode, n}}
+	return outcome{result: result, layer: metrics.LayerOrigin, abort: err != nil, fwd: v.fwd, sent: sent{resp.StatusCode, n}}
 }
 
 // serveUnsafe forwards methods other than GET and HEAD (a POST whose
 // answer the tier may store: post.go).
-func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule) outcome {
+func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo) outcome {
 	if r.Method == http.MethodPost && cfg.Config.Defaults.StorePostResponses {
 		return p.servePost(w, r, cfg, rule)
 	}
-	return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
+	if dbg != nil {
+		dbg.why = httpcache.WhyMethod
+	}
+	return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod, dbg: dbg}, metrics.ResultBypass)
 }
 
 // invalidateAfter applies RFC 9111 §4.4: a non-error response to an unsafe

@@ -291,12 +291,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpcache.RemoveHopByHop(r.Header)
 	}
 	rule := cfg.Match(r.URL.Path, r.Header)
+	var dbg *debugInfo
+	if _, ok := r.Header[debugHeader]; ok {
+		dbg = debugRequest(r, cfg)
+	}
 	var out outcome
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		out = p.serveCacheable(w, r, cfg, rule)
+		out = p.serveCacheable(w, r, cfg, rule, dbg)
 	default:
-		out = p.serveUnsafe(w, r, cfg, rule)
+		out = p.serveUnsafe(w, r, cfg, rule, dbg)
 	}
 	end := time.Now()
 	elapsed := end.Sub(start)
@@ -372,6 +376,19 @@ type sent struct {
 // clientGone is logged for a request whose client left before anything
 // was written: nginx's 499.
 const statusClientGone = 499
+
+// with returns o with abort and what went out set.
+func (o outcome) with(abort bool, sn sent) outcome {
+	o.abort, o.sent = abort, sn
+	return o
+}
+
+// as returns o with the result, layer, abort and what went out of other
+// (what a part of the request path that knows less decided in the end).
+func (o outcome) as(other outcome) outcome {
+	o.result, o.layer, o.abort, o.sent = other.result, other.layer, other.abort, other.sent
+	return o
+}
 
 // fwdKind is the fwd parameter of Cache-Status (RFC 9211 §2.2).
 type fwdKind uint8

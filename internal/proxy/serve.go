@@ -52,6 +52,8 @@ type call struct {
 	shared bool
 	// why says why the request goes to the origin (Cache-Status fwd).
 	why fwdKind
+	// dbg: a debug request's decision, filled as it is made (debug.go).
+	dbg *debugInfo
 	// rejoined: the request already waited on a flight that an
 	// invalidation overtook and joined a new one.
 	rejoined bool
@@ -80,12 +82,12 @@ func (c *call) releaseLease() {
 // serveCacheable handles GET and HEAD.
 // rule is the rule r matched, on its header without the fields its
 // Connection names (ServeHTTP).
-func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule) outcome {
+func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo) outcome {
 	if rule.Bypass || hasPrecondition(r.Header) || hasBody(r) || oddPath(r.URL.Path) {
 		// A body is not part of the key, so a GET or HEAD that carries
 		// one could make the origin answer something the key does not
 		// describe: it is neither filled nor served from the cache.
-		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass}, metrics.ResultBypass)
+		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass, dbg: dbg.bypass()}, metrics.ResultBypass)
 	}
 	var rcc httpcache.RequestCC
 	var reqH httpcache.Header = r.Header
@@ -99,14 +101,17 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	defer p.keys.Put(kb)
 	kb.build(r, rule)
 	if kb.ambiguous {
-		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass}, metrics.ResultBypass)
+		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass, dbg: dbg.bypass()}, metrics.ResultBypass)
 	}
 	f := p.lookup(r.Context(), kb, r)
+	if dbg != nil {
+		dbg.key = string(kb.b)
+	}
 	var rg *rangeFill // how a miss asks for part of the representation
 	if f.part != nil {
 		var out outcome
 		var done bool
-		if out, done, rg = p.partialHit(w, r, cfg, rule, rcc, kb, &f); done {
+		if out, done, rg = p.partialHit(w, r, cfg, rule, dbg, rcc, kb, &f); done {
 			return out
 		}
 	}
@@ -126,11 +131,11 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		use, age := httpcache.Evaluate(stored(f.e), rcc, p.now())
 		switch use {
 		case httpcache.UseFresh:
-			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xHitL1, xHitL2), rule), body)
-			return outcome{result: metrics.ResultHit, layer: f.layer, abort: false, sent: sn}
+			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xHitL1, xHitL2), rule, dbg), body)
+			return outcome{result: metrics.ResultHit, layer: f.layer, ttl: f.e.Lifetime - age, hasTTL: true, sent: sn}
 		case httpcache.UseStale:
-			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xStaleL1, xStaleL2), rule), body)
-			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false, sent: sn}
+			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xStaleL1, xStaleL2), rule, dbg), body)
+			return outcome{result: metrics.ResultStale, layer: f.layer, ttl: f.e.Lifetime - age, hasTTL: true, sent: sn}
 		case httpcache.UseStaleRevalidate:
 			// The slot is taken before the call is built: under a herd
 			// most stale hits find every slot taken, and building a call
@@ -140,8 +145,8 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 			} else {
 				p.m.RefreshesDeferred.Inc()
 			}
-			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xStaleL1, xStaleL2), rule), body)
-			return outcome{result: metrics.ResultStale, layer: f.layer, abort: false, sent: sn}
+			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xStaleL1, xStaleL2), rule, dbg), body)
+			return outcome{result: metrics.ResultStale, layer: f.layer, ttl: f.e.Lifetime - age, hasTTL: true, sent: sn}
 		}
 	}
 	if r.Context().Err() != nil {
@@ -152,7 +157,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	why := missKind(&f, rcc, p.now())
 	if rcc.OnlyIfCached {
 		// X-Cache stays unset: nothing was asked or served from the cache.
-		if cs, ok := cacheStatus(cfg, verdict{rule: rule, fwd: why}, http.StatusGatewayTimeout, 0, false); ok {
+		if cs, ok := cacheStatus(cfg, verdict{rule: rule, fwd: why, dbg: dbg}, http.StatusGatewayTimeout, 0, false); ok {
 			w.Header()["Cache-Status"] = []string{cs}
 		}
 		sn := errorAnswer(w, r, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
@@ -161,12 +166,17 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	if r.Method == http.MethodHead && f.ok && updatesFromHead(cfg, r, rcc) {
 		// The HEAD's answer may update the stored GET response (head.go).
 		c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
-		c.why = why
-		return p.headUpdate(w, r, c)
+		c.why, c.dbg = why, dbg
+		out := p.headUpdate(w, r, c)
+		out.fwd = why
+		return out
 	}
 	if r.Method == http.MethodHead {
 		// A HEAD miss is forwarded as HEAD and never stored as a GET body.
-		return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: why}, metrics.ResultMiss)
+		if dbg != nil {
+			dbg.why = whyHead
+		}
+		return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: why, dbg: dbg}, metrics.ResultMiss)
 	}
 	if rg == nil && len(r.Header["Range"]) > 0 {
 		// A Range miss asks the origin for that range and may store the
@@ -181,22 +191,27 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		}
 	}
 	c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
-	c.why = why
+	c.why, c.dbg = why, dbg
 	// Revalidating or falling back on a stored response serves its body
 	// from the file opened above.
 	c.body = body
 	c.rng = rg
-	if rg != nil && (rg.part == nil || rg.ranged) {
+	var out outcome
+	switch {
+	case rg != nil && (rg.part == nil || rg.ranged):
 		// Fills of ranges are not collapsed: each asks for its own.
-		return p.fill(w, r, c, nil)
+		out = p.fill(w, r, c, nil)
+	case f.hitForMiss || rcc.NoStore || !coalescingOn(cfg):
+		out = p.fill(w, r, c, nil)
+	case forwardsValidators(c, r):
+		out = p.conditionalMiss(w, r, c)
+	default:
+		out = p.coalesce(w, r, c)
 	}
-	if f.hitForMiss || rcc.NoStore || !coalescingOn(cfg) {
-		return p.fill(w, r, c, nil)
+	if out.result != metrics.ResultHit {
+		out.fwd = why // a waiter's outcome is its leader's
 	}
-	if forwardsValidators(c, r) {
-		return p.conditionalMiss(w, r, c)
-	}
-	return p.coalesce(w, r, c)
+	return out
 }
 
 // newCall copies what the miss path needs out of the lookup (the key buffer
@@ -288,12 +303,15 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 	s.add(h, "Via", viaValue)
 	switch cfg := p.cfg.Load(); {
 	case !cfg.CacheStatus:
-	case v.fwd == fwdNone && v.rule != nil && !v.collapsed:
+	case v.fwd == fwdNone && v.rule != nil && !v.collapsed && v.dbg == nil:
 		// A hit's member is shared with the rule's other hits this second.
 		s.add(h, "Cache-Status", v.rule.HitStatus.Member(e.Lifetime-age))
 	default:
 		cs, _ := cacheStatus(cfg, v, e.Status, e.Lifetime-age, true)
 		s.add(h, "Cache-Status", cs)
+	}
+	if v.dbg != nil {
+		h[debugHeader] = []string{v.dbg.value(v, e.Lifetime, true)}
 	}
 	if httpcache.NotModified(r.Header, e.Status, e) {
 		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
