@@ -145,7 +145,13 @@ func appendSFString(dst []byte, v string) []byte {
 // its own. Safe for concurrent use.
 type HitMembers struct {
 	name, detail string
-	ring         [hitRing]atomic.Pointer[string]
+	ring         [hitRing]atomic.Pointer[hitMember]
+}
+
+// hitMember is the member of hits with secs seconds of freshness left.
+type hitMember struct {
+	secs int64
+	s    string
 }
 
 const hitRing = 64
@@ -157,13 +163,13 @@ func NewHitMembers(name, detail string) *HitMembers {
 
 // Member is the member of a hit with remaining freshness ttl.
 func (m *HitMembers) Member(ttl time.Duration) string {
-	var buf [128]byte
-	b := AppendCacheStatus(buf[:0], m.name, CacheStatus{Hit: true, TTL: ttl, HasTTL: true, Detail: m.detail})
-	slot := &m.ring[uint64(ttlSeconds(ttl))%hitRing]
-	if p := slot.Load(); p != nil && *p == string(b) {
-		return *p
+	secs := ttlSeconds(ttl)
+	slot := &m.ring[uint64(secs)%hitRing]
+	if h := slot.Load(); h != nil && h.secs == secs {
+		return h.s
 	}
-	s := string(b)
-	slot.Store(&s)
-	return s
+	var buf [128]byte
+	h := &hitMember{secs: secs, s: string(AppendCacheStatus(buf[:0], m.name, CacheStatus{Hit: true, TTL: ttl, HasTTL: true, Detail: m.detail}))}
+	slot.Store(h)
+	return h.s
 }
