@@ -44,6 +44,9 @@ func (p *Proxy) setStatus(h http.Header, v verdict, sent int) {
 	if cs, ok := cacheStatus(p.cfg.Load(), v, sent, 0, false); ok {
 		h["Cache-Status"] = append(h["Cache-Status"], cs)
 	}
+	// Only this cache says Tiercache-Debug, and only to a debug request:
+	// an origin's (or a client-controlled upstream's) field is dropped.
+	delete(h, debugHeader)
 	if v.dbg != nil {
 		h[debugHeader] = []string{v.dbg.value(v, 0, false)}
 	}

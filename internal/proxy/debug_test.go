@@ -204,3 +204,20 @@ func TestAWaiterOnADebugRequestsFetchGetsNoDebugOutput(t *testing.T) {
 	expect(t, w, http.StatusOK, "MISS; coalesced")
 	noDebug(t, w)
 }
+
+// An origin's own Tiercache-Debug field reaches nobody, and is not stored:
+// a client without the token sees none, whatever the origin sends.
+func TestAnOriginsTiercacheDebugFieldIsDropped(t *testing.T) {
+	f := newFixture(t, debugCfg, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Tiercache-Debug", "rule=forged, hit")
+		_, _ = io.WriteString(w, "hi")
+	})
+	for _, path := range []string{"/static/a", "/static/a", "/pass/a"} {
+		noDebug(t, f.get(path))
+	}
+	noDebug(t, f.do(http.MethodPut, "/static/x"))
+	if got := f.get("/static/a", "Tiercache-Debug", debugToken).header.Values("Tiercache-Debug"); len(got) != 1 || strings.Contains(got[0], "forged") {
+		t.Errorf("a debug hit's Tiercache-Debug %q, want this cache's one field", got)
+	}
+}

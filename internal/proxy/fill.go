@@ -635,7 +635,7 @@ func storedHeader(src http.Header, strip []string) http.Header {
 	for _, k := range strip {
 		delete(h, k)
 	}
-	for _, k := range [...]string{"Age", "X-Cache", "Content-Length"} {
+	for _, k := range [...]string{"Age", "X-Cache", "Content-Length", debugHeader} {
 		delete(h, k)
 	}
 	return h
