@@ -298,15 +298,10 @@ func copyHeader(dst, src http.Header) {
 	appendVia(dst)
 }
 
-// stream copies the origin body to the client with a flush after every
+// streamN copies the origin body to the client with a flush after every
 // read, so the first byte goes out before the origin has finished. It
-// returns the first read error other than EOF.
-func (p *Proxy) stream(w http.ResponseWriter, body io.Reader) error {
-	_, err := p.streamN(w, body)
-	return err
-}
-
-// streamN is stream that also says how many bytes reached w.
+// returns how many bytes reached w (the access log's count) and the first
+// read error other than EOF.
 func (p *Proxy) streamN(w http.ResponseWriter, body io.Reader) (int64, error) {
 	var total int64
 	bp := p.bufs.Get().(*[]byte)

@@ -180,7 +180,7 @@ func (c *condition) valueMatches(v string) bool {
 // another spelling: '_' for '-' or the other way, in any case. It does not
 // allocate.
 func otherSpelling(h http.Header, canonical string) bool {
-	if strings.IndexAny(canonical, "-_") < 0 {
+	if !strings.ContainsAny(canonical, "-_") {
 		return false // case alone: canonicalization made them one key
 	}
 	for k := range h {
