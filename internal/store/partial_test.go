@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/store/l2"
 	"github.com/tiercache/tiercache/internal/testredis"
 )
 
@@ -35,16 +36,28 @@ func TestPartialResponsesStayInL1(t *testing.T) {
 		t.Fatalf("SetShared: %v", err)
 	}
 	// A complete response queued for L2, then a partial one of the same
-	// key: the queued write is older and must not land.
+	// key: the part cancels the queued write if it is still queued; if
+	// the writer took it first, L2 holds that older complete response (a
+	// replica whose part lacks bytes looks there), never the part.
 	queued := keyFor("/queued")
 	mustSet(t, f.s, queued, response(clk.Now(), "/queued", time.Minute))
 	mustSet(t, f.s, queued, partialAt(clk.Now(), "/queued"))
 	if err := f.s.Close(); err != nil { // flushes what is queued
 		t.Fatal(err)
 	}
+	reader, err := l2.New(l2.Config{Addrs: []string{srv.Addr()}, Prefix: testPrefix(t), Timeout: relaxedTimeout})
+	if err != nil {
+		t.Fatalf("l2.New: %v", err)
+	}
+	t.Cleanup(func() { _ = reader.Close() })
 	for _, k := range []string{viaSet, viaShared, queued} {
-		if inL2(t, rc, testPrefix(t), k) {
-			t.Errorf("%q: a partial response (or a write queued before it) reached L2", k)
+		switch {
+		case k == queued:
+			if e, err := reader.Get(ctx, k); err == nil && e.Kind != entry.KindResponse {
+				t.Errorf("%q: L2 holds a %v entry; want nothing or the older complete response", k, e.Kind)
+			}
+		case inL2(t, rc, testPrefix(t), k):
+			t.Errorf("%q: a partial response reached L2", k)
 		}
 		got, err := f.l1.Get(k)
 		if err != nil || got.Kind != entry.KindPartial || got.Partial == nil {
