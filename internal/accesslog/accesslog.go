@@ -215,10 +215,16 @@ func (l *Logger) Log(r *http.Request, c *tierconfig.Compiled, e *Entry) {
 }
 
 // splitTarget returns the path and query of r as received (RequestURI),
-// or from its URL when it has none (a request built in-process).
+// or from its URL when it has none (a request built in-process). An
+// absolute-form target ("http://user:password@host/p?q") is logged by its
+// parsed path and query only: its scheme, host and userinfo (a password)
+// never reach a line, and path exclusions see the path.
 func splitTarget(r *http.Request) (path, query string) {
 	if r.RequestURI == "" {
 		return r.URL.Path, r.URL.RawQuery
+	}
+	if r.RequestURI != "*" && !strings.HasPrefix(r.RequestURI, "/") {
+		return r.URL.EscapedPath(), r.URL.RawQuery
 	}
 	path, query, _ = strings.Cut(r.RequestURI, "?")
 	return path, query

@@ -160,6 +160,9 @@ func outboundTo(upstream *url.URL, ctx context.Context, r *http.Request, fill *f
 		h["Cookie"] = []string{strings.Join(c, "; ")}
 	}
 	delete(h, "Expect") // the server already answered 100-continue
+	// The debug field carries the tier's purge token: it never leaves the
+	// sidecar, whatever path the request takes (fill, pass, upgrade).
+	delete(h, debugHeader)
 	if fill != nil {
 		for k := range h {
 			if !fill.forwards(k) {
