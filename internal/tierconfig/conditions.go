@@ -125,7 +125,8 @@ func (c *condition) headerHolds(h http.Header) (met, ambiguous bool) {
 		if c.kind == condAbsent {
 			return true, false
 		}
-		// CGI-style origins (PHP, Rack, WSGI) read X_Debug as X-Debug.
+		// CGI-style origins (PHP, Rack, WSGI) read X_Debug and X.Debug as
+		// X-Debug.
 		if otherSpelling(h, c.name) {
 			return true, true
 		}
@@ -177,10 +178,11 @@ func (c *condition) valueMatches(v string) bool {
 }
 
 // otherSpelling reports whether h has a field that is canonical's under
-// another spelling: '_' for '-' or the other way, in any case. It does not
-// allocate.
+// another spelling: '_' or '.' for '-' or the other way, in any case
+// (CGI gateways such as Apache's turn every
+// '-' and '.' into '_'). It does not allocate.
 func otherSpelling(h http.Header, canonical string) bool {
-	if !strings.ContainsAny(canonical, "-_") {
+	if !strings.ContainsAny(canonical, "-_.") {
 		return false // case alone: canonicalization made them one key
 	}
 	for k := range h {
@@ -192,14 +194,14 @@ func otherSpelling(h http.Header, canonical string) bool {
 }
 
 // sameLoosely compares two field names of one length ignoring ASCII case
-// and taking '_' and '-' as one.
+// and taking '_', '.' and '-' as one.
 func sameLoosely(a, b string) bool {
 	for i := 0; i < len(a); i++ {
 		x, y := lowerASCII(a[i]), lowerASCII(b[i])
-		if x == '_' {
+		if x == '_' || x == '.' {
 			x = '-'
 		}
-		if y == '_' {
+		if y == '_' || y == '.' {
 			y = '-'
 		}
 		if x != y {

@@ -14,6 +14,8 @@ func conditionsConfig() Config {
 	c := Default()
 	c.Rules = []Rule{
 		{Name: "logged-in", Match: Match{PathPrefix: "/", Cookies: []CookieMatch{{Name: "session", Present: true}}}, Bypass: true},
+		{Name: "php-session", Match: Match{PathPrefix: "/php/", Cookies: []CookieMatch{{Name: "sess_id", Present: true}}}, Bypass: true},
+		{Name: "dotted", Match: Match{PathPrefix: "/dot/", Cookies: []CookieMatch{{Name: "app.token", Present: true}}}, Bypass: true},
 		{Name: "no-consent", Match: Match{PathPrefix: "/consent/", Cookies: []CookieMatch{{Name: "consent", Absent: true}}}, Bypass: true},
 		{Name: "beta", Match: Match{PathPrefix: "/beta/", Cookies: []CookieMatch{{Name: "beta", Exact: "1"}}}, Bypass: true},
 		{Name: "ab", Match: Match{PathPrefix: "/ab/", Cookies: []CookieMatch{{Name: "ab", Regex: "^(b|c)$"}}}, Bypass: true},
@@ -55,6 +57,18 @@ func TestMatchWithConditions(t *testing.T) {
 		"the session cookie before a comma counts":                      {"/home", http.Header{"Cookie": {"session,a=1"}}, "logged-in"},
 		"the session cookie with a space before '=' counts":             {"/home", http.Header{"Cookie": {"session =abc"}}, "logged-in"},
 
+		"a cookie with the condition's name and '_' counts":      {"/php/x", http.Header{"Cookie": {"sess_id=abc"}}, "php-session"},
+		"a '.' for the '_' counts, as PHP reads it so":           {"/php/x", http.Header{"Cookie": {"a=1; sess.id=abc"}}, "php-session"},
+		"a space for the '_' counts, as PHP reads it so":         {"/php/x", http.Header{"Cookie": {"a=1; sess id=abc"}}, "php-session"},
+		"a '+' for the '_' counts, as PHP decodes it to a space": {"/php/x", http.Header{"Cookie": {"sess+id=abc"}}, "php-session"},
+		"a lone '[' for the '_' counts, as PHP reads it so":      {"/php/x", http.Header{"Cookie": {"sess[id=abc"}}, "php-session"},
+		"a percent-encoded '.' for the '_' counts":               {"/php/x", http.Header{"Cookie": {"sess%2eid=abc"}}, "php-session"},
+		"a '.' for the '_' in capitals counts":                   {"/php/x", http.Header{"Cookie": {"SESS.ID=abc"}}, "php-session"},
+		"a '-' for the '_' is another cookie":                    {"/php/x", http.Header{"Cookie": {"sess-id=abc"}}, "cached"},
+		"a '.' for the '_' in a longer name is another cookie":   {"/php/x", http.Header{"Cookie": {"sess.ids=abc"}}, "cached"},
+		"a '_' for the condition's '.' counts":                   {"/dot/x", http.Header{"Cookie": {"app_token=abc"}}, "dotted"},
+		"a '-' for the condition's '.' is another cookie":        {"/dot/x", http.Header{"Cookie": {"app-token=abc"}}, "cached"},
+
 		"an absent consent cookie selects its rule":              {"/consent/x", http.Header{}, "no-consent"},
 		"a consent cookie skips its rule":                        {"/consent/x", http.Header{"Cookie": {"consent=yes"}}, "cached"},
 		"a consent cookie in another case still meets absence":   {"/consent/x", http.Header{"Cookie": {"Consent=yes"}}, "no-consent"},
@@ -71,6 +85,8 @@ func TestMatchWithConditions(t *testing.T) {
 		"a header present selects its rule, its name case-insensitive": {"/h/present/x", http.Header{"X-Debug": {""}}, "debug"},
 		"without the header the request goes on":                       {"/h/present/x", http.Header{"X-Other": {"1"}}, "cached"},
 		"the header spelt with an underscore counts as present":        {"/h/present/x", http.Header{"X_debug": {"1"}}, "debug"},
+		"the header spelt with a dot counts as present":                {"/h/present/x", http.Header{"X.debug": {"1"}}, "debug"},
+		"the header spelt with another character is another header":    {"/h/present/x", http.Header{"X+debug": {"1"}}, "cached"},
 		"an absent header selects its rule":                            {"/h/absent/x", http.Header{}, "internal"},
 		"a present header skips an absence rule":                       {"/h/absent/x", http.Header{"X-Edge": {"1"}}, "cached"},
 		"an exact header value selects its rule":                       {"/h/exact/x", http.Header{"X-Preview": {"1"}}, "preview"},
@@ -78,6 +94,7 @@ func TestMatchWithConditions(t *testing.T) {
 		"a header on two lines meets a value condition":                {"/h/exact/x", http.Header{"X-Preview": {"0", "1"}}, "preview"},
 		"another spelling beside the header meets a value condition":   {"/h/exact/x", http.Header{"X-Preview": {"0"}, "X_preview": {"1"}}, "preview"},
 		"only another spelling meets a value condition":                {"/h/exact/x", http.Header{"X_preview": {"1"}}, "preview"},
+		"a dotted spelling beside the header meets a value condition":  {"/h/exact/x", http.Header{"X-Preview": {"0"}, "X.preview": {"1"}}, "preview"},
 		"a header value with the prefix selects its rule":              {"/h/prefix/x", http.Header{"X-Env": {"canary-7"}}, "canary"},
 		"a header value without the prefix does not":                   {"/h/prefix/x", http.Header{"X-Env": {"prod"}}, "cached"},
 		"a header value the regex matches selects its rule":            {"/h/regex/x", http.Header{"User-Agent": {"Googlebot/2.1"}}, "bots"},
@@ -105,7 +122,7 @@ func TestMatchStoredIgnoresConditionedRules(t *testing.T) {
 	}
 	// Every conditioned rule comes before "cached" and bypasses: whatever
 	// a request sent, its answer was stored under "cached".
-	for _, path := range []string{"/home", "/consent/x", "/h/absent/x", "/and/x"} {
+	for _, path := range []string{"/home", "/php/x", "/dot/x", "/consent/x", "/h/absent/x", "/and/x"} {
 		if got := cc.MatchStored(path).Name; got != "cached" {
 			t.Errorf("MatchStored(%q) = %s, want cached", path, got)
 		}
@@ -133,10 +150,10 @@ func TestMatchWithConditionsDoesNotAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := http.Header{
-		"Cookie":     {"theme=dark; consent=yes; beta=0; ab=a; editor=yes", "lang=fr"},
+		"Cookie":     {"theme=dark; consent=yes; beta=0; ab=a; editor=yes; _ga=1", "lang=fr; sess.id=1; app_token=x"},
 		"User-Agent": {"Mozilla/5.0"}, "X-Env": {"prod"}, "X-Preview": {"1"}, "Accept": {"*/*"},
 	}
-	for _, path := range []string{"/home", "/consent/x", "/beta/x", "/ab/x", "/h/present/x", "/h/absent/x", "/h/exact/x", "/h/prefix/x", "/h/regex/x", "/and/x"} {
+	for _, path := range []string{"/home", "/php/x", "/dot/x", "/consent/x", "/beta/x", "/ab/x", "/h/present/x", "/h/absent/x", "/h/exact/x", "/h/prefix/x", "/h/regex/x", "/and/x"} {
 		if n := testing.AllocsPerRun(200, func() { cc.Match(path, h) }); n != 0 {
 			t.Errorf("Match(%q) allocates %v times", path, n)
 		}

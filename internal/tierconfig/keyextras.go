@@ -76,8 +76,9 @@ func (r *CompiledRule) AmbiguousCookies(req *http.Request) bool {
 //   - white space between its name and '=' (some trim names, some not);
 //   - a name that is this one only to a looser reader: in another case
 //     (ASP.NET Core compares names case-insensitively), percent-encoded
-//     (PHP and Rack decode names), or before or after a ',' inside a
-//     cookie (Rack 2 splits on ',' too).
+//     (PHP and Rack decode names), with '.', ' ', '+' or '[' for '_' or
+//     the other way (PHP reads "session.id" as "session_id"), or before
+//     or after a ',' inside a cookie (Rack 2 splits on ',' too).
 //
 // It stops at the first ambiguity (value and found are then meaningless)
 // and does not allocate.
@@ -124,61 +125,93 @@ func scanCookie(lines []string, name string) (value string, found, ambiguous boo
 
 // mayNameCookie reports whether the lines could name the cookie at all,
 // to scanCookie's loosest reading: only a line that holds the name in some
-// case, or a '%' (a percent-encoded name), can. One pass over the bytes,
-// where most requests (no such cookie) end.
+// case and spelling (containsLooseName), or a '%' (a percent-encoded
+// name), can. One pass over the bytes, where most requests (no such
+// cookie) end.
 func mayNameCookie(lines []string, name string) bool {
 	for _, line := range lines {
-		if strings.IndexByte(line, '%') >= 0 || containsFoldASCII(line, name) {
+		if strings.IndexByte(line, '%') >= 0 || containsLooseName(line, name) {
 			return true
 		}
 	}
 	return false
 }
 
-// containsFoldASCII reports whether s contains sub, ignoring ASCII case.
-// It looks for sub's first byte in each case with strings.IndexByte (fast
-// on long lines) and compares the rest where it is found.
-func containsFoldASCII(s, sub string) bool {
-	if sub == "" {
-		return true
+// nameSeparators are the bytes PHP reads as '_' in a cookie name
+// (looseNameByte), '_' included.
+const nameSeparators = "_. +["
+
+// looseNameByte is one byte of a cookie name as the loosest common
+// cookie parsers read it: in lower case (ASP.NET Core compares names
+// case-insensitively), and '.', ' ', '+' and '[' as '_' (PHP url-decodes
+// a name, '+' to ' ', then turns ' ', '.' and a lone '[' into '_', so
+// "session.id" is its $_COOKIE["session_id"]). A '[' with a ']' after it
+// makes an array to PHP, not '_': reading it as '_' anyway only ever
+// counts one more name as ambiguous, the safe side.
+func looseNameByte(c byte) byte {
+	switch c {
+	case '.', ' ', '+', '[':
+		return '_'
 	}
-	lower := lowerASCII(sub[0])
-	upper := lower
-	if 'a' <= lower && lower <= 'z' {
-		upper = lower - 'a' + 'A'
-	}
-	return containsFoldFrom(s, sub, lower) || (upper != lower && containsFoldFrom(s, sub, upper))
+	return lowerASCII(c)
 }
 
-// containsFoldFrom: containsFoldASCII for occurrences starting with the
-// byte first.
-func containsFoldFrom(s, sub string, first byte) bool {
-	last := len(s) - len(sub) // the last index sub can start at
+// containsLooseName reports whether s contains name, each byte compared
+// as looseNameByte reads it. It looks for name's first byte in each of its
+// spellings (strings.IndexByte, fast on long lines; strings.IndexAny for
+// the separators) and compares the rest where it is found. It does not
+// allocate.
+func containsLooseName(s, name string) bool {
+	if name == "" {
+		return true
+	}
+	first := looseNameByte(name[0])
+	if first == '_' {
+		return containsLooseFrom(s, name, 0, true)
+	}
+	upper := first
+	if 'a' <= first && first <= 'z' {
+		upper = first - 'a' + 'A'
+	}
+	return containsLooseFrom(s, name, first, false) || (upper != first && containsLooseFrom(s, name, upper, false))
+}
+
+// containsLooseFrom: containsLooseName for occurrences starting with the
+// byte first, or with any of nameSeparators when separator is set.
+func containsLooseFrom(s, name string, first byte, separator bool) bool {
+	last := len(s) - len(name) // the last index name can start at
 	for i := 0; i <= last; i++ {
-		j := strings.IndexByte(s[i:last+1], first)
+		var j int
+		if separator {
+			j = strings.IndexAny(s[i:last+1], nameSeparators)
+		} else {
+			j = strings.IndexByte(s[i:last+1], first)
+		}
 		if j < 0 {
 			return false
 		}
 		i += j
-		if equalFoldASCII(s[i+1:i+len(sub)], sub[1:]) {
+		if equalLoose(s[i+1:i+len(name)], name[1:]) {
 			return true
 		}
 	}
 	return false
 }
 
-// equalFoldASCII compares a and b, of one length, ignoring ASCII case.
-func equalFoldASCII(a, b string) bool {
+// equalLoose compares a and b, of one length, byte by byte as
+// looseNameByte reads them.
+func equalLoose(a, b string) bool {
 	for i := 0; i < len(a); i++ {
-		if lowerASCII(a[i]) != lowerASCII(b[i]) {
+		if looseNameByte(a[i]) != looseNameByte(b[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-// looseNameEqual reports whether raw, percent-decoded, equals name
-// ignoring ASCII case: how the loosest common cookie parsers compare.
+// looseNameEqual reports whether raw, percent-decoded, equals name, each
+// byte compared as looseNameByte reads it: how the loosest common cookie
+// parsers compare.
 func looseNameEqual(raw, name string) bool {
 	j := 0
 	for i := 0; i < len(raw); {
@@ -189,7 +222,7 @@ func looseNameEqual(raw, name string) bool {
 		} else {
 			i++
 		}
-		if j == len(name) || lowerASCII(c) != lowerASCII(name[j]) {
+		if j == len(name) || looseNameByte(c) != looseNameByte(name[j]) {
 			return false
 		}
 		j++

@@ -106,65 +106,88 @@ func TestKeyHeaders(t *testing.T) {
 
 func TestAmbiguousCookies(t *testing.T) {
 	tests := map[string]struct {
+		keyed  string
 		cookie []string
 		want   bool
 	}{
-		"no cookie is not ambiguous":                          {nil, false},
-		"the keyed cookie once is not ambiguous":              {[]string{"a=1; lang=fr; b=2"}, false},
-		"other cookies are not looked at":                     {[]string{"LANGUAGE=x; lan=y"}, false},
-		"the keyed cookie twice is ambiguous":                 {[]string{"lang=en; lang=fr"}, true},
-		"the keyed cookie on two lines is ambiguous":          {[]string{"lang=en", "lang=fr"}, true},
-		"space between the name and '=' is ambiguous":         {[]string{"lang =fr"}, true},
-		"the name in another case is ambiguous":               {[]string{"LANG=evil; lang=fr"}, true},
-		"the name percent-encoded is ambiguous":               {[]string{"%6cang=evil; lang=fr"}, true},
-		"the name percent-encoded alone is ambiguous":         {[]string{"a=1; %6C%61ng=evil"}, true},
-		"the name in capitals alone is ambiguous":             {[]string{"a=1", "LANG=evil"}, true},
-		"the name after a comma is ambiguous":                 {[]string{"x=1,lang=evil; lang=fr"}, true},
-		"a comma inside another cookie's value is fine":       {[]string{"x=1,2; lang=fr"}, false},
-		"the name before a comma is ambiguous":                {[]string{"lang,x=evil"}, true},
-		"leading space after the separator is not ambiguous":  {[]string{"a=1;   lang=fr"}, false},
-		"a name that only starts with the keyed one is fine":  {[]string{"langs=1; lang=fr"}, false},
-		"an encoded name that decodes to another one is fine": {[]string{"%6cangs=1; lang=fr"}, false},
+		"no cookie is not ambiguous":                          {"lang", nil, false},
+		"the keyed cookie once is not ambiguous":              {"lang", []string{"a=1; lang=fr; b=2"}, false},
+		"other cookies are not looked at":                     {"lang", []string{"LANGUAGE=x; lan=y"}, false},
+		"the keyed cookie twice is ambiguous":                 {"lang", []string{"lang=en; lang=fr"}, true},
+		"the keyed cookie on two lines is ambiguous":          {"lang", []string{"lang=en", "lang=fr"}, true},
+		"space between the name and '=' is ambiguous":         {"lang", []string{"lang =fr"}, true},
+		"the name in another case is ambiguous":               {"lang", []string{"LANG=evil; lang=fr"}, true},
+		"the name percent-encoded is ambiguous":               {"lang", []string{"%6cang=evil; lang=fr"}, true},
+		"the name percent-encoded alone is ambiguous":         {"lang", []string{"a=1; %6C%61ng=evil"}, true},
+		"the name in capitals alone is ambiguous":             {"lang", []string{"a=1", "LANG=evil"}, true},
+		"the name after a comma is ambiguous":                 {"lang", []string{"x=1,lang=evil; lang=fr"}, true},
+		"a comma inside another cookie's value is fine":       {"lang", []string{"x=1,2; lang=fr"}, false},
+		"the name before a comma is ambiguous":                {"lang", []string{"lang,x=evil"}, true},
+		"leading space after the separator is not ambiguous":  {"lang", []string{"a=1;   lang=fr"}, false},
+		"a name that only starts with the keyed one is fine":  {"lang", []string{"langs=1; lang=fr"}, false},
+		"an encoded name that decodes to another one is fine": {"lang", []string{"%6cangs=1; lang=fr"}, false},
+
+		"a keyed name with '_' sent once is not ambiguous":                           {"session_id", []string{"a=1; session_id=x"}, false},
+		"the name with a '.' for '_' beside it is ambiguous (PHP reads both as one)": {"session_id", []string{"session.id=evil; session_id=x"}, true},
+		"the name with a '.' for '_' alone is ambiguous":                             {"session_id", []string{"a=1; session.id=evil"}, true},
+		"the name with a space for '_' is ambiguous":                                 {"session_id", []string{"a=1; session id=evil"}, true},
+		"the name with a '+' for '_' is ambiguous (PHP decodes it to a space)":       {"session_id", []string{"a=1; session+id=evil"}, true},
+		"the name with a lone '[' for '_' is ambiguous":                              {"session_id", []string{"a=1; session[id=evil"}, true},
+		"the name with a percent-encoded '.' for '_' is ambiguous":                   {"session_id", []string{"a=1; session%2Eid=evil"}, true},
+		"the name in capitals with a '.' for '_' is ambiguous":                       {"session_id", []string{"SESSION.ID=evil"}, true},
+		"a '-' for '_' is another cookie":                                            {"session_id", []string{"session-id=1; session_id=x"}, false},
+		"a longer name with a '.' for '_' is another cookie":                         {"session_id", []string{"session.ids=1; session_id=x"}, false},
+		"a value spelt like the name with a '.' is fine":                             {"session_id", []string{"a=session.id; session_id=x"}, false},
 	}
-	r := queryRule(t, CacheKey{Cookies: []string{"lang"}})
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
+			r := queryRule(t, CacheKey{Cookies: []string{tt.keyed}})
 			req := httptest.NewRequest(http.MethodGet, "/x", nil)
 			req.Header = http.Header{}
 			if tt.cookie != nil {
 				req.Header["Cookie"] = tt.cookie
 			}
 			if got := r.AmbiguousCookies(req); got != tt.want {
-				t.Fatalf("AmbiguousCookies(%q) = %v, want %v", tt.cookie, got, tt.want)
+				t.Fatalf("AmbiguousCookies(%q) keyed on %s = %v, want %v", tt.cookie, tt.keyed, got, tt.want)
 			}
 		})
 	}
 }
 
-func TestContainsFoldASCII(t *testing.T) {
+func TestContainsLooseName(t *testing.T) {
 	tests := map[string]struct {
 		s, sub string
 		want   bool
 	}{
-		"an exact occurrence at the start":              {"session=1", "session", true},
-		"an occurrence at the very end":                 {"a=1; x=session", "session", true},
-		"an occurrence in capitals":                     {"a=1; SESSION=2", "session", true},
-		"an occurrence in mixed case":                   {"a=1; SeSsIoN=2", "session", true},
-		"a name in capitals found in lowercase":         {"a=1; session=2", "SESSION", true},
-		"no occurrence":                                 {"_ga=GA1.2.3; theme=dark; consent=yes", "session", false},
-		"many near misses of the first byte":            {"sss sess sessio sessiox", "session", false},
-		"a text shorter than the name":                  {"sess", "session", false},
-		"a name that does not start with a letter":      {"a=1; _Ga=2", "_ga", true},
-		"a one-byte name":                               {"abc", "C", true},
-		"the empty name is in everything":               {"", "", true},
-		"a letter does not fold into a non-letter":      {"a=1; [ession=2", "{ession", false},
-		"an occurrence found only in the other case":    {"SsSsession", "SESSION", true},
-		"a match that would run past the end is missed": {"xsessio", "session", false},
+		"an exact occurrence at the start":               {"session=1", "session", true},
+		"an occurrence at the very end":                  {"a=1; x=session", "session", true},
+		"an occurrence in capitals":                      {"a=1; SESSION=2", "session", true},
+		"an occurrence in mixed case":                    {"a=1; SeSsIoN=2", "session", true},
+		"a name in capitals found in lowercase":          {"a=1; session=2", "SESSION", true},
+		"no occurrence":                                  {"_ga=GA1.2.3; theme=dark; consent=yes", "session", false},
+		"many near misses of the first byte":             {"sss sess sessio sessiox", "session", false},
+		"a text shorter than the name":                   {"sess", "session", false},
+		"a name that does not start with a letter":       {"a=1; _Ga=2", "_ga", true},
+		"a one-byte name":                                {"abc", "C", true},
+		"the empty name is in everything":                {"", "", true},
+		"a letter does not fold into a non-letter":       {"a=1; [ession=2", "{ession", false},
+		"an occurrence found only in the other case":     {"SsSsession", "SESSION", true},
+		"a match that would run past the end is missed":  {"xsessio", "session", false},
+		"a '.' for the name's '_'":                       {"a=1; session.id=2", "session_id", true},
+		"a space for the name's '_'":                     {"a=1; session id=2", "session_id", true},
+		"a '+' for the name's '_'":                       {"a=1; SESSION+ID=2", "session_id", true},
+		"a '[' for the name's '_'":                       {"a=1; session[id=2", "session_id", true},
+		"a '_' for the name's '.'":                       {"a=1; session_id=2", "session.id", true},
+		"a separator first, spelt another way":           {"a=1; .ga=2", "_ga", true},
+		"a separator first, found only later":            {"_x; _y; _Ga=2", "_ga", true},
+		"a separator first, not there":                   {"_x;_y;ga=2", "_ga", false},
+		"a space before the rest reads as the separator": {"a=1; ga=2", "_ga", true},
+		"a '-' is not a separator":                       {"a=1; session-id=2", "session_id", false},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := containsFoldASCII(tt.s, tt.sub); got != tt.want {
-				t.Fatalf("containsFoldASCII(%q, %q) = %v, want %v", tt.s, tt.sub, got, tt.want)
+			if got := containsLooseName(tt.s, tt.sub); got != tt.want {
+				t.Fatalf("containsLooseName(%q, %q) = %v, want %v", tt.s, tt.sub, got, tt.want)
 			}
 		})
 	}
