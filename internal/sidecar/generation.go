@@ -178,10 +178,17 @@ func (dp *dataPlane) acquire() *generation {
 // PURGE is a purge, never forwarded (the origin does not see its token);
 // off, it goes to the origin like any method the cache does not serve.
 func (dp *dataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == invalidate.MethodPurge && dp.holder.Load().Config.Purge.HTTPMethod {
+	if cfg := dp.holder.Load(); r.Method == invalidate.MethodPurge && cfg.Config.Purge.HTTPMethod {
 		g := dp.acquire()
 		defer g.release()
-		g.purgeMethod.ServeHTTP(w, r)
+		start := time.Now()
+		aw := &answerWriter{ResponseWriter: w}
+		g.purgeMethod.ServeHTTP(aw, r)
+		if dp.alog != nil {
+			end := time.Now()
+			dp.alog.Log(r, cfg, &accesslog.Entry{End: end, Duration: end.Sub(start),
+				Status: aw.statusOr200(), Bytes: aw.n, Result: resultPurge, Layer: metrics.LayerNone})
+		}
 		return
 	}
 	if proxy.IsUpgrade(r) {
@@ -414,4 +421,39 @@ func (dp *dataPlane) close() error {
 		}
 	})
 	return dp.closeErr
+}
+
+// resultPurge is the access log's result of a PURGE on the serving port
+// (not a requests_total label: purges have their own counter).
+const resultPurge = "purge"
+
+// answerWriter records the status and body bytes of a PURGE's answer for
+// the access log. Only purge answers (small JSON bodies) pass through it:
+// the cache's responses are never wrapped, so their sendfile path stays.
+type answerWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (a *answerWriter) WriteHeader(code int) {
+	if a.status == 0 {
+		a.status = code
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answerWriter) Write(p []byte) (int, error) {
+	n, err := a.ResponseWriter.Write(p)
+	a.n += int64(n)
+	return n, err
+}
+
+// statusOr200 is the status written, or 200 when the handler wrote a
+// body without one (as net/http then sends).
+func (a *answerWriter) statusOr200() int {
+	if a.status == 0 {
+		return http.StatusOK
+	}
+	return a.status
 }

@@ -268,3 +268,43 @@ func TestPurgesThroughBothPortsShareOneRateLimit(t *testing.T) {
 		t.Fatalf("fourth purge, by the admin API: %d, want 429", got)
 	}
 }
+
+// A PURGE on the serving port has its access-log line like any request:
+// method, path, status and bytes of the purge's answer, result "purge";
+// a refused one too (401), and never the token.
+func TestAPurgeOnTheServingPortIsInTheAccessLog(t *testing.T) {
+	origin := newPurgeOrigin(t, "max-age=300")
+	cfg := smallL1 + "purge: {token: " + methodToken + ", httpMethod: true}\n"
+	var logs lockedBuffer
+	s := startLogging(t, &logs, origin.url, "--config", writeConfig(t, cfg))
+	s.expectGet(t, "a.example", "/logged", "MISS", "a.example/logged v1")
+	refused := s.send(t, "PURGE", "a.example", "/logged")
+	done := s.send(t, "PURGE", "a.example", "/logged", "Authorization", "Bearer "+methodToken)
+	if refused.status != http.StatusUnauthorized || done.status != http.StatusOK {
+		t.Fatalf("PURGE answers %d and %d, want 401 and 200", refused.status, done.status)
+	}
+	s.stop(t) // the access log is flushed at shutdown
+
+	var lines []map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "access" && m["method"] == "PURGE" {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d access lines for PURGE, want 2:\n%s", len(lines), logs.String())
+	}
+	for i, want := range []struct {
+		status float64
+		bytes  int
+	}{{401, len(refused.body)}, {200, len(done.body)}} {
+		m := lines[i]
+		if m["path"] != "/logged" || m["status"] != want.status || m["bytes"] != float64(want.bytes) || m["result"] != "purge" {
+			t.Errorf("line %d: %v; want path /logged, status %v, bytes %d, result purge", i, m, want.status, want.bytes)
+		}
+	}
+	if strings.Contains(logs.String(), methodToken) {
+		t.Errorf("the purge token is in the log:\n%s", logs.String())
+	}
+}
