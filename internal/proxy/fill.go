@@ -251,22 +251,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	// storing and its waiters fetch for themselves (no hit-for-miss
 	// marker: the response was cacheable, only slow).
 	wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { finish(shared{}) })
-	e := &entry.Entry{
-		Kind:                 entry.KindResponse,
-		Host:                 c.host,
-		Target:               c.tgt,
-		Tags:                 httpcache.Tags(resp.Header),
-		Status:               resp.StatusCode,
-		Header:               entry.FieldsFrom(storedHeader(resp.Header, d.Strip)),
-		RequestTime:          reqTime,
-		ResponseTime:         respTime,
-		InitialAge:           d.InitialAge,
-		Lifetime:             d.Lifetime,
-		StaleWhileRevalidate: d.StaleWhileRevalidate,
-		StaleIfError:         d.StaleIfError,
-		StaleIfUnreachable:   d.StaleIfUnreachable,
-		Flags:                flags(d),
-	}
+	e := responseEntry(c, resp, d, reqTime, respTime)
 	if p.bodies != nil && (resp.ContentLength < 0 || resp.ContentLength > fileAbove) {
 		var out outcome
 		out, detached = p.fillFile(ctx, bodyW, r, c, f, e, resp, body, wd, watch, fileAbove, storeMax)
@@ -337,11 +322,34 @@ func flags(d httpcache.Decision) entry.Flag {
 	return fl
 }
 
-// revalidated applies a 304 to the stored response (RFC 9111 §4.3.4) and
-// stores the result unless a purge overtook the revalidation; it returns
-// the entry to serve and whether it was stored.
-func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqTime, respTime time.Time, watch *invalidate.Watch) (*entry.Entry, bool) {
-	merged := httpcache.MergeNotModified(c.stale.HTTPHeader(), h304)
+// responseEntry is the entry a fill stores for resp, decided as d: the
+// fill's key parts, the stored header fields and the freshness d gives.
+// The caller sets the body (inline or a file reference).
+func responseEntry(c *call, resp *http.Response, d httpcache.Decision, reqTime, respTime time.Time) *entry.Entry {
+	return &entry.Entry{
+		Kind:                 entry.KindResponse,
+		Host:                 c.host,
+		Target:               c.tgt,
+		Tags:                 httpcache.Tags(resp.Header),
+		Status:               resp.StatusCode,
+		Header:               entry.FieldsFrom(storedHeader(resp.Header, d.Strip)),
+		RequestTime:          reqTime,
+		ResponseTime:         respTime,
+		InitialAge:           d.InitialAge,
+		Lifetime:             d.Lifetime,
+		StaleWhileRevalidate: d.StaleWhileRevalidate,
+		StaleIfError:         d.StaleIfError,
+		StaleIfUnreachable:   d.StaleIfUnreachable,
+		Flags:                flags(d),
+	}
+}
+
+// updatedEntry merges the header fields of an answer that carries no body
+// (a 304, or a HEAD's 200) into c's stored response (RFC 9111 §3.2,
+// §4.3.4, §4.3.5), decides the merged response again with this request's
+// header and returns it with that decision; it stores nothing.
+func updatedEntry(c *call, h http.Header, reqTime, respTime time.Time) (entry.Entry, httpcache.Decision) {
+	merged := httpcache.MergeNotModified(c.stale.HTTPHeader(), h)
 	d := httpcache.Decide(httpcache.Exchange{
 		Method: http.MethodGet, ReqHeader: c.reqH,
 		Status: c.stale.Status, RespHeader: merged,
@@ -355,6 +363,14 @@ func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqT
 	e.StaleWhileRevalidate, e.StaleIfError = d.StaleWhileRevalidate, d.StaleIfError
 	e.StaleIfUnreachable = d.StaleIfUnreachable
 	e.Flags = flags(d)
+	return e, d
+}
+
+// revalidated applies a 304 to the stored response (RFC 9111 §4.3.4) and
+// stores the result unless a purge overtook the revalidation; it returns
+// the entry to serve and whether it was stored.
+func (p *Proxy) revalidated(ctx context.Context, c *call, h304 http.Header, reqTime, respTime time.Time, watch *invalidate.Watch) (*entry.Entry, bool) {
+	e, d := updatedEntry(c, h304, reqTime, respTime)
 	if !d.Store {
 		// Decided with this request's header: when it is the request that
 		// made the answer unstorable (no-store, credentials), the stored

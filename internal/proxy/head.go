@@ -99,20 +99,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 // private, say), the stored one is removed. It returns the response to
 // serve either way.
 func (p *Proxy) headUpdated(ctx context.Context, c *call, head http.Header, reqTime, respTime time.Time, watch *invalidate.Watch) *entry.Entry {
-	merged := httpcache.MergeNotModified(c.stale.HTTPHeader(), head)
-	d := httpcache.Decide(httpcache.Exchange{
-		Method: http.MethodGet, ReqHeader: c.reqH,
-		Status: c.stale.Status, RespHeader: merged,
-		RequestTime: reqTime, ResponseTime: respTime,
-	}, c.rule.Policy)
-	e := *c.stale
-	e.Header = entry.FieldsFrom(storedHeader(merged, d.Strip))
-	e.Tags = httpcache.Tags(merged)
-	e.RequestTime, e.ResponseTime = reqTime, respTime
-	e.InitialAge, e.Lifetime = d.InitialAge, d.Lifetime
-	e.StaleWhileRevalidate, e.StaleIfError = d.StaleWhileRevalidate, d.StaleIfError
-	e.StaleIfUnreachable = d.StaleIfUnreachable
-	e.Flags = flags(d)
+	e, d := updatedEntry(c, head, reqTime, respTime)
 	watch.Commit(e.Tags, func() {
 		if !p.stillStored(ctx, c) {
 			return

@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/tierconfig"
@@ -103,23 +102,8 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 	}
 	wd.stop()
-	e := &entry.Entry{
-		Kind:                 entry.KindResponse,
-		Host:                 c.host,
-		Target:               c.tgt,
-		Tags:                 httpcache.Tags(resp.Header),
-		Status:               resp.StatusCode,
-		Header:               entry.FieldsFrom(storedHeader(resp.Header, d.Strip)),
-		RequestTime:          reqTime,
-		ResponseTime:         respTime,
-		InitialAge:           d.InitialAge,
-		Lifetime:             d.Lifetime,
-		StaleWhileRevalidate: d.StaleWhileRevalidate,
-		StaleIfError:         d.StaleIfError,
-		StaleIfUnreachable:   d.StaleIfUnreachable,
-		Flags:                flags(d),
-		Body:                 data,
-	}
+	e := responseEntry(c, resp, d, reqTime, respTime)
+	e.Body = data
 	p.keep(ctx, c, nil, e, p.place(ctx, c, resp.Header, r), watch)
 	// Stored: now the client may have its final bytes, and a GET it sends
 	// next finds the answer (read your own write).
