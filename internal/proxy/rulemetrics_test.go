@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,6 +38,20 @@ func ruleCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return got
 }
 
+// waitCounts waits, for at most waitFor's bound, until ruleCounts is
+// want, and fails naming both when it never is.
+func waitCounts(t *testing.T, reg *prometheus.Registry, want map[string]float64, what string) {
+	t.Helper()
+	var got map[string]float64
+	deadline := time.Now().Add(5 * time.Second)
+	for got = ruleCounts(t, reg); !maps.Equal(got, want) && time.Now().Before(deadline); got = ruleCounts(t, reg) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+}
+
 // requests_total carries the rule a request matched.
 func TestRequestsAreCountedUnderTheRuleTheyMatched(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -58,9 +73,9 @@ func TestRequestsAreCountedUnderTheRuleTheyMatched(t *testing.T) {
 		"nocache bypass origin": 1,
 		"default miss origin":   1,
 	}
-	if got := ruleCounts(t, reg); !maps.Equal(got, want) {
-		t.Fatalf("requests_total by rule = %v, want %v", got, want)
-	}
+	// A request is counted when its handler returns, just after the
+	// client has the whole response: wait (bounded) for the last one.
+	waitCounts(t, reg, want, "requests_total by rule")
 
 	// A new config version keeps counting a rule of the same name on the
 	// same series, and counts a new rule under its own name.
@@ -80,7 +95,7 @@ func TestRequestsAreCountedUnderTheRuleTheyMatched(t *testing.T) {
 	f.get("/api/x")
 	want["static hit l1"] = 3
 	want["api miss origin"] = 1
-	if got := ruleCounts(t, reg); !maps.Equal(got, want) {
-		t.Fatalf("requests_total by rule after the config change = %v, want %v", got, want)
-	}
+	// A request is counted when its handler returns, just after the
+	// client has the whole response: wait (bounded) for the last one.
+	waitCounts(t, reg, want, "requests_total by rule after the config change")
 }
