@@ -81,11 +81,27 @@ var (
 // knows only versions 1 and 2 reads a version 3 value as ErrVersion (a
 // miss). Version 3 values are only ever in a replica's own L1: partial
 // responses are not written to L2.
+//
+// Version 4 is a partial response whose bytes are in body files
+// (Entry.Partial with Pieces, Kind KindPartial): the version 1 layout
+// with version byte 4 and an empty Body, followed by, under the same CRC:
+//
+//	uv  Partial.Length (>= 1)
+//	uv  number of pieces (1..MaxPieces)
+//	    each piece: uv Start, uv End (inclusive; sorted, disjoint,
+//	    End < Length), uv Offset, then its file: 16 ID, 8 Size int64,
+//	    4 CRC (Offset + End - Start + 1 <= Size)
+//
+// Entries without Pieces encode exactly as before; a sidecar that knows
+// only versions 1 to 3 reads version 4 as ErrVersion, a miss. Version 4
+// values are in a replica's own L1 and in the trailers of its piece files
+// (package bodystore), never in L2.
 const (
 	magic     = "TCE"
 	version   = 1 // body inline
 	versionV2 = 2 // body in a file (Entry.File)
 	versionV3 = 3 // a partial response (Entry.Partial), body inline
+	versionV4 = 4 // a partial response in body files (Entry.Partial.Pieces)
 
 	offVersion  = 3
 	offCRC      = 4
@@ -102,6 +118,9 @@ const (
 	fixedSize   = 69
 
 	fileRefSize = 16 + 8 + 4 + 4
+	// pieceFileSize is a piece's file reference: ID, Size, CRC (no
+	// Chunks: pieces are never in L2).
+	pieceFileSize = 16 + 8 + 4
 )
 
 // slot61 is what the slot at offset 61 carries for e (see the layout).
@@ -144,6 +163,9 @@ func EncodedSize(e *Entry) int {
 	for i := range e.Header {
 		n += strSize(e.Header[i].Name) + strSize(e.Header[i].Value)
 	}
+	if pieced(e) {
+		return n + uvSize(0) + piecesSize(e.Partial)
+	}
 	if e.Partial != nil {
 		n += uvSize(uint64(len(e.Body))) + len(e.Body)
 		return n + partialSize(e.Partial)
@@ -164,14 +186,28 @@ func partialSize(pa *Partial) int {
 	return n
 }
 
+// pieced reports whether e encodes as version 4.
+func pieced(e *Entry) bool { return e.Partial != nil && len(e.Partial.Pieces) > 0 }
+
+// piecesSize is the length of the version 4 tail.
+func piecesSize(pa *Partial) int {
+	n := uvSize(uint64(pa.Length)) + uvSize(uint64(len(pa.Pieces)))
+	for i := range pa.Pieces {
+		pc := &pa.Pieces[i]
+		n += uvSize(uint64(pc.Start)) + uvSize(uint64(pc.End)) + uvSize(uint64(pc.Offset)) + pieceFileSize
+	}
+	return n
+}
+
 // Encode appends the binary form of e to dst and returns the extended
 // slice. It does not allocate when dst has EncodedSize(e) bytes of spare
 // capacity. Status is stored in 16 bits; times must be zero or within the
 // years 1678..2262 (others are clamped). When e.File is set the value is
 // version 2 and e.Body is not encoded (the body is in the file). When
 // e.Partial is set the value is version 3, e.Body is encoded and e.File
-// is not; the caller keeps e.Partial consistent with e.Body and e.Kind
-// (Decode refuses a value where they disagree).
+// is not; with e.Partial.Pieces it is version 4 and neither is. The
+// caller keeps e.Partial consistent with e.Body and e.Kind (Decode
+// refuses a value where they disagree).
 func Encode(dst []byte, e *Entry) []byte {
 	size := EncodedSize(e)
 	start := len(dst)
@@ -185,6 +221,8 @@ func Encode(dst []byte, e *Entry) []byte {
 	copy(b, magic)
 	b[offVersion] = version
 	switch {
+	case pieced(e):
+		b[offVersion] = versionV4
 	case e.Partial != nil:
 		b[offVersion] = versionV3
 	case e.File != nil:
@@ -217,7 +255,20 @@ func Encode(dst []byte, e *Entry) []byte {
 		p = appendStr(p, e.Header[i].Name)
 		p = appendStr(p, e.Header[i].Value)
 	}
-	if pa := e.Partial; pa != nil {
+	if pa := e.Partial; pieced(e) {
+		p = binary.AppendUvarint(p, 0)
+		p = binary.AppendUvarint(p, uint64(pa.Length))
+		p = binary.AppendUvarint(p, uint64(len(pa.Pieces)))
+		for i := range pa.Pieces {
+			pc := &pa.Pieces[i]
+			p = binary.AppendUvarint(p, uint64(pc.Start))
+			p = binary.AppendUvarint(p, uint64(pc.End))
+			p = binary.AppendUvarint(p, uint64(pc.Offset))
+			p = append(p, pc.File.ID[:]...)
+			p = binary.LittleEndian.AppendUint64(p, uint64(pc.File.Size))
+			p = binary.LittleEndian.AppendUint32(p, pc.File.CRC)
+		}
+	} else if pa != nil {
 		p = binary.AppendUvarint(p, uint64(len(e.Body)))
 		p = append(p, e.Body...)
 		p = binary.AppendUvarint(p, uint64(pa.Length))
@@ -254,7 +305,8 @@ func Encode(dst []byte, e *Entry) []byte {
 // Every version decodes: a version 2 value sets e.File (and leaves Body
 // nil), written into the BodyFile e.File already points to when it is
 // set, so decoding into a reused Entry does not allocate; a version 3
-// value sets e.Partial likewise; a version 1 value sets both to nil.
+// value sets e.Partial likewise, as does a version 4 value (with Pieces);
+// a version 1 value sets both to nil.
 //
 // Decode never panics, checks every length against the bytes actually
 // present before using or allocating for it, and allocates at most the
@@ -275,7 +327,7 @@ func decode(b []byte, e *Entry) error {
 		return ErrCorrupt
 	}
 	v := b[offVersion]
-	if v != version && v != versionV2 && v != versionV3 {
+	if v != version && v != versionV2 && v != versionV3 && v != versionV4 {
 		return ErrVersion
 	}
 	if len(b) < fixedSize {
@@ -286,8 +338,8 @@ func decode(b []byte, e *Entry) error {
 	}
 
 	e.Kind = Kind(b[offKind])
-	if (e.Kind == KindPartial) != (v == versionV3) {
-		// A partial response is version 3 and version 3 only holds
+	if (e.Kind == KindPartial) != (v == versionV3 || v == versionV4) {
+		// A partial response is version 3 or 4, and those only hold
 		// them: no path may take one for the other.
 		return ErrCorrupt
 	}
@@ -341,6 +393,8 @@ func decode(b []byte, e *Entry) error {
 		return decodeFileRef(b, off, bodyLen, e)
 	case versionV3:
 		return decodePartial(b, off, bodyLen, e)
+	case versionV4:
+		return decodePieces(b, off, bodyLen, e)
 	}
 	if off > uint(len(b)) || bodyLen != uint64(uint(len(b))-off) {
 		// Too short, or trailing bytes after the body.
@@ -421,12 +475,71 @@ func decodePartial(b []byte, off uint, bodyLen uint64, e *Entry) error {
 		return ErrCorrupt
 	}
 	pa.Length = int64(length)
+	pa.Pieces = pa.Pieces[:0]
 	e.Partial = pa
 	e.File = nil
 	e.Body = nil
 	if bodyLen > 0 {
 		e.Body = body
 	}
+	return nil
+}
+
+// decodePieces reads the version 4 tail: an empty body, the complete
+// length and the pieces, each within the length and within its file. The
+// Partial and its pieces are written into those e already has, when it
+// has them.
+func decodePieces(b []byte, off uint, bodyLen uint64, e *Entry) error {
+	if bodyLen != 0 {
+		return ErrCorrupt
+	}
+	length, off := readUv(b, off)
+	n, off := readUv(b, off)
+	if off > uint(len(b)) || length == 0 || length > math.MaxInt64 || n == 0 || n > MaxPieces {
+		return ErrCorrupt
+	}
+	pa := e.Partial
+	if pa == nil {
+		pa = new(Partial)
+	}
+	if uint64(cap(pa.Pieces)) >= n {
+		pa.Pieces = pa.Pieces[:n]
+	} else {
+		pa.Pieces = make([]Piece, n)
+	}
+	next := uint64(0) // the least Start the next piece may have
+	for i := range pa.Pieces {
+		var start, end, at uint64
+		start, off = readUv(b, off)
+		end, off = readUv(b, off)
+		at, off = readUv(b, off)
+		if off > uint(len(b)) || uint(len(b))-off < pieceFileSize || start < next || end < start || end >= length {
+			return ErrCorrupt
+		}
+		r := b[off : off+pieceFileSize]
+		off += pieceFileSize
+		size := binary.LittleEndian.Uint64(r[16:])
+		// The span's bytes lie within the file's body.
+		if size > math.MaxInt64 || at > size || end-start+1 > size-at {
+			return ErrCorrupt
+		}
+		pc := &pa.Pieces[i]
+		pc.Span = Span{Start: int64(start), End: int64(end)}
+		pc.Offset = int64(at)
+		copy(pc.File.ID[:], r[:16])
+		pc.File.Size = int64(size)
+		pc.File.CRC = binary.LittleEndian.Uint32(r[24:])
+		pc.File.Chunks = 0
+		next = end + 1 // disjoint; adjacent pieces are apart
+	}
+	if off != uint(len(b)) {
+		return ErrCorrupt
+	}
+	pa.Length = int64(length)
+	pa.Spans = pa.Spans[:0]
+	e.Partial = pa
+	e.File = nil
+	e.Body = nil
 	return nil
 }
 

@@ -132,7 +132,8 @@ func equalEntries(a, b *Entry) error {
 	case (a.File == nil) != (b.File == nil) || a.File != nil && *a.File != *b.File:
 		return fmt.Errorf("File %+v != %+v", a.File, b.File)
 	case (a.Partial == nil) != (b.Partial == nil) || a.Partial != nil &&
-		(a.Partial.Length != b.Partial.Length || !slices.Equal(a.Partial.Spans, b.Partial.Spans)):
+		(a.Partial.Length != b.Partial.Length || !slices.Equal(a.Partial.Spans, b.Partial.Spans) ||
+			!slices.Equal(a.Partial.Pieces, b.Partial.Pieces)):
 		return fmt.Errorf("Partial %+v != %+v", a.Partial, b.Partial)
 	}
 	for i := range a.Header {
@@ -270,9 +271,10 @@ func TestForeignAndVersionedValues(t *testing.T) {
 		"a JSON document is not an entry":                 {[]byte(`{"status":200}`), ErrNotEntry},
 		"a value with a wrong magic is not an entry":      {append([]byte("TCX"), valid[3:]...), ErrNotEntry},
 		"the magic alone is corrupt":                      {[]byte("TCE"), ErrCorrupt},
-		"a newer version is unsupported":                  {withVersion(4), ErrVersion},
+		"a newer version is unsupported":                  {withVersion(5), ErrVersion},
 		"an inline value relabelled version 2 is corrupt": {withVersion(2), ErrCorrupt},
 		"an inline value relabelled version 3 is corrupt": {withVersion(3), ErrCorrupt},
+		"an inline value relabelled version 4 is corrupt": {withVersion(4), ErrCorrupt},
 		"version zero is unsupported":                     {withVersion(0), ErrVersion},
 		"a header without the fixed fields is corrupt":    {valid[:fixedSize-1], ErrCorrupt},
 		"trailing bytes are corrupt":                      {append(bytes.Clone(valid), 0), ErrCorrupt},
@@ -419,6 +421,9 @@ func FuzzDecode(f *testing.F) {
 		f.Add(Encode(nil, e))
 	}
 	for _, e := range partialCases() {
+		f.Add(Encode(nil, e))
+	}
+	for _, e := range pieceCases() {
 		f.Add(Encode(nil, e))
 	}
 	f.Add([]byte("TCE\x01"))

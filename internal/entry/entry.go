@@ -83,7 +83,7 @@ type Entry struct {
 
 	Status int
 	Header []Field // end-to-end header fields, in the origin's order
-	Body   []byte  // the body inline; empty when File is set; the spans' bytes back to back when Partial is set
+	Body   []byte  // the body inline; empty when File is set; the spans' bytes back to back when Partial has Spans; empty when it has Pieces
 
 	// File, when set, says the body is not inline but in the body store
 	// (package bodystore): a file named by File.ID, and, when File.Chunks
@@ -92,9 +92,10 @@ type Entry struct {
 	File *BodyFile
 
 	// Partial is set exactly when Kind is KindPartial: the complete
-	// length of the representation and the spans of it that Body holds,
-	// in order. Such an entry encodes as version 3 (its body inline, File
-	// nil). nil for every other kind.
+	// length of the representation and either the spans of it that Body
+	// holds, in order (version 3, the body inline), or the pieces of it
+	// that body files hold (version 4, Body empty). File is nil. nil for
+	// every other kind.
 	Partial *Partial
 
 	// RFC 9111 §4.2.3 inputs, fixed when the entry was stored or last
@@ -129,7 +130,9 @@ type BodyFile struct {
 	Chunks uint32
 }
 
-// Partial describes what a KindPartial entry holds of a representation.
+// Partial describes what a KindPartial entry holds of a representation:
+// Spans (inline, version 3) or Pieces (in body files, version 4), never
+// both.
 type Partial struct {
 	// Length is the representation's complete length in bytes (from the
 	// Content-Range of the 206 responses), at least 1.
@@ -138,6 +141,28 @@ type Partial struct {
 	// (adjacent spans are one span), within [0, Length). Body is their
 	// bytes back to back, so len(Body) is the sum of their lengths.
 	Spans []Span
+	// Pieces are the byte ranges held in body files, sorted and disjoint
+	// (adjacent pieces stay apart: each has its own file), within [0,
+	// Length), at most MaxPieces of them. Two pieces may share a file (an
+	// older piece split by a newer one inside it).
+	Pieces []Piece
+}
+
+// MaxPieces bounds the pieces of one partial entry (version 4): a part
+// that would make more gives way to the newest part alone, as inline
+// parts give way when they outgrow an entry.
+const MaxPieces = 32
+
+// Piece is a span of a representation kept in a body file: the bytes
+// [Start, End] of the representation are the file's body bytes from
+// Offset on.
+type Piece struct {
+	Span
+	// File is the body file (its Chunks is 0: pieces stay in the L1 of
+	// the replica that received them).
+	File BodyFile
+	// Offset is where in the file's body the byte Start is.
+	Offset int64
 }
 
 // Span is the byte range [Start, End] of a representation (inclusive, as
@@ -146,6 +171,22 @@ type Span struct{ Start, End int64 }
 
 // Len is the number of bytes in s.
 func (s Span) Len() int64 { return s.End - s.Start + 1 }
+
+// RefersTo reports whether e's body, or one of its pieces, is the body
+// file id.
+func (e *Entry) RefersTo(id [16]byte) bool {
+	if e.File != nil && e.File.ID == id {
+		return true
+	}
+	if e.Partial != nil {
+		for i := range e.Partial.Pieces {
+			if e.Partial.Pieces[i].File.ID == id {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Has reports whether f is set.
 func (e *Entry) Has(f Flag) bool { return e.Flags&f != 0 }
