@@ -30,6 +30,16 @@
 // The key is in the trailer so that a restart can give the proxy back the
 // exact cache key to re-insert the entry under (Recovered).
 //
+// A piece file holds one part (206) of a large representation, one file
+// per stored part (docs/caching.md "Partial content"). Its trailer's
+// entry is the version 4 partial entry of that part alone (one piece, the
+// whole body of this file), never a version 2 one: no reader, this
+// sidecar's or an older one's (which reads version 4 as a miss), can take
+// a piece for the complete body of its key. Pieces are write-once,
+// checksummed and committed by rename like every body, so a part is never
+// read half-written; a file per part rather than one sparse file mutated
+// in place keeps those guarantees without per-span checksums.
+//
 // # Decisions
 //
 //   - Budget: committed file bytes (header, body and trailer) plus the
@@ -72,6 +82,13 @@
 //     body or a Content-Length that lies either way; the lie in excess is
 //     caught at the Write that crosses the hint) and an entry from meta
 //     that does not decode as a version 2 entry of this very body.
+//   - Piece files are removed at restart without being verified: the
+//     partial entries that listed them lived in L1 only, which is empty
+//     after a restart, so they are orphans (and returning one would let
+//     the caller put a piece back as a complete response). A soft purge
+//     leaves them alone (nothing comes back to mark); purges and
+//     RemoveKey remove them like any body (RemoveMatching shows them as
+//     KindPartial).
 //   - Restart (Open): *.tmp files are removed; every *.body is verified
 //     in full (header, trailer, key hash, entry, CRC-32C streamed over the
 //     body in O(buffer) memory); the invalid ones are removed and counted

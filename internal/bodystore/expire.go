@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
@@ -39,11 +38,12 @@ func (s *Store) ExpireMatching(at time.Time, match func(e *entry.Entry) bool) in
 	n, failed := 0, 0
 	var firstErr error
 	for _, it := range snap {
-		e := &entry.Entry{
-			Kind: entry.KindResponse, Host: it.who.host, Target: it.who.target,
-			Tags: slices.Clone(it.who.tags), File: &entry.BodyFile{ID: it.id},
+		if it.who.piece {
+			// A piece never comes back after a restart (its part lived
+			// in L1 only): there is nothing to mark.
+			continue
 		}
-		if !match(e) {
+		if !match(it.identity()) {
 			continue
 		}
 		concerned, err := s.expireFile(it, at)

@@ -125,8 +125,8 @@ func parseTail(t []byte, fileSize int64) (tail, error) {
 }
 
 // parseTrailer splits the variable part of a trailer (without the fixed
-// tail) into key and entry, checks that the entry is a version 2 entry
-// of this body, and returns the entry's identity.
+// tail) into key and entry, checks that the entry is this body's
+// (checkEntry), and returns the entry's identity.
 func parseTrailer(v []byte, id [16]byte, tl tail) (key string, enc []byte, who ident, err error) {
 	if len(v) < 4 {
 		return "", nil, ident{}, fmt.Errorf("%w: trailer of %d bytes", ErrMismatch, len(v))
@@ -144,14 +144,28 @@ func parseTrailer(v []byte, id [16]byte, tl tail) (key string, enc []byte, who i
 	return key, enc, who, nil
 }
 
-// checkEntry verifies that enc is a version 2 entry referring to this
-// very body, and returns the entry's identity (copied out of enc).
+// checkEntry verifies that enc is the entry of this very body: a version
+// 2 entry referring to it, or the version 4 entry of a piece file (a
+// partial response with one piece, the whole of this body), and returns
+// the entry's identity (copied out of enc; ident.piece for a piece file).
 func checkEntry(enc []byte, id [16]byte, size int64, crc uint32) (ident, error) {
 	var e entry.Entry
 	if err := entry.Decode(enc, &e); err != nil {
 		return ident{}, fmt.Errorf("%w: entry: %w", ErrMismatch, err)
 	}
-	switch f := e.File; {
+	ref := e.File
+	if e.Partial != nil {
+		pcs := e.Partial.Pieces
+		if len(pcs) != 1 {
+			return ident{}, fmt.Errorf("%w: a piece file's entry has %d pieces, not 1 in this file", ErrMismatch, len(pcs))
+		}
+		if pcs[0].Offset != 0 || pcs[0].Len() != pcs[0].File.Size {
+			return ident{}, fmt.Errorf("%w: a piece file's entry holds %d bytes from %d of its %d", ErrMismatch,
+				pcs[0].Len(), pcs[0].Offset, pcs[0].File.Size)
+		}
+		ref = &pcs[0].File
+	}
+	switch f := ref; {
 	case f == nil:
 		return ident{}, fmt.Errorf("%w: entry has its body inline, not in this file", ErrMismatch)
 	case f.ID != id:

@@ -35,6 +35,9 @@ type ident struct {
 	key, prim    uint64
 	host, target string
 	tags         []string
+	// piece: the file is a piece of a partial response (its entry is
+	// version 4), never a complete body.
+	piece bool
 }
 
 // shortHash is the index's hash of a key.
@@ -46,7 +49,7 @@ func shortHash(key string) uint64 {
 // identOf copies e's identity (Decode aliases its input, which must not be
 // kept alive by the index).
 func identOf(e *entry.Entry) ident {
-	who := ident{host: strings.Clone(e.Host), target: strings.Clone(e.Target)}
+	who := ident{host: strings.Clone(e.Host), target: strings.Clone(e.Target), piece: e.Kind == entry.KindPartial}
 	if len(e.Tags) > 0 {
 		who.tags = make([]string, len(e.Tags))
 		for i, t := range e.Tags {
@@ -87,6 +90,18 @@ func (s *Store) unindexLocked(it *item) {
 	it.next = nil
 }
 
+// identity is the entry purges select it by: its identity only.
+func (it *item) identity() *entry.Entry {
+	kind := entry.KindResponse
+	if it.who.piece {
+		kind = entry.KindPartial
+	}
+	return &entry.Entry{
+		Kind: kind, Host: it.who.host, Target: it.who.target,
+		Tags: slices.Clone(it.who.tags), File: &entry.BodyFile{ID: it.id},
+	}
+}
+
 // RemoveKey deletes the committed body stored under key and, when key is
 // a primary key, those stored under its variants (cachekey.Primary):
 // deleting a primary key retires every variant of the resource, and so
@@ -116,9 +131,9 @@ func (s *Store) RemoveKey(key string) {
 
 // RemoveMatching deletes every committed body whose entry match selects,
 // and returns how many it deleted. match is given an entry of Kind
-// KindResponse holding only the identity of the body's entry (Host,
-// Target, Tags) and File with the body's ID: what purges select by
-// (internal/invalidate). match runs without the store's lock held, on a
+// KindResponse (KindPartial for a piece file) holding only the identity
+// of the body's entry (Host, Target, Tags) and File with the body's ID:
+// what purges select by (internal/invalidate). match runs without the store's lock held, on a
 // fresh entry every call (it may keep it). Bodies committed while it runs
 // may or may not be seen.
 func (s *Store) RemoveMatching(match func(e *entry.Entry) bool) int {
@@ -131,11 +146,7 @@ func (s *Store) RemoveMatching(match func(e *entry.Entry) bool) int {
 
 	var hit []*item
 	for _, it := range snap {
-		e := &entry.Entry{
-			Kind: entry.KindResponse, Host: it.who.host, Target: it.who.target,
-			Tags: slices.Clone(it.who.tags), File: &entry.BodyFile{ID: it.id},
-		}
-		if match(e) {
+		if match(it.identity()) {
 			hit = append(hit, it)
 		}
 	}

@@ -137,6 +137,12 @@ func probe(dir string) error {
 	return cmp.Or(werr, cerr, rerr)
 }
 
+// errPiece: the file is a piece of a partial response. Parts live in L1
+// only, which is empty after a restart, so a piece is an orphan: the scan
+// removes it and never returns it, which would let the caller re-insert
+// a piece as the complete response of its key.
+var errPiece = errors.New("bodystore: a piece file of a partial response")
+
 // found is a body file that verified at start.
 type found struct {
 	id    [16]byte
@@ -158,6 +164,7 @@ func (s *Store) scan(ctx context.Context) ([]found, error) {
 	var (
 		out     []found
 		foreign []string
+		pieces  int
 		buf     = make([]byte, 256<<10)
 	)
 	for _, de := range des {
@@ -182,6 +189,13 @@ func (s *Store) scan(ctx context.Context) ([]found, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			if errors.Is(err, errPiece) {
+				pieces++
+				if err := os.Remove(p); err != nil {
+					s.log.Warn("body store: removing a piece file left by an earlier run", "path", p, "error", err)
+				}
+				continue
+			}
 			s.m.BodyStoreError(metrics.BodyOpRecover)
 			s.log.Warn("body store: removing an invalid body file", "path", p, "error", err)
 			if err := os.Remove(p); err != nil {
@@ -190,6 +204,9 @@ func (s *Store) scan(ctx context.Context) ([]found, error) {
 		default:
 			foreign = append(foreign, name)
 		}
+	}
+	if pieces > 0 {
+		s.log.Info("body store: removed the piece files of partial responses left by an earlier run", "count", pieces)
 	}
 	if len(foreign) > 0 {
 		s.log.Warn("body store: leaving alone files it did not write", "dir", s.dir,
@@ -243,6 +260,10 @@ func (s *Store) check(ctx context.Context, path, name string, buf []byte) (found
 	key, enc, who, err := parseTrailer(v, id, tl)
 	if err != nil {
 		return found{}, err
+	}
+	if who.piece {
+		// Without its CRC: it goes whatever its bytes are.
+		return found{}, errPiece
 	}
 	if keyHash(key) != kh {
 		return found{}, fmt.Errorf("%w: the trailer's key does not hash to the header's", ErrMismatch)
