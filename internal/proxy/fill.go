@@ -199,13 +199,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
-	// The client gets the Age the stored entry has (RFC 9111 §4.2.3), not
-	// the origin's Age alone: the response delay and the origin's Date
-	// count too, as they will for every hit after this miss.
-	age := httpcache.CorrectedInitialAge(exchange) + max(0, p.now().Sub(respTime))
-	if v, ok := httpcache.ForwardedAge(resp.Header, age); ok {
-		h["Age"] = []string{v}
-	}
+	p.setMissAge(h, exchange)
 	// The client's own conditional is answered from the fresh response.
 	// A background refresh has no client to stream to.
 	bodyW := w
@@ -289,6 +283,17 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		}
 	}
 	return miss.with(false, sent{status, n})
+}
+
+// setMissAge sets in h, the header of a response the origin just sent in
+// exchange x, the Age its stored entry has (RFC 9111 §4.2.3), not the
+// origin's Age alone: the response delay and the origin's Date count too,
+// as they will for every hit after this miss (partial answers too).
+func (p *Proxy) setMissAge(h http.Header, x httpcache.Exchange) {
+	age := httpcache.CorrectedInitialAge(x) + max(0, p.now().Sub(x.ResponseTime))
+	if v, ok := httpcache.ForwardedAge(x.RespHeader, age); ok {
+		h["Age"] = []string{v}
+	}
 }
 
 // keep stores the complete response e of c's fill where pl says and

@@ -152,7 +152,7 @@ func (s testStore) Delete(_ context.Context, key string) error {
 	return nil
 }
 func (s testStore) DropLocal(key string, id [16]byte) {
-	s.c.DeleteIf(key, func(e *entry.Entry) bool { return e.File != nil && e.File.ID == id })
+	s.c.DeleteIf(key, func(e *entry.Entry) bool { return e.RefersTo(id) })
 }
 
 // response is a fully read answer.

@@ -1,14 +1,17 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
@@ -51,6 +54,16 @@ type rangeFill struct {
 	// 206) or the whole representation (a 200).
 	want   httpcache.ByteRange
 	ranged bool
+	// segs, when part is held in piece files, are those files open for
+	// the stored bytes of want (partialfile.go).
+	segs segments
+}
+
+// close closes the piece files rg holds open; rg may be nil.
+func (rg *rangeFill) close() {
+	if rg != nil {
+		rg.segs.close()
+	}
 }
 
 // forwardRange is the fill of a client's Range request as it is: a single
@@ -92,14 +105,29 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 		}
 	}
 	held := spansOf(e.Partial)
-	if usable && (r.Method == http.MethodHead || unsatisfiable || httpcache.NotModified(r.Header, http.StatusOK, e) ||
-		httpcache.Covers(held, want)) {
-		res, x := metrics.ResultHit, pick(f.layer, xHitL1, xHitL2)
-		if use == httpcache.UseStale {
-			res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
+	notModified := httpcache.NotModified(r.Header, http.StatusOK, e)
+	if usable && (r.Method == http.MethodHead || unsatisfiable || notModified || httpcache.Covers(held, want)) {
+		var segs segments
+		lost := false
+		if pieced(e) && r.Method == http.MethodGet && !unsatisfiable && !notModified {
+			// Every piece is opened before the header is written: one
+			// that is gone makes this a miss as if nothing were stored.
+			var id [16]byte
+			var err error
+			if segs, id, err = p.openPieces(kb.key(), e, want); err != nil {
+				p.dropPart(kb.key(), id)
+				f.part, lost = nil, true
+			}
 		}
-		sn := p.servePart(w, r, e, age, want, ranged, unsatisfiable, hitVerdict(x, rule, dbg))
-		return outcome{result: res, layer: f.layer, abort: false, sent: sn}, true, nil
+		if !lost {
+			defer segs.close()
+			res, x := metrics.ResultHit, pick(f.layer, xHitL1, xHitL2)
+			if use == httpcache.UseStale {
+				res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
+			}
+			sn := p.servePart(w, r, e, age, want, ranged, unsatisfiable, hitVerdict(x, rule, dbg), segs)
+			return outcome{result: res, layer: f.layer, abort: false, sent: sn}, true, nil
+		}
 	}
 	if p.cluster != nil {
 		full := new(entry.Entry)
@@ -108,13 +136,14 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 			return outcome{}, false, nil
 		}
 	}
-	if r.Method != http.MethodGet {
+	if f.part == nil || r.Method != http.MethodGet {
+		// A part that lost a piece is a miss as if nothing were stored.
 		return outcome{}, false, nil
 	}
 	if unsatisfiable {
 		return outcome{}, false, forwardRange(r)
 	}
-	if !ranged && p.bodies != nil && length > int64(cfg.Config.L1.MaxEntrySize)-entryOverhead {
+	if !pieced(e) && !ranged && p.bodies != nil && length > int64(cfg.Config.L1.MaxEntrySize)-entryOverhead {
 		// Parts are inline: combined, this representation could not be
 		// stored. Fetched whole, it goes to the body store.
 		return outcome{}, false, nil
@@ -131,10 +160,22 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 	// and the client accepts them.
 	if v != "" || (usable && partFresh) {
 		if gap, res := httpcache.Gap(held, want); res == httpcache.GapOne {
-			return outcome{}, false, &rangeFill{
+			rg := &rangeFill{
 				ask: httpcache.GapRange(gap, length), ifRange: v,
 				part: detach(e), partV: v, partFresh: partFresh, want: want, ranged: ranged,
 			}
+			if pieced(e) {
+				// The stored bytes the client gets around the gap:
+				// opened before anything is asked or sent.
+				segs, id, err := p.openPieces(kb.key(), e, want)
+				if err != nil {
+					p.dropPart(kb.key(), id)
+					f.part = nil
+					return outcome{}, false, nil
+				}
+				rg.segs = segs
+			}
+			return outcome{}, false, rg
 		}
 	}
 	if ranged {
@@ -145,9 +186,10 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 
 // servePart answers r from the stored partial response e: a HEAD or a
 // conditional's 304 with its header, a 416 for a range past its length,
-// or the bytes want, which e holds (206 when ranged, else 200).
+// or the bytes want, which e holds (206 when ranged, else 200): inline,
+// or from segs, its piece files opened for want.
 func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, want httpcache.ByteRange,
-	ranged, unsatisfiable bool, v verdict) sent {
+	ranged, unsatisfiable bool, v verdict, segs segments) sent {
 	h := w.Header()
 	writeEntryHeader(h, e, httpcache.AgeHeader(age))
 	cfg := p.cfg.Load()
@@ -174,6 +216,14 @@ func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry
 		h["Content-Length"] = []string{"0"}
 		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
 		return sent{status: http.StatusRequestedRangeNotSatisfiable}
+	case pieced(e):
+		status := http.StatusOK
+		if ranged {
+			status = http.StatusPartialContent
+			h["Content-Range"] = []string{httpcache.ContentRangeValue(want, length)}
+		}
+		h["Content-Length"] = []string{strconv.FormatInt(spanLen(want), 10)}
+		return p.servePieces(w, r, segs, want, status)
 	default:
 		body := partBytes(e, want)
 		status := http.StatusOK
@@ -224,19 +274,25 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		finish(shared{})
 		return p.relay(w, r, c, resp, body, wd)
 	}
-	pd := httpcache.DecidePartial(httpcache.Exchange{
+	x := httpcache.Exchange{
 		Method: http.MethodGet, ReqHeader: c.reqH,
 		Status: resp.StatusCode, RespHeader: resp.Header,
 		RequestTime: reqTime, ResponseTime: respTime,
-	}, rg.ask, resp.ContentLength, c.rule.Policy)
+	}
+	pd := httpcache.DecidePartial(x, rg.ask, resp.ContentLength, c.rule.Policy)
 	limit := int64(c.cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
 	collect := pd.Store && spanLen(pd.Span) <= limit
+	if pd.Store && p.piecesMode(c.cfg, pd.Length, pd.Span) {
+		// A part of a large representation goes to a piece file
+		// (partialfile.go), whatever its own size.
+		collect = true
+	}
 	if collect {
 		wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { finish(shared{}) })
 	}
 	if rg.part == nil {
 		finish(shared{})
-		return p.forwardedPart(ctx, w, r, c, resp, body, wd, watch, pd, collect, reqTime, respTime)
+		return p.forwardedPart(ctx, w, r, c, resp, body, wd, watch, x, pd, collect)
 	}
 
 	part, why := httpcache.ReceivedPart(resp.Header, resp.ContentLength)
@@ -255,6 +311,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	for k, vs := range merged {
 		h[k] = vs
 	}
+	p.setMissAge(h, x)
 	appendVia(h)
 	stripTargeted(h, c.cfg.StripTargeted)
 	want, length := rg.want, part.Length
@@ -264,8 +321,14 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		h["Content-Range"] = []string{httpcache.ContentRangeValue(want, length)}
 	}
 	h["Content-Length"] = []string{strconv.FormatInt(spanLen(want), 10)}
+	var pl placement
+	var sink *partSink
+	if collect {
+		pl = p.place(ctx, c, resp.Header, r)
+		sink = p.newSink(c, r, pl, pd)
+	}
 	bodyW := w
-	v := verdict{x: xMissPartial, rule: c.rule, dbg: c.dbg, fwd: fwdPartial, fwdStatus: resp.StatusCode, stored: collect}
+	v := verdict{x: xMissPartial, rule: c.rule, dbg: c.dbg, fwd: fwdPartial, fwdStatus: resp.StatusCode, stored: sink != nil}
 	if httpcache.NotModified(r.Header, http.StatusOK, merged) {
 		p.setStatus(h, v, http.StatusNotModified)
 		notModified(w)
@@ -276,50 +339,78 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	var n int64 // body bytes sent
 	span := part.Span
+	pieces := pieced(rg.part)
+	readOK := true // the stored bytes were read whole
 	if want.Start < span.Start {
-		writeSome(bodyW, partBytes(rg.part, httpcache.ByteRange{Start: want.Start, End: span.Start - 1}), &n)
+		prefix := httpcache.ByteRange{Start: want.Start, End: span.Start - 1}
+		if pieces {
+			bodyW, readOK = sendSegments(bodyW, rg.segs, prefix, &n)
+		} else {
+			writeSome(bodyW, partBytes(rg.part, prefix), &n)
+		}
 	}
 	var suffix []byte
-	if want.End > span.End {
-		suffix = partBytes(rg.part, httpcache.ByteRange{Start: max(want.Start, span.End+1), End: want.End})
+	var after httpcache.ByteRange // the stored bytes after the new part's
+	hasAfter := want.End > span.End
+	if hasAfter {
+		after = httpcache.ByteRange{Start: max(want.Start, span.End+1), End: want.End}
+		if !pieces {
+			suffix = partBytes(rg.part, after)
+		}
 	}
 	clip := httpcache.ByteRange{Start: max(want.Start, span.Start), End: min(want.End, span.End)}
-	data, held, exact, err := p.copyPart(bodyW, body, span, clip, collect, len(suffix) == 0, false, &wd.late, &n)
-	if err != nil || !exact {
-		// The origin broke off, or sent other than the bytes it named:
-		// the client, promised Content-Length, gets a broken response.
+	held, exact, err := p.copyPart(bodyW, body, span, clip, sink, !hasAfter, false, &wd.late, &n)
+	if err != nil || !exact || !readOK {
+		// The origin broke off, or sent other than the bytes it named, or
+		// a stored piece could not be read: the client, promised
+		// Content-Length, gets a broken response.
+		sink.discard()
 		if err != nil {
 			p.bodyFailed(r, wd, err)
 		}
 		finish(shared{})
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil, sent: sent{status, n}}
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil || !readOK, sent: sent{status, n}}
 	}
 	wd.stop()
-	if collect && data != nil {
-		complete, pl := p.keepPart(ctx, c, r, resp.Header, pd, data, watch, reqTime, respTime)
+	if sink.kept() {
+		complete := p.keepPart(ctx, c, resp.Header, pd, sink, pl, watch, reqTime, respTime)
 		if complete != nil {
 			finish(shared{e: complete, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: fwdPartial, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
 				vary: pl.names, varyKey: pl.vk})
 		}
+	} else {
+		sink.discard()
 	}
 	finish(shared{})
 	// Stored first, and the shared fetch over: what the client asks once
 	// it has its last byte finds the entry (caching.md "Determinism").
 	c.releaseLease()
-	writeSome(bodyW, held, &n)
+	bodyW = writeSome(bodyW, held, &n)
+	if hasAfter && pieces {
+		if bodyW, readOK = sendSegments(bodyW, rg.segs, after, &n); !readOK {
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: true, sent: sent{status, n}}
+		}
+	}
 	writeSome(bodyW, suffix, &n)
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 }
 
-// forwardedPart relays the origin's answer to a client's own range (a
+// forwardedPart relays the origin's answer x to a client's own range (a
 // 206), storing its part when pd allows (collect).
 func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, resp *http.Response,
-	body io.Reader, wd *watchdog, watch *invalidate.Watch, pd httpcache.PartialDecision, collect bool, reqTime, respTime time.Time) outcome {
+	body io.Reader, wd *watchdog, watch *invalidate.Watch, x httpcache.Exchange, pd httpcache.PartialDecision, collect bool) outcome {
 	h := w.Header()
 	copyHeader(h, resp.Header)
+	p.setMissAge(h, x)
 	stripTargeted(h, c.cfg.StripTargeted)
+	var pl placement
+	var sink *partSink
+	if collect {
+		pl = p.place(ctx, c, resp.Header, r)
+		sink = p.newSink(c, r, pl, pd)
+	}
 	bodyW, status := w, resp.StatusCode
-	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: collect}
+	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: sink != nil}
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
 		p.setStatus(h, v, http.StatusNotModified)
 		notModified(w)
@@ -329,7 +420,7 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 		w.WriteHeader(resp.StatusCode)
 	}
 	var n int64 // body bytes sent
-	if !collect {
+	if sink == nil {
 		if bodyW == nil {
 			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: status}}
 		}
@@ -341,15 +432,18 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 	}
 	// The client gets every byte the origin sends, framed as it framed
 	// them; only exactly the bytes Content-Range names are stored.
-	data, held, exact, err := p.copyPart(bodyW, body, pd.Span, httpcache.ByteRange{Start: pd.Span.Start, End: math.MaxInt64},
-		true, true, true, &wd.late, &n)
+	held, exact, err := p.copyPart(bodyW, body, pd.Span, httpcache.ByteRange{Start: pd.Span.Start, End: math.MaxInt64},
+		sink, true, true, &wd.late, &n)
 	if err != nil {
+		sink.discard()
 		p.bodyFailed(r, wd, err)
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil, sent: sent{status, n}}
 	}
 	wd.stop()
-	if exact && data != nil {
-		p.keepPart(ctx, c, r, resp.Header, pd, data, watch, reqTime, respTime)
+	if exact && sink.kept() {
+		p.keepPart(ctx, c, resp.Header, pd, sink, pl, watch, x.RequestTime, x.ResponseTime)
+	} else {
+		sink.discard()
 	}
 	writeSome(bodyW, held, &n)
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
@@ -371,49 +465,105 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *htt
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{resp.StatusCode, n}}
 }
 
+// partSink keeps the bytes of a part as they arrive: in memory (an
+// inline part) or in a piece file (partialfile.go), never both, so a
+// piece costs no memory beyond the copy buffer. A nil *partSink keeps
+// nothing.
+type partSink struct {
+	mem  []byte
+	file *bodystore.Writer
+	on   bool // still keeping: no write failed, no bound was passed
+}
+
+// newSink returns where the part pd of c's fill is kept: a piece file
+// (created under pl.key, sized by pd.Span) for a part of a large
+// representation, else memory. nil when the body store refuses the
+// piece: the part is then forwarded and not stored.
+func (p *Proxy) newSink(c *call, r *http.Request, pl placement, pd httpcache.PartialDecision) *partSink {
+	if !p.piecesMode(c.cfg, pd.Length, pd.Span) {
+		return &partSink{mem: make([]byte, 0, spanLen(pd.Span)), on: true}
+	}
+	fw, err := p.bodies.Create(pl.key, spanLen(pd.Span))
+	if err != nil {
+		p.log.Debug("part not stored: the body store refused its piece", "path", r.URL.Path, "err", err)
+		return nil
+	}
+	return &partSink{file: fw, on: true}
+}
+
+func (s *partSink) keeping() bool { return s != nil && s.on }
+
+// kept reports whether every byte given to keep was kept.
+func (s *partSink) kept() bool { return s.keeping() }
+
+func (s *partSink) keep(b []byte) {
+	if s.file != nil {
+		if _, err := s.file.Write(b); err != nil {
+			s.stop()
+		}
+		return
+	}
+	s.mem = append(s.mem, b...)
+}
+
+// stop stops keeping; what was kept is dropped.
+func (s *partSink) stop() {
+	if s != nil {
+		s.on, s.mem = false, nil
+	}
+}
+
+// discard drops what s kept: a piece file being written is removed.
+func (s *partSink) discard() {
+	if s == nil {
+		return
+	}
+	s.stop()
+	if s.file != nil {
+		s.file.Abort()
+	}
+}
+
 // copyPart reads the body of a 206 that names span, to its end. The bytes
-// within clip go to w (nil: nobody) as they arrive; with collect, the
-// bytes are kept for the cache as long as they stay within span. exact
-// reports that the body was exactly span's bytes. With hold (and
-// collect), the piece that brings w the last byte of clip within span is
-// returned as held instead of written, for the caller to send once the
-// part is stored. A body longer than span stops collecting: with
-// overflow the excess goes to w as well (the client gets what the origin
-// sent), without it copyPart stops at once (exact false). It keeps
-// reading after w has gone for as long as it collects.
-func (p *Proxy) copyPart(w http.ResponseWriter, body io.Reader, span, clip httpcache.ByteRange, collect, hold, overflow bool,
-	late *atomic.Bool, written *int64) (data, held []byte, exact bool, err error) {
+// within clip go to w (nil: nobody) as they arrive; sink, while it keeps,
+// gets the bytes as long as they stay within span. exact reports that the
+// body was exactly span's bytes. With hold (and a sink keeping), the
+// piece that brings w the last byte of clip within span is returned as
+// held (a copy) instead of written, for the caller to send once the part
+// is stored. A body longer than span stops the sink: with overflow the
+// excess goes to w as well (the client gets what the origin sent),
+// without it copyPart stops at once (exact false). It keeps reading after
+// w has gone for as long as the sink keeps.
+func (p *Proxy) copyPart(w http.ResponseWriter, body io.Reader, span, clip httpcache.ByteRange, sink *partSink, hold, overflow bool,
+	late *atomic.Bool, written *int64) (held []byte, exact bool, err error) {
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
-	if collect {
-		data = make([]byte, 0, spanLen(span))
-	}
 	last := min(clip.End, span.End) // the last byte w gets of span
 	pos := span.Start               // the position of the next byte read
 	for {
 		n, rerr := body.Read(buf)
-		if collect && late.Load() {
-			collect, data = false, nil
+		if sink.keeping() && late.Load() {
+			sink.stop()
 		}
 		if n > 0 {
 			chunk := buf[:n]
 			end := pos + int64(n) - 1
 			if end > span.End {
+				sink.stop()
 				if !overflow {
-					return nil, nil, false, nil
+					return nil, false, nil
 				}
-				collect, data = false, nil
 				w = writeSome(w, held, written)
 				held = nil
 			}
-			if collect {
-				data = append(data, chunk...)
+			if sink.keeping() {
+				sink.keep(chunk)
 			}
 			if a, b := max(pos, clip.Start), min(end, clip.End); a <= b {
 				out := chunk[a-pos : b-pos+1]
-				if hold && collect && b == last {
-					held = data[int64(len(data))-int64(n)+(a-pos) : int64(len(data))-int64(n)+(b-pos)+1]
+				if hold && sink.keeping() && b == last {
+					held = bytes.Clone(out)
 				} else {
 					w = writeSome(w, out, written)
 				}
@@ -421,13 +571,13 @@ func (p *Proxy) copyPart(w http.ResponseWriter, body io.Reader, span, clip httpc
 			pos = end + 1
 		}
 		if rerr == io.EOF {
-			return data, held, pos == span.End+1, nil
+			return held, pos == span.End+1, nil
 		}
 		if rerr != nil {
-			return nil, nil, false, rerr
+			return nil, false, rerr
 		}
-		if w == nil && !collect {
-			return nil, nil, false, nil
+		if w == nil && !sink.keeping() {
+			return nil, false, nil
 		}
 	}
 }
@@ -448,30 +598,49 @@ func writeSome(w http.ResponseWriter, b []byte, written *int64) http.ResponseWri
 	return w
 }
 
-// keepPart stores the part data (pd.Span) that c's fill received,
-// combined with the partial response stored under its key at that moment
-// when they belong together (httpcache.CanCombine: the newer fields
-// replace the stored ones, RFC 9111 §3.4), else in its place. A complete
+// keepPart stores the part (pd.Span) that c's fill received and sink
+// kept, under pl.key: a piece file's part as keepPiece stores it; an
+// inline one combined with the inline partial response stored under its
+// key at that moment when they belong together (httpcache.CanCombine: the
+// newer fields replace the stored ones, RFC 9111 §3.4), else in its place
+// (a pieced one stored there goes, its files with it). A complete
 // response stored there is never replaced by a part of one. Once the
 // parts cover the representation the entry is a complete response, which
 // is returned and stored like any other (L2 too); a partial one stays in
 // this replica's L1. A purge of the resource since the fill began stores
 // nothing, as for every fill.
-func (p *Proxy) keepPart(ctx context.Context, c *call, r *http.Request, respH http.Header, pd httpcache.PartialDecision,
-	data []byte, watch *invalidate.Watch, reqTime, respTime time.Time) (*entry.Entry, placement) {
+func (p *Proxy) keepPart(ctx context.Context, c *call, respH http.Header, pd httpcache.PartialDecision,
+	sink *partSink, pl placement, watch *invalidate.Watch, reqTime, respTime time.Time) *entry.Entry {
+	if sink.file != nil {
+		ref, err := sink.file.Commit(func(ref entry.BodyFile) []byte {
+			return entry.Encode(nil, pieceEntry(c, respH, pd, ref, reqTime, respTime))
+		})
+		if err != nil {
+			p.log.Debug("part not stored: committing its piece failed", "key", pl.key, "err", err)
+			return nil
+		}
+		p.keepPiece(ctx, c, respH, pd, ref, pl, watch, reqTime, respTime)
+		return nil
+	}
+	data := sink.mem
 	limit := int64(c.cfg.Config.L1.MaxEntrySize) - headerBytes(respH) - entryOverhead
-	pl := p.place(ctx, c, respH, r)
 	h := storedHeader(respH, pd.Strip)
 	delete(h, "Content-Range")
 	var complete *entry.Entry
+	var unused []entry.Piece
+	p.parts.Lock()
+	defer p.parts.Unlock()
 	watch.Commit(httpcache.Tags(respH), func() {
 		spans, body, header := []httpcache.ByteRange{pd.Span}, data, h
 		var cur entry.Entry
 		if _, err := p.store.Get(ctx, pl.key, &cur); err == nil {
-			switch cur.Kind {
-			case entry.KindResponse:
+			switch {
+			case cur.Kind == entry.KindResponse:
 				return
-			case entry.KindPartial:
+			case pieced(&cur):
+				// Stored otherwise: replaced, its files go.
+				unused = slices.Clone(cur.Partial.Pieces)
+			case cur.Kind == entry.KindPartial:
 				v, _ := httpcache.StrongValidator(&cur)
 				fresh, _ := httpcache.Evaluate(stored(&cur), httpcache.RequestCC{}, p.now())
 				if httpcache.CanCombine(v, cur.Partial.Length, fresh == httpcache.UseFresh, pd.Validator, pd.Length) {
@@ -484,23 +653,8 @@ func (p *Proxy) keepPart(ctx context.Context, c *call, r *http.Request, respH ht
 				}
 			}
 		}
-		e := &entry.Entry{
-			Kind:                 entry.KindPartial,
-			Host:                 c.host,
-			Target:               c.tgt,
-			Tags:                 httpcache.Tags(header),
-			Status:               http.StatusOK,
-			Header:               entry.FieldsFrom(header),
-			Body:                 body,
-			RequestTime:          reqTime,
-			ResponseTime:         respTime,
-			InitialAge:           pd.InitialAge,
-			Lifetime:             pd.Lifetime,
-			StaleWhileRevalidate: pd.StaleWhileRevalidate,
-			StaleIfError:         pd.StaleIfError,
-			StaleIfUnreachable:   pd.StaleIfUnreachable,
-			Flags:                flags(pd.Decision),
-		}
+		e := partEntry(c, header, pd, reqTime, respTime)
+		e.Body = body
 		if pl.marker != nil {
 			p.set(ctx, c, c.prim, pl.marker)
 		}
@@ -517,9 +671,48 @@ func (p *Proxy) keepPart(ctx context.Context, c *call, r *http.Request, respH ht
 		// Never p.set: a lease holder's SetShared must not carry a part.
 		if err := p.store.Set(ctx, pl.key, e); err != nil {
 			p.log.Debug("partial response not stored", "key", pl.key, "err", err)
+			unused = nil
 		}
 	})
-	return complete, pl
+	for _, id := range unusedFiles(unused, nil) {
+		p.bodies.Remove(id)
+	}
+	return complete
+}
+
+// partEntry is the partial response c's fill stores for a part decided
+// as pd, with header (the stored fields of the complete response); the
+// caller sets what it holds (Body and Partial).
+func partEntry(c *call, header http.Header, pd httpcache.PartialDecision, reqTime, respTime time.Time) *entry.Entry {
+	return &entry.Entry{
+		Kind:                 entry.KindPartial,
+		Host:                 c.host,
+		Target:               c.tgt,
+		Tags:                 httpcache.Tags(header),
+		Status:               http.StatusOK,
+		Header:               entry.FieldsFrom(header),
+		RequestTime:          reqTime,
+		ResponseTime:         respTime,
+		InitialAge:           pd.InitialAge,
+		Lifetime:             pd.Lifetime,
+		StaleWhileRevalidate: pd.StaleWhileRevalidate,
+		StaleIfError:         pd.StaleIfError,
+		StaleIfUnreachable:   pd.StaleIfUnreachable,
+		Flags:                flags(pd.Decision),
+	}
+}
+
+// pieceEntry is what a piece file's trailer records (bodystore): the
+// partial response of this part alone, its one piece the whole file ref.
+// No reader takes it for a complete response, and a restart removes it.
+func pieceEntry(c *call, respH http.Header, pd httpcache.PartialDecision, ref entry.BodyFile, reqTime, respTime time.Time) *entry.Entry {
+	h := storedHeader(respH, pd.Strip)
+	delete(h, "Content-Range")
+	e := partEntry(c, h, pd, reqTime, respTime)
+	e.Partial = &entry.Partial{Length: pd.Length, Pieces: []entry.Piece{{
+		Span: entry.Span{Start: pd.Span.Start, End: pd.Span.End}, File: ref,
+	}}}
+	return e
 }
 
 // mergePart returns the spans and bytes of the stored partial response e
@@ -566,8 +759,16 @@ func partBytes(e *entry.Entry, r httpcache.ByteRange) []byte {
 	return nil
 }
 
-// spansOf returns what pa holds as the rules read it.
+// spansOf returns what pa holds as the rules read it: its spans, or its
+// pieces with adjacent ones joined.
 func spansOf(pa *entry.Partial) []httpcache.ByteRange {
+	if len(pa.Pieces) > 0 {
+		var out []httpcache.ByteRange
+		for _, pc := range pa.Pieces {
+			out = httpcache.AddSpan(out, httpcache.ByteRange{Start: pc.Start, End: pc.End})
+		}
+		return out
+	}
 	out := make([]httpcache.ByteRange, len(pa.Spans))
 	for i, s := range pa.Spans {
 		out[i] = httpcache.ByteRange{Start: s.Start, End: s.End}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/testredis"
 )
@@ -793,29 +791,6 @@ func TestTheNextRequestOfAClientFindsItsPart(t *testing.T) {
 				step.status, step.xcache)
 		}
 	}
-}
-
-// With a body store, a full GET of a representation too large for an
-// inline entry is fetched whole, so that it is stored in a body file,
-// rather than completed from the (inline) part, which could not be.
-func TestAFullGetOfAPartTooLargeForAnEntryGoesToTheBodyStore(t *testing.T) {
-	want := bodyFor("/vid", fileSize)
-	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "max-age=3600")
-		w.Header().Set("ETag", `"v1"`)
-		w.Header().Set("Content-Type", "application/octet-stream")
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(want))
-	})
-	f := newFileFixture(t, "l1: {maxEntrySize: 64Ki}", o, bodystore.Options{})
-	expectBody(t, f.get("/vid", "Range", "bytes=0-999"), 206, "MISS", want[:1000])
-	expectBody(t, f.get("/vid", "Range", "bytes=0-99"), 206, "HIT; layer=l1", want[:100])
-	expectBody(t, f.get("/vid"), 200, "MISS", want)
-	asked(t, f.origin, "", "")
-	if e := f.waitStored(t, "/vid"); e.File == nil || e.File.Size != fileSize {
-		t.Fatalf("stored %+v, want the representation in a body file", e.File)
-	}
-	expectBody(t, f.get("/vid"), 200, "HIT; layer=l1", want)
-	expectOriginCount(t, f.origin, 2)
 }
 
 // A stored part counts as stored for defaults.forwardClientValidators: the

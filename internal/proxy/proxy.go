@@ -140,6 +140,10 @@ type Proxy struct {
 	copySlots chan struct{}
 	keys      sync.Pool // *keyBuf
 	bufs      sync.Pool // *[]byte copy buffers
+	// parts serializes the read-combine-store of partial responses
+	// (partial.go), so that two parts stored at once never lose one
+	// another's bytes or remove a piece file the other keeps.
+	parts sync.Mutex
 
 	// Background refreshes, L2 body writes and file fills (fillfile.go)
 	// are owned by the Proxy: they stop when ctx is cancelled by Close

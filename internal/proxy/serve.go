@@ -114,6 +114,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		if out, done, rg = p.partialHit(w, r, cfg, rule, dbg, rcc, kb, &f); done {
 			return out
 		}
+		defer rg.close() // the stored part's piece files, if it opened them
 	}
 
 	var body *bodystore.Body // the open body file of a file-backed entry, when one is served

@@ -163,14 +163,14 @@ func (s *Layered) ShareBody(ctx context.Context, key string, e *entry.Entry, ope
 }
 
 // DropLocal removes key from L1 only, and only while the entry L1 holds
-// under it refers to the body file id: the caller found that file gone
-// (or damaged) on this replica. That says nothing about the shared tier:
-// L2 keeps the entry and its chunks, from which this replica copies the
-// body back, and the other replicas keep serving them. An entry stored
-// under key meanwhile (a refresh, with a body of its own) is newer and
-// stays.
+// under it refers to the body file id (its body or one of its pieces):
+// the caller found that file gone (or damaged) on this replica. That
+// says nothing about the shared tier: L2 keeps the entry and its chunks,
+// from which this replica copies the body back, and the other replicas
+// keep serving them. An entry stored under key meanwhile (a refresh, with
+// a body of its own) is newer and stays.
 func (s *Layered) DropLocal(key string, id [16]byte) {
-	s.l1.DeleteIf(key, func(e *entry.Entry) bool { return e.File != nil && e.File.ID == id })
+	s.l1.DeleteIf(key, func(e *entry.Entry) bool { return e.RefersTo(id) })
 }
 
 // ReadBody copies the body ref names from L2 into dst and checks its

@@ -1,0 +1,378 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/connguard"
+	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// Parts of large representations live in the body store (docs/caching.md
+// "Partial content", Large representations). With a body store, a part of
+// a representation longer than the tier's bodyStore.threshold is written,
+// as it streams from the origin to the client, to a body file of its own:
+// a piece. The partial entry (entry.KindPartial, codec version 4) lists
+// its pieces, each the span it answers for, its file and where in the
+// file the span starts; it stays in this replica's L1, as inline parts
+// do. A newer part trims the pieces it overlaps (its bytes win, RFC 9110
+// §15.3.7.3); a piece trimmed to nothing goes, and its file with it once
+// no piece uses it. At most entry.MaxPieces pieces: a part that would make
+// more replaces the entry alone. Pieces are served with sendfile from
+// their files, every file opened before the header is written. Once the
+// pieces cover the representation (and it is within
+// bodyStore.maxObjectSize), a goroutine of the Proxy copies them into one
+// complete body file and stores a complete response in their place
+// (completePieces).
+
+// piecesMode reports whether a part of a representation of length bytes
+// whose part is span goes to a piece file: with a body store, for a
+// representation above the tier's threshold and a part within its
+// per-object maximum.
+func (p *Proxy) piecesMode(cfg *tierconfig.Compiled, length int64, span httpcache.ByteRange) bool {
+	if p.bodies == nil {
+		return false
+	}
+	threshold, maxObject := bodyLimits(cfg)
+	return length > threshold && spanLen(span) <= maxObject
+}
+
+// pieced reports whether e is a partial response held in piece files.
+func pieced(e *entry.Entry) bool { return e.Partial != nil && len(e.Partial.Pieces) > 0 }
+
+// segment is a run of a representation's bytes served from an open piece
+// file: the bytes span, which are the file's body bytes from off on.
+type segment struct {
+	span httpcache.ByteRange
+	body *bodystore.Body
+	off  int64
+}
+
+// segments are open piece files covering a range in order; close them.
+type segments []segment
+
+func (ss segments) close() {
+	for _, s := range ss {
+		_ = s.body.Close()
+	}
+}
+
+// errPieceLost: a piece file of a stored partial response is gone or is
+// not its piece.
+var errPieceLost = errors.New("a piece file of the stored partial response cannot be opened")
+
+// openPieces opens the piece files of e, stored under key, that hold the
+// bytes of want, in order. It opens every one of them before anything is
+// sent: one that cannot be opened (evicted, removed, not this key's)
+// closes the others and returns its id, so that the caller drops the
+// entry and treats the request as a miss.
+func (p *Proxy) openPieces(key string, e *entry.Entry, want httpcache.ByteRange) (segments, [16]byte, error) {
+	var segs segments
+	for i := range e.Partial.Pieces {
+		pc := &e.Partial.Pieces[i]
+		a, b := max(pc.Start, want.Start), min(pc.End, want.End)
+		if a > b {
+			continue
+		}
+		if p.bodies == nil {
+			segs.close()
+			return nil, pc.File.ID, errPieceLost
+		}
+		body, err := p.bodies.Open(key, pc.File)
+		if err != nil {
+			p.log.Debug("stored piece unusable", "key", key, "err", err)
+			segs.close()
+			return nil, pc.File.ID, errPieceLost
+		}
+		segs = append(segs, segment{span: httpcache.ByteRange{Start: a, End: b}, body: body, off: pc.Offset + a - pc.Start})
+	}
+	return segs, [16]byte{}, nil
+}
+
+// sendSegments writes the bytes r of the segments to w (nil: nobody), each
+// with io.Copy from its file, which reaches the connection's ReadFrom
+// (sendfile), adding what w took to *written. It returns w, or nil once
+// the client has gone or a file could not be read (the response is then
+// short: the caller breaks it off).
+func sendSegments(w http.ResponseWriter, segs segments, r httpcache.ByteRange, written *int64) (http.ResponseWriter, bool) {
+	for _, s := range segs {
+		if w == nil {
+			return nil, true
+		}
+		a, b := max(s.span.Start, r.Start), min(s.span.End, r.End)
+		if a > b {
+			continue
+		}
+		n := b - a + 1
+		k, err := io.Copy(w, s.body.Section(s.off+a-s.span.Start, n))
+		*written += k
+		if err != nil || k != n {
+			return nil, false
+		}
+	}
+	return w, true
+}
+
+// servePieces writes the body want of a response whose header is in w
+// already, from segs: the header goes out with the first bytes in one
+// segment (as serveFile sends it), then every piece with sendfile.
+func (p *Proxy) servePieces(w http.ResponseWriter, r *http.Request, segs segments, want httpcache.ByteRange, status int) sent {
+	w.WriteHeader(status)
+	fl, more := w.(http.Flusher)
+	more = more && len(w.Header()["Content-Type"]) > 0
+	if more {
+		connguard.BodyFollows(r.Context())
+		fl.Flush()
+	}
+	var n int64
+	_, ok := sendSegments(w, segs, want, &n)
+	if more {
+		connguard.Push(r.Context())
+	}
+	if !ok && r.Context().Err() == nil {
+		p.log.Debug("serving a stored piece failed", "path", r.URL.Path)
+	}
+	return sent{status: status, bytes: n}
+}
+
+// dropPart forgets the partial response e under key in this replica's L1
+// (only while it still lists the piece file id that could not be
+// opened): a request then goes on as if nothing were stored.
+func (p *Proxy) dropPart(key string, id [16]byte) {
+	p.store.DropLocal(key, id)
+}
+
+// addPiece returns pieces (sorted, disjoint) with pc added: the older
+// pieces are trimmed to the bytes pc does not hold (a piece pc falls
+// inside is split in two, sharing its file), and those left with nothing
+// are dropped. pieces is not modified.
+func addPiece(pieces []entry.Piece, pc entry.Piece) []entry.Piece {
+	out := make([]entry.Piece, 0, len(pieces)+2)
+	placed := false
+	for _, old := range pieces {
+		if old.End < pc.Start {
+			out = append(out, old)
+			continue
+		}
+		if old.Start > pc.End {
+			if !placed {
+				out, placed = append(out, pc), true
+			}
+			out = append(out, old)
+			continue
+		}
+		if old.Start < pc.Start {
+			left := old
+			left.End = pc.Start - 1
+			out = append(out, left)
+		}
+		if !placed {
+			out, placed = append(out, pc), true
+		}
+		if old.End > pc.End {
+			right := old
+			right.Start = pc.End + 1
+			right.Offset = old.Offset + right.Start - old.Start
+			out = append(out, right)
+		}
+	}
+	if !placed {
+		out = append(out, pc)
+	}
+	return out
+}
+
+// unusedFiles returns the ids of the files of old that no piece of kept
+// refers to.
+func unusedFiles(old, kept []entry.Piece) [][16]byte {
+	var out [][16]byte
+	for _, o := range old {
+		used := slices.ContainsFunc(kept, func(k entry.Piece) bool { return k.File.ID == o.File.ID })
+		if !used && !slices.Contains(out, o.File.ID) {
+			out = append(out, o.File.ID)
+		}
+	}
+	return out
+}
+
+// coversAll reports whether pieces hold every byte of [0, length).
+func coversAll(pieces []entry.Piece, length int64) bool {
+	next := int64(0)
+	for _, pc := range pieces {
+		if pc.Start != next {
+			return false
+		}
+		next = pc.End + 1
+	}
+	return next == length
+}
+
+// keepPiece stores the piece ref (the bytes pd.Span, just committed to
+// its file under pl.key) as keepPart stores an inline part: combined with
+// the pieces stored under the key when they belong together, else in
+// their place; never over a complete response; not at all when a purge
+// overtook the fill. The files that no stored piece uses any longer are
+// removed, the new one too when it was not stored. Once the pieces cover
+// the representation, its complete response is built from them
+// (completePieces).
+func (p *Proxy) keepPiece(ctx context.Context, c *call, respH http.Header, pd httpcache.PartialDecision, ref entry.BodyFile,
+	pl placement, watch *invalidate.Watch, reqTime, respTime time.Time) {
+	h := storedHeader(respH, pd.Strip)
+	delete(h, "Content-Range")
+	pc := entry.Piece{Span: entry.Span{Start: pd.Span.Start, End: pd.Span.End}, File: ref}
+	var (
+		kept   bool
+		unused [][16]byte
+		whole  *entry.Entry
+	)
+	p.parts.Lock()
+	watch.Commit(httpcache.Tags(h), func() {
+		pieces, header := []entry.Piece{pc}, h
+		var old []entry.Piece
+		var cur entry.Entry
+		if _, err := p.store.Get(ctx, pl.key, &cur); err == nil {
+			switch cur.Kind {
+			case entry.KindResponse:
+				return
+			case entry.KindPartial:
+				old = slices.Clone(cur.Partial.Pieces)
+				v, _ := httpcache.StrongValidator(&cur)
+				fresh, _ := httpcache.Evaluate(stored(&cur), httpcache.RequestCC{}, p.now())
+				if len(old) > 0 && httpcache.CanCombine(v, cur.Partial.Length, fresh == httpcache.UseFresh, pd.Validator, pd.Length) {
+					// More pieces than an entry holds give way to the
+					// newest part alone.
+					if merged := addPiece(old, pc); len(merged) <= entry.MaxPieces {
+						pieces = merged
+						header = httpcache.MergeNotModified(cur.HTTPHeader(), h)
+					}
+				}
+			}
+		}
+		e := partEntry(c, header, pd, reqTime, respTime)
+		e.Partial = &entry.Partial{Length: pd.Length, Pieces: pieces}
+		if pl.marker != nil {
+			p.set(ctx, c, c.prim, pl.marker)
+		}
+		// Never p.set: a lease holder's SetShared must not carry a part.
+		if err := p.store.Set(ctx, pl.key, e); err != nil {
+			p.log.Debug("partial response not stored", "key", pl.key, "err", err)
+			return
+		}
+		kept, unused = true, unusedFiles(old, pieces)
+		if coversAll(pieces, pd.Length) {
+			whole = e
+		}
+	})
+	p.parts.Unlock()
+	if !kept {
+		p.bodies.Remove(ref.ID)
+		return
+	}
+	for _, id := range unused {
+		p.bodies.Remove(id)
+	}
+	if _, maxObject := bodyLimits(c.cfg); whole != nil && pd.Length <= maxObject {
+		p.completePieces(c, pl.key, whole)
+	}
+}
+
+// completePieces builds the complete response of the partial response e,
+// stored under key, whose pieces cover its representation, on a
+// goroutine of the Proxy (Close stops it and waits for it): the pieces'
+// bytes in order into a new body file (CRC-32C as for every body), then a
+// complete entry (KindResponse with that file) in place of e, stored and
+// shared as any file-backed fill's, and the piece files removed. The
+// client whose part completed the pieces has its response already; until
+// the complete response is stored, requests are served from the pieces,
+// never from a half-built file (it is renamed into place when whole). It
+// stores nothing when e is no longer what the key holds (a newer part, a
+// purge, a soft purge: the watch sees those) or a piece cannot be read.
+func (p *Proxy) completePieces(c *call, key string, e *entry.Entry) {
+	cc := &call{cfg: c.cfg, rule: c.rule, host: c.host, tgt: c.tgt, prim: c.prim, key: key}
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		if err := p.buildComplete(p.ctx, cc, key, e); err != nil {
+			p.log.Debug("partial response not completed", "key", key, "err", err)
+		}
+	}()
+}
+
+func (p *Proxy) buildComplete(ctx context.Context, c *call, key string, e *entry.Entry) error {
+	watch := p.inval.Watch(c.host, c.tgt)
+	defer watch.End()
+	length := e.Partial.Length
+	segs, _, err := p.openPieces(key, e, httpcache.ByteRange{Start: 0, End: length - 1})
+	if err != nil {
+		return err
+	}
+	defer segs.close()
+	bw, err := p.bodies.Create(key, length)
+	if err != nil {
+		return err
+	}
+	defer bw.Abort() // a no-op once committed
+	bp := p.bufs.Get().(*[]byte)
+	defer p.bufs.Put(bp)
+	for _, s := range segs {
+		src := &ctxReader{ctx: ctx, r: s.body.Section(s.off, spanLen(s.span))}
+		if _, err := io.CopyBuffer(bw, src, *bp); err != nil {
+			return err
+		}
+	}
+	whole := *e
+	whole.Kind, whole.Partial, whole.Body = entry.KindResponse, nil, nil
+	ref, err := bw.Commit(func(ref entry.BodyFile) []byte {
+		m := whole
+		m.File = &ref
+		return entry.Encode(nil, &m)
+	})
+	if err != nil {
+		return err
+	}
+	whole.File = &ref
+	stored := false
+	p.parts.Lock()
+	watch.Commit(whole.Tags, func() {
+		var cur entry.Entry
+		if _, err := p.store.Get(ctx, key, &cur); err != nil || cur.Kind != entry.KindPartial ||
+			!slices.Equal(cur.Partial.Pieces, e.Partial.Pieces) {
+			return
+		}
+		if err := p.store.Set(ctx, key, &whole); err != nil {
+			return
+		}
+		stored = true
+	})
+	p.parts.Unlock()
+	if !stored {
+		p.bodies.Remove(ref.ID)
+		return errors.New("the partial response changed while its complete body was built")
+	}
+	p.shareBody(c, key, &whole)
+	for _, id := range unusedFiles(e.Partial.Pieces, nil) {
+		p.bodies.Remove(id)
+	}
+	return nil
+}
+
+// ctxReader stops a copy once ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r *ctxReader) Read(b []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return r.r.Read(b)
+}
