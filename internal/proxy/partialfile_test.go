@@ -242,27 +242,36 @@ func TestALyingPartStoresNoPiece(t *testing.T) {
 
 // A piece file removed under the store makes the request a miss as if
 // nothing were stored: the client gets the right bytes from the origin,
-// never a short response. HEAD, which needs no file, is still a hit.
+// never a short response, whether the piece was to serve a range it
+// covers or the bytes around a gap. HEAD, which needs no file, is still a
+// hit.
 func TestAPieceRemovedUnderTheStoreIsAMiss(t *testing.T) {
 	want, o := largeRep(t, "/rm")
 	f := newFileFixture(t, "", o, bodystore.Options{})
-	f.get("/rm", "Range", rangeOf(0, 9999))
-	f.get("/rm", "Range", rangeOf(20000, 29999))
-	b, _ := f.files()
-	e := f.part("/rm")
-	for _, p := range b {
-		if strings.Contains(p, entryFileName(e.Partial.Pieces[1].File.ID)) {
-			if err := os.Remove(p); err != nil {
-				t.Fatal(err)
-			}
+	removePiece := func(path string, i int) {
+		t.Helper()
+		e := f.part(path)
+		if err := os.Remove(filepath.Join(f.dir, entryFileName(e.Partial.Pieces[i].File.ID))); err != nil {
+			t.Fatal(err)
 		}
 	}
+
+	f.get("/rm", "Range", rangeOf(0, 9999))
+	f.get("/rm", "Range", rangeOf(20000, 29999))
+	removePiece("/rm", 1)
 	expect(t, f.do("HEAD", "/rm"), 200, "HIT; layer=l1")
-	r := f.get("/rm", "Range", rangeOf(5000, 25000))
+	r := f.get("/rm", "Range", rangeOf(21000, 22000))
+	expectBody(t, r, 206, "MISS", want[21000:22001])
+	asked(t, f.origin, rangeOf(21000, 22000), "")
+	expectBody(t, f.get("/rm", "Range", rangeOf(21500, 21600)), 206, "HIT; layer=l1", want[21500:21601])
+	expectOriginCount(t, f.origin, 3)
+
+	f.get("/rm2", "Range", rangeOf(0, 9999))
+	f.get("/rm2", "Range", rangeOf(20000, 29999))
+	removePiece("/rm2", 0)
+	r = f.get("/rm2", "Range", rangeOf(5000, 25000))
 	expectBody(t, r, 206, "MISS", want[5000:25001])
 	asked(t, f.origin, rangeOf(5000, 25000), "")
-	expectBody(t, f.get("/rm", "Range", rangeOf(6000, 7000)), 206, "HIT; layer=l1", want[6000:7001])
-	expectOriginCount(t, f.origin, 3)
 }
 
 func entryFileName(id [16]byte) string { return strings.ToLower(strconvHex(id[:])) + ".body" }

@@ -98,7 +98,9 @@ func (l *Local) deleteMatching(match func(e *entry.Entry) bool) (n, responses, f
 	seen := make(map[[16]byte]bool)
 	n = l.l1.DeleteMatching(func(e *entry.Entry) bool {
 		hit := match(e)
-		sawFiles(seen, e, hit)
+		if e.File != nil {
+			seen[e.File.ID] = hit
+		}
 		if hit && (e.Kind == entry.KindResponse || e.Kind == entry.KindPartial) {
 			responses++
 		}
@@ -108,24 +110,12 @@ func (l *Local) deleteMatching(match func(e *entry.Entry) bool) (n, responses, f
 	return n, responses, files, filesOnly
 }
 
-// sawFiles records what match decided (hit) for the body files of the L1
-// entry e: its body's, or its pieces' (a partial response in files).
-func sawFiles(seen map[[16]byte]bool, e *entry.Entry, hit bool) {
-	if e.File != nil {
-		seen[e.File.ID] = hit
-	}
-	if e.Partial != nil {
-		for i := range e.Partial.Pieces {
-			seen[e.Partial.Pieces[i].File.ID] = hit
-		}
-	}
-}
-
 // filesMatch is match for the body files: what match decided for a file
 // whose entry L1 held, else match itself, counting in only the files it
-// selects that L1 did not hold. A piece file (KindPartial) whose entry
-// L1 no longer held is removed but not counted: without its entry it was
-// no stored response (it would not have come back after a restart).
+// selects that L1 did not hold. A piece file of a partial response
+// (KindPartial) is removed but never counted: its partial response is
+// counted when L1 holds it, and without it the piece was no stored
+// response (a restart removes pieces).
 func (l *Local) filesMatch(seen map[[16]byte]bool, match func(e *entry.Entry) bool, only *int) func(e *entry.Entry) bool {
 	return func(e *entry.Entry) bool {
 		if hit, ok := seen[e.File.ID]; ok {
@@ -160,7 +150,9 @@ func (l *Local) ExpireMatchingCount(at time.Time, match func(e *entry.Entry) boo
 	seen := make(map[[16]byte]bool)
 	responses = l.l1.ExpireMatching(at, func(e *entry.Entry) bool {
 		hit := match(e)
-		sawFiles(seen, e, hit)
+		if e.File != nil {
+			seen[e.File.ID] = hit
+		}
 		return hit
 	})
 	files = l.bodies.ExpireMatching(at, l.filesMatch(seen, match, &filesOnly))
