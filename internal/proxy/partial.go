@@ -675,7 +675,9 @@ func (p *Proxy) keepPart(ctx context.Context, c *call, respH http.Header, pd htt
 		}
 	})
 	for _, id := range unusedFiles(unused, nil) {
-		p.bodies.Remove(id)
+		if p.bodies != nil {
+			p.bodies.Remove(id)
+		}
 	}
 	return complete
 }
