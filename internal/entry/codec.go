@@ -327,7 +327,7 @@ func decode(b []byte, e *Entry) error {
 		return ErrCorrupt
 	}
 	v := b[offVersion]
-	if v != version && v != versionV2 && v != versionV3 && v != versionV4 {
+	if v < version || v > versionV4 { // versions 1 to 4, in order
 		return ErrVersion
 	}
 	if len(b) < fixedSize {
@@ -338,7 +338,7 @@ func decode(b []byte, e *Entry) error {
 	}
 
 	e.Kind = Kind(b[offKind])
-	if (e.Kind == KindPartial) != (v == versionV3 || v == versionV4) {
+	if (e.Kind == KindPartial) != (v >= versionV3) {
 		// A partial response is version 3 or 4, and those only hold
 		// them: no path may take one for the other.
 		return ErrCorrupt
