@@ -237,12 +237,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	if prev != nil && prev.l1cfg == cfg.L1 {
 		g.cache = prev.cache
 	} else {
-		g.cache, err = l1.New(dp.ctx, l1.Config{
-			MaxSize:      int64(cfg.L1.MaxSize),
-			MaxEntrySize: int64(cfg.L1.MaxEntrySize),
-			Shards:       cfg.L1.Shards,
-			LifeWindow:   24 * time.Hour,
-		})
+		g.cache, err = l1.New(dp.ctx, cfg.L1.CacheConfig())
 		if err != nil {
 			return nil, err
 		}

@@ -8,7 +8,11 @@
 // and its controller, so a bad config is refused once, early, the same way.
 package tierconfig
 
-import "time"
+import (
+	"time"
+
+	"github.com/tiercache/tiercache/internal/store/l1"
+)
 
 // Config is the sidecar configuration. Its JSON form is the wire form
 // (sizes and durations as strings: "512Mi", "30s").
@@ -93,8 +97,21 @@ type L1 struct {
 	// MaxSize/Shards.
 	MaxEntrySize Size `json:"maxEntrySize"`
 	// Shards is the number of bigcache shards, a power of two in
-	// [1, 8192] (default 256). It is validated, never adjusted.
+	// [1, 8192] (default 256; l1.MaxShards). It is validated, never
+	// adjusted.
 	Shards int `json:"shards"`
+}
+
+// CacheConfig is the configuration of the L1 store l sizes, with
+// l1.LifeWindow. Validate checks l through it, so the store's limits are
+// the config's.
+func (l L1) CacheConfig() l1.Config {
+	return l1.Config{
+		MaxSize:      int64(l.MaxSize),
+		MaxEntrySize: int64(l.MaxEntrySize),
+		Shards:       l.Shards,
+		LifeWindow:   l1.LifeWindow,
+	}
 }
 
 // L2 configures Redis. Filled in by the L2 issue; defaulted and validated
