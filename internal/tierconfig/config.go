@@ -8,11 +8,7 @@
 // and its controller, so a bad config is refused once, early, the same way.
 package tierconfig
 
-import (
-	"time"
-
-	"github.com/tiercache/tiercache/internal/store/l1"
-)
+import "github.com/tiercache/tiercache/internal/store/l1"
 
 // Config is the sidecar configuration. Its JSON form is the wire form
 // (sizes and durations as strings: "512Mi", "30s").
@@ -78,13 +74,6 @@ type RequestHeaders struct {
 	// headers are withheld even when listed: key on them instead. Only
 	// with mode strict.
 	Allow []string `json:"allow,omitempty"`
-}
-
-// DefaultStrictAllow is the allowlist of a strict tier that sets none:
-// content negotiation and the client's software, which origins commonly
-// vary on and which a cache can key on (Vary) safely.
-func DefaultStrictAllow() []string {
-	return []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent"}
 }
 
 // L1 sizes the in-process cache.
@@ -291,22 +280,6 @@ type Defaults struct {
 	// X-Cache. nil means the default, on; false turns it off (X-Cache
 	// stays). Read it through CacheStatusOn.
 	CacheStatus *bool `json:"cacheStatus,omitempty"`
-}
-
-// CacheStatusOn reports whether responses carry Cache-Status.
-func (d Defaults) CacheStatusOn() bool { return d.CacheStatus == nil || *d.CacheStatus }
-
-// DefaultStaleIfUnreachable is defaults.staleIfUnreachable when a tier
-// does not set it.
-const DefaultStaleIfUnreachable = 10 * time.Minute
-
-// StaleIfUnreachableWindow is defaults.staleIfUnreachable, or
-// DefaultStaleIfUnreachable when it is not set.
-func (d Defaults) StaleIfUnreachableWindow() time.Duration {
-	if d.StaleIfUnreachable == nil {
-		return DefaultStaleIfUnreachable
-	}
-	return d.StaleIfUnreachable.Std()
 }
 
 // Rule applies to requests that Match selects. The first matching rule

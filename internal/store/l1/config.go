@@ -54,18 +54,6 @@ const (
 	mib = 1 << 20
 )
 
-// DefaultConfig is 256 MiB in 256 shards of 1 MiB, entries up to 1 MiB
-// (in practice 1 MiB less 224 bytes, see Config.MaxEntrySize), and a 24h
-// LifeWindow.
-func DefaultConfig() Config {
-	return Config{
-		MaxSize:      256 * mib,
-		MaxEntrySize: 1 * mib,
-		Shards:       256,
-		LifeWindow:   24 * time.Hour,
-	}
-}
-
 // FieldError is one problem with a Config: the field, named as in a tier's
 // config ("l1.shards"), and what is wrong with it. tierconfig reports it
 // as its own FieldError.
