@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -312,17 +312,26 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	return g, nil
 }
 
-// sameL2 reports whether a and b connect to L2 the same way (warm-start
-// settings only matter when a generation starts, so they are not
-// compared).
+// sameL2 reports whether a and b connect to L2 the same way, so that a new
+// generation may keep the L2 client. Every field counts but those
+// l2Connection clears; a field added to tierconfig.L2 counts until it is
+// listed there (TestSameL2SeesEveryField makes a new field choose).
 func sameL2(a, b tierconfig.L2) bool {
 	if len(a.Addresses) == 0 && len(b.Addresses) == 0 {
 		return true
 	}
-	return slices.Equal(a.Addresses, b.Addresses) &&
-		a.Mode == b.Mode && a.MasterName == b.MasterName && a.Username == b.Username &&
-		a.Password == b.Password && a.TLS == b.TLS && a.CACert == b.CACert &&
-		a.Timeout == b.Timeout
+	return reflect.DeepEqual(l2Connection(a), l2Connection(b))
+}
+
+// l2Connection is l without the fields that do not shape the client: the
+// key prefix (only a check; the prefix is the sidecar's own identity's),
+// warm start (read when a generation starts) and the L2 body limit (read
+// per fill from the config in effect).
+func l2Connection(l tierconfig.L2) tierconfig.L2 {
+	l.KeyPrefix = ""
+	l.WarmStart = tierconfig.WarmStart{}
+	l.MaxBodySize = 0
+	return l
 }
 
 // subscribeHandover bounds how long a retired generation keeps its
