@@ -32,9 +32,12 @@ import (
 // change), swaps it in for new requests, and retires the old one in the
 // background once its requests have ended.
 type generation struct {
-	seq   uint64
-	l1cfg tierconfig.L1 // what cache was built with
-	l2cfg tierconfig.L2 // what client was built with (no addresses: none)
+	// number counts the generations built, from 1 (the "generation" of
+	// log lines). It is not the invalidation sequence ("seq" in
+	// internal/invalidate and L2), nor a purge counter.
+	number uint64
+	l1cfg  tierconfig.L1 // what cache was built with
+	l2cfg  tierconfig.L2 // what client was built with (no addresses: none)
 
 	cache  *l1.Cache
 	client *l2.Client // nil: L1 only
@@ -105,8 +108,8 @@ type dataPlane struct {
 	// them after the drain.
 	up *proxy.Upgrades
 
-	cur atomic.Pointer[generation]
-	seq uint64 // last generation built (Apply's goroutine only)
+	cur   atomic.Pointer[generation]
+	built uint64 // generations built (Apply's goroutine only)
 	// watches are the fills in progress of every generation: an old
 	// generation's fill may still store into an L1 or L2 that the new
 	// generation's purger purges (they may share them), so every purger
@@ -216,8 +219,8 @@ func (dp *dataPlane) purgeHandler() http.Handler {
 // error nothing of prev is touched and what was built is closed.
 func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomic.Bool) (_ *generation, err error) {
 	cfg := c.Config
-	dp.seq++
-	g := &generation{seq: dp.seq, l1cfg: cfg.L1, l2cfg: cfg.L2, ownsL1: true, ownsL2: true, idle: make(chan struct{})}
+	dp.built++
+	g := &generation{number: dp.built, l1cfg: cfg.L1, l2cfg: cfg.L2, ownsL1: true, ownsL2: true, idle: make(chan struct{})}
 	var newL1, newL2 bool
 	defer func() {
 		if err == nil {
@@ -369,7 +372,7 @@ func (dp *dataPlane) swap(prev, next *generation) {
 		case <-dp.stopRetire:
 		case <-t.C:
 			dp.log.Warn("config change: requests of the previous data plane still running; closing it under them",
-				"generation", prev.seq, "requests", prev.active.Load(), "waited", dp.o.ShutdownTimeout.String())
+				"generation", prev.number, "requests", prev.active.Load(), "waited", dp.o.ShutdownTimeout.String())
 		}
 		if handover {
 			h := time.NewTimer(subscribeHandover)
@@ -379,13 +382,13 @@ func (dp *dataPlane) swap(prev, next *generation) {
 			case <-dp.stopRetire:
 			case <-h.C:
 				dp.log.Warn("config change: the new L2 client has not subscribed to invalidations yet; closing the previous subscription anyway",
-					"generation", prev.seq, "waited", subscribeHandover.String())
+					"generation", prev.number, "waited", subscribeHandover.String())
 			}
 		}
 		if err := dp.closeGeneration(prev); err != nil {
-			dp.log.Warn("config change: closing the previous data plane", "generation", prev.seq, "err", err)
+			dp.log.Warn("config change: closing the previous data plane", "generation", prev.number, "err", err)
 		} else {
-			dp.log.Debug("config change: previous data plane closed", "generation", prev.seq)
+			dp.log.Debug("config change: previous data plane closed", "generation", prev.number)
 		}
 	}()
 }
