@@ -307,7 +307,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 			warm = new(atomic.Bool)
 		}
 		g.subscribed = make(chan struct{})
-		listen(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, g.subscribed,
+		subscribeAndPreload(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, g.subscribed,
 			dp.m.L2Errors.WithLabelValues("subscribe"), dp.log)
 	} else if warm != nil {
 		warm.Store(true)
