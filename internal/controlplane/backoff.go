@@ -3,6 +3,8 @@ package controlplane
 import (
 	"fmt"
 	"time"
+
+	"github.com/tiercache/tiercache/internal/backoff"
 )
 
 // Backoff spaces the Client's reconnection attempts: the n-th consecutive
@@ -44,12 +46,7 @@ func (b Backoff) validate() error {
 
 // Delay is the wait before retry number attempt (0 for the first) given a
 // random r in [0, 1): a value in [d/2, d) where d is the capped
-// exponential delay.
+// exponential delay (backoff.Exponential with a jitter of half).
 func (b Backoff) Delay(attempt int, r float64) time.Duration {
-	d := float64(b.Initial)
-	for i := 0; i < attempt && d < float64(b.Max); i++ {
-		d *= b.Multiplier
-	}
-	d = min(d, float64(b.Max))
-	return time.Duration(d/2 + r*d/2)
+	return backoff.Exponential{Initial: b.Initial, Max: b.Max, Multiplier: b.Multiplier, Jitter: 0.5}.Delay(attempt, r)
 }

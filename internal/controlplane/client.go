@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/tiercache/tiercache/internal/backoff"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -200,12 +201,8 @@ func (c *Client) Run(ctx context.Context) error {
 			level = slog.LevelInfo
 		}
 		c.log.Log(ctx, level, "xds: stream to control plane ended, reconnecting", "target", c.opts.Target, "err", err, "in", d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, d) {
 			return nil
-		case <-t.C:
 		}
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/backoff"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/metrics"
@@ -227,24 +229,13 @@ func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f 
 // to maxReplicaPoll, until try reports done, wait has passed or the Proxy
 // closes.
 func (p *Proxy) poll(wait time.Duration, try func() (done bool)) {
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	interval := replicaPoll
-	next := time.NewTimer(interval)
-	defer next.Stop()
-	for {
-		select {
-		case <-deadline.C:
-			return
-		case <-p.ctx.Done():
-			return
-		case <-next.C:
-		}
+	polls := backoff.Exponential{Initial: replicaPoll, Max: maxReplicaPoll, Multiplier: 1.5}
+	ctx, cancel := context.WithTimeout(p.ctx, wait)
+	defer cancel()
+	for attempt := 0; backoff.Sleep(ctx, polls.Delay(attempt, 0)); attempt++ {
 		if try() {
 			return
 		}
-		interval = min(interval+interval/2, maxReplicaPoll)
-		next.Reset(interval)
 	}
 }
 

@@ -202,7 +202,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	case rg != nil && (rg.part == nil || rg.ranged):
 		// Fills of ranges are not collapsed: each asks for its own.
 		out = p.fill(w, r, c, nil)
-	case f.hitForMiss || rcc.NoStore || !coalescingOn(cfg):
+	case f.hitForMiss || rcc.NoStore || !cfg.Config.Coalescing.IsEnabled():
 		out = p.fill(w, r, c, nil)
 	case forwardsValidators(c, r):
 		out = p.conditionalMiss(w, r, c)
@@ -241,11 +241,6 @@ func pick(layer string, l1, l2 []string) []string {
 		return l2
 	}
 	return l1
-}
-
-func coalescingOn(cfg *tierconfig.Compiled) bool {
-	e := cfg.Config.Coalescing.Enabled
-	return e == nil || *e
 }
 
 // hasPrecondition reports request preconditions a cache does not evaluate

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,9 +32,12 @@ import (
 // change), swaps it in for new requests, and retires the old one in the
 // background once its requests have ended.
 type generation struct {
-	seq   uint64
-	l1cfg tierconfig.L1 // what cache was built with
-	l2cfg tierconfig.L2 // what client was built with (no addresses: none)
+	// number counts the generations built, from 1 (the "generation" of
+	// log lines). It is not the invalidation sequence ("seq" in
+	// internal/invalidate and L2), nor a purge counter.
+	number uint64
+	l1cfg  tierconfig.L1 // what cache was built with
+	l2cfg  tierconfig.L2 // what client was built with (no addresses: none)
 
 	cache  *l1.Cache
 	client *l2.Client // nil: L1 only
@@ -105,8 +108,8 @@ type dataPlane struct {
 	// them after the drain.
 	up *proxy.Upgrades
 
-	cur atomic.Pointer[generation]
-	seq uint64 // last generation built (Apply's goroutine only)
+	cur   atomic.Pointer[generation]
+	built uint64 // generations built (Apply's goroutine only)
 	// watches are the fills in progress of every generation: an old
 	// generation's fill may still store into an L1 or L2 that the new
 	// generation's purger purges (they may share them), so every purger
@@ -216,8 +219,8 @@ func (dp *dataPlane) purgeHandler() http.Handler {
 // error nothing of prev is touched and what was built is closed.
 func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomic.Bool) (_ *generation, err error) {
 	cfg := c.Config
-	dp.seq++
-	g := &generation{seq: dp.seq, l1cfg: cfg.L1, l2cfg: cfg.L2, ownsL1: true, ownsL2: true, idle: make(chan struct{})}
+	dp.built++
+	g := &generation{number: dp.built, l1cfg: cfg.L1, l2cfg: cfg.L2, ownsL1: true, ownsL2: true, idle: make(chan struct{})}
 	var newL1, newL2 bool
 	defer func() {
 		if err == nil {
@@ -237,12 +240,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	if prev != nil && prev.l1cfg == cfg.L1 {
 		g.cache = prev.cache
 	} else {
-		g.cache, err = l1.New(dp.ctx, l1.Config{
-			MaxSize:      int64(cfg.L1.MaxSize),
-			MaxEntrySize: int64(cfg.L1.MaxEntrySize),
-			Shards:       cfg.L1.Shards,
-			LifeWindow:   24 * time.Hour,
-		})
+		g.cache, err = l1.New(dp.ctx, cfg.L1.CacheConfig())
 		if err != nil {
 			return nil, err
 		}
@@ -309,7 +307,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 			warm = new(atomic.Bool)
 		}
 		g.subscribed = make(chan struct{})
-		listen(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, g.subscribed,
+		subscribeAndPreload(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, g.subscribed,
 			dp.m.L2Errors.WithLabelValues("subscribe"), dp.log)
 	} else if warm != nil {
 		warm.Store(true)
@@ -317,17 +315,26 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	return g, nil
 }
 
-// sameL2 reports whether a and b connect to L2 the same way (warm-start
-// settings only matter when a generation starts, so they are not
-// compared).
+// sameL2 reports whether a and b connect to L2 the same way, so that a new
+// generation may keep the L2 client. Every field counts but those
+// l2Connection clears; a field added to tierconfig.L2 counts until it is
+// listed there (TestSameL2SeesEveryField makes a new field choose).
 func sameL2(a, b tierconfig.L2) bool {
 	if len(a.Addresses) == 0 && len(b.Addresses) == 0 {
 		return true
 	}
-	return slices.Equal(a.Addresses, b.Addresses) &&
-		a.Mode == b.Mode && a.MasterName == b.MasterName && a.Username == b.Username &&
-		a.Password == b.Password && a.TLS == b.TLS && a.CACert == b.CACert &&
-		a.Timeout == b.Timeout
+	return reflect.DeepEqual(l2Connection(a), l2Connection(b))
+}
+
+// l2Connection is l without the fields that do not shape the client: the
+// key prefix (only a check; the prefix is the sidecar's own identity's),
+// warm start (read when a generation starts) and the L2 body limit (read
+// per fill from the config in effect).
+func l2Connection(l tierconfig.L2) tierconfig.L2 {
+	l.KeyPrefix = ""
+	l.WarmStart = tierconfig.WarmStart{}
+	l.MaxBodySize = 0
+	return l
 }
 
 // subscribeHandover bounds how long a retired generation keeps its
@@ -365,7 +372,7 @@ func (dp *dataPlane) swap(prev, next *generation) {
 		case <-dp.stopRetire:
 		case <-t.C:
 			dp.log.Warn("config change: requests of the previous data plane still running; closing it under them",
-				"generation", prev.seq, "requests", prev.active.Load(), "waited", dp.o.ShutdownTimeout.String())
+				"generation", prev.number, "requests", prev.active.Load(), "waited", dp.o.ShutdownTimeout.String())
 		}
 		if handover {
 			h := time.NewTimer(subscribeHandover)
@@ -375,13 +382,13 @@ func (dp *dataPlane) swap(prev, next *generation) {
 			case <-dp.stopRetire:
 			case <-h.C:
 				dp.log.Warn("config change: the new L2 client has not subscribed to invalidations yet; closing the previous subscription anyway",
-					"generation", prev.seq, "waited", subscribeHandover.String())
+					"generation", prev.number, "waited", subscribeHandover.String())
 			}
 		}
 		if err := dp.closeGeneration(prev); err != nil {
-			dp.log.Warn("config change: closing the previous data plane", "generation", prev.seq, "err", err)
+			dp.log.Warn("config change: closing the previous data plane", "generation", prev.number, "err", err)
 		} else {
-			dp.log.Debug("config change: previous data plane closed", "generation", prev.seq)
+			dp.log.Debug("config change: previous data plane closed", "generation", prev.number)
 		}
 	}()
 }

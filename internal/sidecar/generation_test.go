@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +87,59 @@ func TestTheL2ConnectionIsTheSameUnlessAConnectionSettingChanged(t *testing.T) {
 		if got := sameL2(c.a, c.b); got != c.same {
 			t.Errorf("%s: sameL2 = %v, want %v", name, got, c.same)
 		}
+	}
+}
+
+// TestSameL2SeesEveryField changes each field of tierconfig.L2 in turn and
+// checks that sameL2 sees the change, except for the fields l2Connection
+// clears. A field added to tierconfig.L2 fails here until it is listed as
+// one or the other: whether it shapes the L2 client is a decision.
+func TestSameL2SeesEveryField(t *testing.T) {
+	connection := map[string]bool{
+		"Addresses": true, "Mode": true, "MasterName": true, "Username": true,
+		"Password": true, "TLS": true, "CACert": true, "Timeout": true,
+	}
+	notConnection := map[string]bool{"KeyPrefix": true, "WarmStart": true, "MaxBodySize": true}
+	base := tierconfig.Config{L2: tierconfig.L2{Addresses: []string{"redis:6379"}}}.WithDefaults().L2
+	typ := reflect.TypeFor[tierconfig.L2]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		t.Run(f.Name, func(t *testing.T) {
+			if !connection[f.Name] && !notConnection[f.Name] {
+				t.Fatalf("tierconfig.L2.%s is new: list it in connection (a change needs a new L2 client) or in notConnection (and clear it in l2Connection)", f.Name)
+			}
+			b := base
+			b.Addresses = slices.Clone(base.Addresses)
+			changeValue(t, reflect.ValueOf(&b).Elem().Field(i))
+			if reflect.DeepEqual(b, base) {
+				t.Fatalf("changing %s left the config as it was", f.Name)
+			}
+			if got, want := sameL2(base, b), notConnection[f.Name]; got != want {
+				t.Errorf("sameL2 after changing %s = %v, want %v", f.Name, got, want)
+			}
+		})
+	}
+}
+
+// changeValue sets v, a field of tierconfig.L2 or of a struct in it, to a
+// different value.
+func changeValue(t *testing.T, v reflect.Value) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(v.String() + "x")
+	case reflect.Bool:
+		v.SetBool(!v.Bool())
+	case reflect.Int, reflect.Int64:
+		v.SetInt(v.Int() + 1)
+	case reflect.Slice:
+		v.Set(reflect.Append(v, reflect.ValueOf("other:6379")))
+	case reflect.Struct:
+		for i := range v.NumField() {
+			changeValue(t, v.Field(i))
+		}
+	default:
+		t.Fatalf("changeValue cannot change a %s: teach it", v.Type())
 	}
 }
 

@@ -50,7 +50,7 @@ func (dp *dataPlane) Apply(_ context.Context, cfg tierconfig.Config, version str
 		return nil
 	}
 	dp.log.Info("config applied", "version", version, "hash", redacted(compiled.Config).Hash(), "rebuilt", what,
-		"generation", dp.cur.Load().seq)
+		"generation", dp.cur.Load().number)
 	return nil
 }
 
@@ -135,7 +135,7 @@ func (dp *dataPlane) setSecrets(s secrets) {
 		return
 	}
 	dp.sec = s
-	dp.log.Info("secrets applied", "changed", changed, "rebuilt", what, "generation", dp.cur.Load().seq)
+	dp.log.Info("secrets applied", "changed", changed, "rebuilt", what, "generation", dp.cur.Load().number)
 }
 
 // warnUnauthenticated warns when the tier's invalidation channel is

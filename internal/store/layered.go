@@ -33,7 +33,7 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultTimeout           = 50 * time.Millisecond
+	DefaultTimeout           = l2.DefaultTimeout
 	DefaultQueueSize         = 4096
 	DefaultQueueBytes        = 64 << 20
 	DefaultWriters           = 2

@@ -8,7 +8,7 @@
 // and its controller, so a bad config is refused once, early, the same way.
 package tierconfig
 
-import "time"
+import "github.com/tiercache/tiercache/internal/store/l1"
 
 // Config is the sidecar configuration. Its JSON form is the wire form
 // (sizes and durations as strings: "512Mi", "30s").
@@ -76,13 +76,6 @@ type RequestHeaders struct {
 	Allow []string `json:"allow,omitempty"`
 }
 
-// DefaultStrictAllow is the allowlist of a strict tier that sets none:
-// content negotiation and the client's software, which origins commonly
-// vary on and which a cache can key on (Vary) safely.
-func DefaultStrictAllow() []string {
-	return []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent"}
-}
-
 // L1 sizes the in-process cache.
 type L1 struct {
 	// MaxSize bounds the memory L1 holds for entries (default 256Mi).
@@ -93,8 +86,21 @@ type L1 struct {
 	// MaxSize/Shards.
 	MaxEntrySize Size `json:"maxEntrySize"`
 	// Shards is the number of bigcache shards, a power of two in
-	// [1, 8192] (default 256). It is validated, never adjusted.
+	// [1, 8192] (default 256; l1.MaxShards). It is validated, never
+	// adjusted.
 	Shards int `json:"shards"`
+}
+
+// CacheConfig is the configuration of the L1 store l sizes, with
+// l1.LifeWindow. Validate checks l through it, so the store's limits are
+// the config's.
+func (l L1) CacheConfig() l1.Config {
+	return l1.Config{
+		MaxSize:      int64(l.MaxSize),
+		MaxEntrySize: int64(l.MaxEntrySize),
+		Shards:       l.Shards,
+		LifeWindow:   l1.LifeWindow,
+	}
 }
 
 // L2 configures Redis. Filled in by the L2 issue; defaulted and validated
@@ -274,22 +280,6 @@ type Defaults struct {
 	// X-Cache. nil means the default, on; false turns it off (X-Cache
 	// stays). Read it through CacheStatusOn.
 	CacheStatus *bool `json:"cacheStatus,omitempty"`
-}
-
-// CacheStatusOn reports whether responses carry Cache-Status.
-func (d Defaults) CacheStatusOn() bool { return d.CacheStatus == nil || *d.CacheStatus }
-
-// DefaultStaleIfUnreachable is defaults.staleIfUnreachable when a tier
-// does not set it.
-const DefaultStaleIfUnreachable = 10 * time.Minute
-
-// StaleIfUnreachableWindow is defaults.staleIfUnreachable, or
-// DefaultStaleIfUnreachable when it is not set.
-func (d Defaults) StaleIfUnreachableWindow() time.Duration {
-	if d.StaleIfUnreachable == nil {
-		return DefaultStaleIfUnreachable
-	}
-	return d.StaleIfUnreachable.Std()
 }
 
 // Rule applies to requests that Match selects. The first matching rule

@@ -5,8 +5,14 @@ import (
 	"time"
 )
 
-// Built-in values. Default() and WithDefaults use them; validation limits
-// live in validate.go.
+// The built-in values: every default of the config model is here, read
+// by Default() and WithDefaults or, for fields whose unset value stays
+// unset, by the accessor that resolves it (BodyThreshold,
+// StaleIfUnreachableWindow, TargetedFields, ...). The CRD's own defaults
+// (its +kubebuilder:default markers and the "(default ...)" of its field
+// docs) cannot refer to them: internal/operator/render's
+// TestCRDDefaultsAreTheConfigDefaults checks that they agree. Validation
+// limits live in validate.go (L1's in internal/store/l1).
 const (
 	defaultL1MaxSize         = 256 * Mi
 	defaultL1MaxEntrySize    = 1 * Mi
@@ -22,7 +28,14 @@ const (
 	defaultL2Mode            = L2Standalone
 	defaultBodyMaxObject     = 1 * Gi
 	defaultL2MaxBodySize     = 16 * Mi
+	defaultWarmMaxEntries    = 10000
+	defaultWarmMaxBytes      = 64 * Mi // or half of l1.maxSize when smaller
+	defaultWarmTimeout       = Duration(5 * time.Second)
 )
+
+// DefaultStaleIfUnreachable is defaults.staleIfUnreachable when a tier
+// does not set it.
+const DefaultStaleIfUnreachable = 10 * time.Minute
 
 // DefaultBodyThreshold is the body size above which a sidecar with a body
 // directory stores a body as a file rather than inline in the entry, when
@@ -83,13 +96,13 @@ func (c Config) WithDefaults() Config {
 		}
 		w := &c.L2.WarmStart
 		if w.MaxEntries == 0 {
-			w.MaxEntries = 10000
+			w.MaxEntries = defaultWarmMaxEntries
 		}
 		if w.MaxBytes == 0 {
-			w.MaxBytes = min(64*Mi, c.L1.MaxSize/2)
+			w.MaxBytes = min(defaultWarmMaxBytes, c.L1.MaxSize/2)
 		}
 		if w.Timeout == 0 {
-			w.Timeout = Duration(5 * time.Second)
+			w.Timeout = defaultWarmTimeout
 		}
 	}
 	if c.Origin.Timeout == 0 {
@@ -120,6 +133,40 @@ func (c Config) WithDefaults() Config {
 		c.RequestHeaders.Allow = DefaultStrictAllow()
 	}
 	return c
+}
+
+// DefaultStrictAllow is the allowlist of a strict tier that sets none:
+// content negotiation and the client's software, which origins commonly
+// vary on and which a cache can key on (Vary) safely.
+func DefaultStrictAllow() []string {
+	return []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent"}
+}
+
+// CacheStatusOn reports whether responses carry Cache-Status (unset means
+// on).
+func (d Defaults) CacheStatusOn() bool { return d.CacheStatus == nil || *d.CacheStatus }
+
+// StaleIfUnreachableWindow is defaults.staleIfUnreachable, or
+// DefaultStaleIfUnreachable when it is not set.
+func (d Defaults) StaleIfUnreachableWindow() time.Duration {
+	if d.StaleIfUnreachable == nil {
+		return DefaultStaleIfUnreachable
+	}
+	return d.StaleIfUnreachable.Std()
+}
+
+// DefaultTargetedFields is the target list of a tier that sets none: the
+// field RFC 9213 defines for CDNs, which a caching sidecar is one of.
+func DefaultTargetedFields() []string { return []string{"CDN-Cache-Control"} }
+
+// TargetedFields returns the target list as written in the config:
+// defaults.targetedCacheControl.fields, or DefaultTargetedFields when it
+// is unset. An empty result means targeted fields are off.
+func (d Defaults) TargetedFields() []string {
+	if d.TargetedCacheControl == nil || d.TargetedCacheControl.Fields == nil {
+		return DefaultTargetedFields()
+	}
+	return d.TargetedCacheControl.Fields
 }
 
 // IsEnabled reports whether coalescing is on (unset means on).

@@ -34,20 +34,6 @@ type TargetedCacheControl struct {
 // every response a fill stores.
 const maxTargetedFields = 8
 
-// DefaultTargetedFields is the target list of a tier that sets none: the
-// field RFC 9213 defines for CDNs, which a caching sidecar is one of.
-func DefaultTargetedFields() []string { return []string{"CDN-Cache-Control"} }
-
-// TargetedFields returns the target list as written in the config:
-// defaults.targetedCacheControl.fields, or DefaultTargetedFields when it
-// is unset. An empty result means targeted fields are off.
-func (d Defaults) TargetedFields() []string {
-	if d.TargetedCacheControl == nil || d.TargetedCacheControl.Fields == nil {
-		return DefaultTargetedFields()
-	}
-	return d.TargetedCacheControl.Fields
-}
-
 // StripTargeted reports whether the target list's fields are removed from
 // responses to clients.
 func (d Defaults) StripTargeted() bool {

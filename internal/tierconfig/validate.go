@@ -12,16 +12,16 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/tiercache/tiercache/internal/store/l1"
 )
 
 // Validation limits.
 const (
-	minL1MaxSize = 1 * Mi
-	maxL1Shards  = 8192
-	maxDuration  = Duration(8760 * time.Hour)
+	maxDuration = Duration(8760 * time.Hour)
 	// maxStaleIfUnreachable bounds defaults.staleIfUnreachable: L1's life
 	// window (a day) is the longest any entry lives on a replica.
-	maxStaleIfUnreachable = Duration(24 * time.Hour)
+	maxStaleIfUnreachable = Duration(l1.LifeWindow)
 	maxOriginTimeout      = Duration(10 * time.Minute)
 	maxOriginIdle         = Duration(time.Hour)
 	maxCoalesceWait       = Duration(5 * time.Minute)
@@ -101,29 +101,26 @@ func (c Config) Validate() error {
 	return errors.Join(p...)
 }
 
+// validate reports the problems l1.Config.Validate finds, which holds
+// L1's limits (the shard count, bigcache's bounds per shard, the smallest
+// size): one check for the sidecar's store and for the config.
 func (l L1) validate(p *problems) {
-	if l.MaxSize < minL1MaxSize {
-		p.add("l1.maxSize", "must be >= %s (got %s)", minL1MaxSize, l.MaxSize)
+	for _, e := range l1FieldErrors(l.CacheConfig().Validate()) {
+		p.add(e.Field, "%s", e.Message)
 	}
-	shardsOK := l.Shards >= 1 && l.Shards <= maxL1Shards && l.Shards&(l.Shards-1) == 0
-	if !shardsOK {
-		p.add("l1.shards", "must be a power of two between 1 and %d (got %d)", maxL1Shards, l.Shards)
-	}
-	if shardsOK && l.MaxSize >= minL1MaxSize {
-		// bigcache's limits per shard (internal/store/l1 checks the same).
-		switch per := l.MaxSize / Size(l.Shards); {
-		case per < 4*Ki:
-			p.add("l1.shards", "l1.maxSize/l1.shards = %s per shard is below the 4Ki minimum; use fewer shards (got %d)", per, l.Shards)
-		case per > 4*Gi:
-			p.add("l1.shards", "l1.maxSize/l1.shards = %s per shard is above the 4Gi maximum; use more shards (got %d)", per, l.Shards)
+}
+
+// l1FieldErrors returns the *l1.FieldErrors joined in err, in order.
+func l1FieldErrors(err error) []*l1.FieldError {
+	var out []*l1.FieldError
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if fe, ok := e.(*l1.FieldError); ok {
+				out = append(out, fe)
+			}
 		}
 	}
-	switch {
-	case l.MaxEntrySize <= 0:
-		p.add("l1.maxEntrySize", "must be > 0 (got %s)", l.MaxEntrySize)
-	case shardsOK && l.MaxSize > 0 && l.MaxEntrySize > l.MaxSize/Size(l.Shards):
-		p.add("l1.maxEntrySize", "must be <= l1.maxSize/l1.shards = %s (got %s)", l.MaxSize/Size(l.Shards), l.MaxEntrySize)
-	}
+	return out
 }
 
 func (l L2) validate(p *problems) {

@@ -136,7 +136,11 @@ func TestValidateRefuses(t *testing.T) {
 		},
 		"shards larger than bigcache's 4Gi maximum are refused": {
 			func(c *Config) { c.L1 = L1{MaxSize: 8 * Gi, Shards: 1, MaxEntrySize: Mi} },
-			`l1.shards: l1.maxSize/l1.shards = 8Gi per shard is above the 4Gi maximum; use more shards (got 1)`,
+			`l1.shards: l1.maxSize/l1.shards = 8Gi per shard is not below the 4Gi maximum; use more shards (got 1)`,
+		},
+		"a shard of exactly 4Gi is refused, as L1 could not be built from it": {
+			func(c *Config) { c.L1 = L1{MaxSize: 4 * Gi, Shards: 1, MaxEntrySize: Mi} },
+			`l1.shards: l1.maxSize/l1.shards = 4Gi per shard is not below the 4Gi maximum; use more shards (got 1)`,
 		},
 		"a zero maxEntrySize is refused": {
 			func(c *Config) { c.L1.MaxEntrySize = 0 },

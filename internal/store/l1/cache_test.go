@@ -22,6 +22,13 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// sidecarConfig is the L1 of a sidecar with tierconfig's defaults: 256 MiB
+// in 256 shards of 1 MiB, entries up to 1 MiB (in practice 1 MiB less 224
+// bytes, see Config.MaxEntrySize), and LifeWindow.
+func sidecarConfig() Config {
+	return Config{MaxSize: 256 * mib, MaxEntrySize: 1 * mib, Shards: 256, LifeWindow: LifeWindow}
+}
+
 // smallConfig is 4 MiB in 16 shards of 256 KiB.
 func smallConfig() Config {
 	return Config{MaxSize: 4 << 20, MaxEntrySize: 256 << 10, Shards: 16, LifeWindow: time.Hour}

@@ -3,10 +3,13 @@ package l1
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
-// Config sizes L1. The zero value is not valid; start from DefaultConfig.
+// Config sizes L1. The zero value is not valid. The sidecar builds it from
+// a tier's l1 section (tierconfig.L1.CacheConfig), whose defaults live in
+// tierconfig; here are only the limits every Config must keep.
 type Config struct {
 	// MaxSize is the number of bytes of entry data L1 may hold. bigcache
 	// takes it in whole MiB (HardMaxCacheSize), so it is rounded up to a
@@ -28,60 +31,86 @@ type Config struct {
 	LifeWindow time.Duration
 }
 
+// The limits of a Config: Validate checks them, and tierconfig validates a
+// tier's l1 section with the same Validate, so that a config L1 cannot be
+// built from is refused where it is written.
 const (
-	mib = 1 << 20
-
-	// minShardBytes keeps bigcache's fixed per-entry overhead small next
+	// MinMaxSize: bigcache allocates whole MiB, so a smaller MaxSize would
+	// still take a MiB.
+	MinMaxSize = 1 * mib
+	// MaxShards bounds the shard count: every shard has its own lock,
+	// index maps and scratch buffer.
+	MaxShards = 8192
+	// MinShardBytes keeps bigcache's fixed per-entry overhead small next
 	// to the largest entry a shard can take.
-	minShardBytes = 4 << 10
-	// maxShardBytes: bigcache indexes a shard's queue with a uint32.
-	maxShardBytes = 1<<32 - 1
-	maxShards     = 1 << 16
+	MinShardBytes = 4 << 10
+	// MaxShardBytes: bigcache indexes a shard's queue with a uint32.
+	MaxShardBytes = 1<<32 - 1
+	// LifeWindow is the LifeWindow the sidecar gives L1: a day, the
+	// longest any entry lives on a replica (tierconfig bounds
+	// defaults.staleIfUnreachable by it).
+	LifeWindow = 24 * time.Hour
+
+	mib = 1 << 20
 )
 
-// DefaultConfig is 256 MiB in 256 shards of 1 MiB, entries up to 1 MiB
-// (in practice 1 MiB less 224 bytes, see Config.MaxEntrySize), and a 24h
-// LifeWindow.
-func DefaultConfig() Config {
-	return Config{
-		MaxSize:      256 * mib,
-		MaxEntrySize: 1 * mib,
-		Shards:       256,
-		LifeWindow:   24 * time.Hour,
-	}
+// FieldError is one problem with a Config: the field, named as in a tier's
+// config ("l1.shards"), and what is wrong with it. tierconfig reports it
+// as its own FieldError.
+type FieldError struct {
+	Field   string
+	Message string
 }
 
-// Validate reports every problem with c, each naming its field.
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Validate reports every problem with c, each a *FieldError, joined.
 func (c Config) Validate() error {
 	var errs []error
-	shardsOK := true
-	if c.Shards <= 0 || c.Shards > maxShards || c.Shards&(c.Shards-1) != 0 {
-		errs = append(errs, fmt.Errorf("l1.shards: %d is not a power of two between 1 and %d", c.Shards, maxShards))
-		shardsOK = false
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 	}
-	if c.MaxSize <= 0 {
-		errs = append(errs, fmt.Errorf("l1.maxSize: %d must be > 0", c.MaxSize))
-	} else if shardsOK {
-		perShard := c.MaxSize / int64(c.Shards)
-		switch {
-		case perShard < minShardBytes:
-			errs = append(errs, fmt.Errorf("l1.maxSize: %d gives %d bytes per shard over %d shards, below the minimum of %d; lower l1.shards",
-				c.MaxSize, perShard, c.Shards, minShardBytes))
-		case shardBytes(c.MaxSize, c.Shards) > maxShardBytes:
-			errs = append(errs, fmt.Errorf("l1.maxSize: %d gives more than 4Gi per shard over %d shards; raise l1.shards",
-				c.MaxSize, c.Shards))
-		}
-		if c.MaxEntrySize > perShard {
-			errs = append(errs, fmt.Errorf("l1.maxEntrySize: %d exceeds maxSize/shards (%d)", c.MaxEntrySize, perShard))
+	if c.MaxSize < MinMaxSize {
+		add("l1.maxSize", "must be >= %s (got %s)", size(MinMaxSize), size(c.MaxSize))
+	}
+	shardsOK := c.Shards >= 1 && c.Shards <= MaxShards && c.Shards&(c.Shards-1) == 0
+	if !shardsOK {
+		add("l1.shards", "must be a power of two between 1 and %d (got %d)", MaxShards, c.Shards)
+	}
+	if shardsOK && c.MaxSize >= MinMaxSize {
+		if per := c.MaxSize / int64(c.Shards); per < MinShardBytes {
+			add("l1.shards", "l1.maxSize/l1.shards = %s per shard is below the %s minimum; use fewer shards (got %d)", size(per), size(MinShardBytes), c.Shards)
+		} else if per := shardBytes(c.MaxSize, c.Shards); per > MaxShardBytes {
+			add("l1.shards", "l1.maxSize/l1.shards = %s per shard is not below the 4Gi maximum; use more shards (got %d)", size(per), c.Shards)
 		}
 	}
-	if c.MaxEntrySize <= 0 {
-		errs = append(errs, fmt.Errorf("l1.maxEntrySize: %d must be > 0", c.MaxEntrySize))
+	switch {
+	case c.MaxEntrySize <= 0:
+		add("l1.maxEntrySize", "must be > 0 (got %s)", size(c.MaxEntrySize))
+	case shardsOK && c.MaxSize > 0 && c.MaxEntrySize > c.MaxSize/int64(c.Shards):
+		add("l1.maxEntrySize", "must be <= l1.maxSize/l1.shards = %s (got %s)", size(c.MaxSize/int64(c.Shards)), size(c.MaxEntrySize))
 	}
 	if c.LifeWindow < time.Second {
-		errs = append(errs, fmt.Errorf("l1.lifeWindow: %v is below bigcache's resolution of 1s", c.LifeWindow))
+		add("l1.lifeWindow", "must be >= 1s, bigcache's resolution (got %v)", c.LifeWindow)
 	}
 	return errors.Join(errs...)
+}
+
+// size formats n bytes as a tier's config writes sizes (tierconfig.Size):
+// the largest binary suffix that divides it exactly ("512Mi", "1536Ki"),
+// else plain bytes, so that a FieldError reads like the config it names.
+func size(n int64) string {
+	if n > 0 {
+		for _, u := range [...]struct {
+			mult   int64
+			suffix string
+		}{{1 << 40, "Ti"}, {1 << 30, "Gi"}, {1 << 20, "Mi"}, {1 << 10, "Ki"}} {
+			if n%u.mult == 0 {
+				return strconv.FormatInt(n/u.mult, 10) + u.suffix
+			}
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // hardMaxMiB is bigcache's HardMaxCacheSize for maxSize: whole MiB,

@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/tiercache/tiercache/internal/backoff"
 	"github.com/tiercache/tiercache/internal/entry"
 )
 
@@ -74,10 +75,10 @@ type Client struct {
 
 	hits atomic.Uint64 // RecordHit calls, to trim the hot set now and then
 	// Seams for tests; set by New.
-	hotMax         int64         // the hot set keeps this many members
-	hotTrimEvery   uint64        // RecordHit trims on every hotTrimEvery-th call
-	healthInterval time.Duration // Subscribe pings a channel this quiet
-	backoff        backoff       // Subscribe's reconnect delays
+	hotMax         int64               // the hot set keeps this many members
+	hotTrimEvery   uint64              // RecordHit trims on every hotTrimEvery-th call
+	healthInterval time.Duration       // Subscribe pings a channel this quiet
+	backoff        backoff.Exponential // Subscribe's reconnect delays
 }
 
 // New returns a client for cfg. It does no network I/O: connections are
@@ -122,7 +123,7 @@ func New(cfg Config) (c *Client, err error) {
 		hotMax:         hotMax,
 		hotTrimEvery:   hotTrimEvery,
 		healthInterval: healthInterval,
-		backoff:        backoff{base: 50 * time.Millisecond, max: 5 * time.Second},
+		backoff:        backoff.Exponential{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5},
 	}
 	// The go-redis constructors panic only on options they cannot use;
 	// Validate has ruled those out, and this keeps the promise regardless.

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tiercache/tiercache/internal/backoff"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/testredis"
 )
@@ -83,7 +84,7 @@ func TestDownServerFailsFast(t *testing.T) {
 func TestSubscribeSurvivesRestart(t *testing.T) {
 	s := testredis.Start(t)
 	c := newTestClient(t, Config{Addrs: []string{s.Addr()}, Prefix: "tc:t/a:", Timeout: testTimeout})
-	c.backoff = backoff{base: 10 * time.Millisecond, max: 100 * time.Millisecond}
+	c.backoff = backoff.Exponential{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.5}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	subscribed := make(chan struct{}, 10)
@@ -193,7 +194,7 @@ func TestCloseEndsSubscribe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.backoff = backoff{base: 10 * time.Millisecond, max: 100 * time.Millisecond}
+	c.backoff = backoff.Exponential{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.5}
 	subscribed := make(chan struct{}, 1)
 	done := make(chan error, 1)
 	go func() {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tiercache/tiercache/internal/backoff"
 )
 
 // healthInterval: a subscription quiet for this long is probed with PING,
@@ -53,13 +55,10 @@ func (c *Client) Subscribe(ctx context.Context, onMessage func([]byte), onSubscr
 		if subscribed {
 			attempt = 0
 		}
-		t := time.NewTimer(c.backoff.delay(attempt))
+		d := c.backoff.Delay(attempt, rand.Float64())
 		attempt++
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, d) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }
@@ -154,19 +153,4 @@ func (c *Client) Seq(ctx context.Context) (n uint64, existed bool, err error) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// backoff is capped exponential backoff with jitter: attempt k waits a
-// random duration in [d/2, d], d = min(max, base·2^k).
-type backoff struct {
-	base, max time.Duration
-}
-
-func (b backoff) delay(attempt int) time.Duration {
-	d := b.max
-	if attempt < 30 {
-		d = min(b.max, b.base<<attempt)
-	}
-	half := d / 2
-	return half + rand.N(d-half+1)
 }

@@ -1,0 +1,69 @@
+package sidecar
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/store"
+	"github.com/tiercache/tiercache/internal/store/l2"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+)
+
+// subscribeAndPreload subscribes to the tier's invalidations and, once
+// subscribed (so that nothing purged during the preload is missed),
+// preloads L1 from L2 (warm start). ready is set when the preload has
+// ended, successfully or not, bounded by the warm-start timeout;
+// subscribed is closed at the first subscription. Both goroutines are
+// owned by wg and end with ctx. Every subscription after the first
+// follows a lost one (messages may have been missed; L1 is cleared unless
+// the sequence shows none was): it is counted as
+// l2_errors_total{op="subscribe"}.
+func subscribeAndPreload(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *store.Layered,
+	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, subscribed chan struct{},
+	lost prometheus.Counter, log *slog.Logger) {
+	var once sync.Once
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		err := client.Subscribe(ctx, purger.HandleMessage, func(since time.Time) {
+			purger.Subscribed(ctx, since)
+			first := false
+			once.Do(func() { first = true; close(subscribed) })
+			if !first {
+				lost.Inc()
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Error("invalidation subscription ended", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		defer ready.Store(true)
+		if ws.Disabled {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, ws.Timeout.Std())
+		defer cancel()
+		select {
+		case <-subscribed:
+		case <-wctx.Done():
+			if ctx.Err() == nil { // not shutting down: the timeout passed
+				log.Warn("warm start skipped: not subscribed to invalidations in time", "timeout", ws.Timeout.String())
+			}
+			return
+		}
+		n, err := st.WarmStart(wctx, ws.MaxEntries, int64(ws.MaxBytes))
+		if err != nil {
+			log.Warn("warm start ended early", "loaded", n, "err", err)
+			return
+		}
+		log.Info("warm start", "loaded", n)
+	}()
+}
