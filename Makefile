@@ -66,12 +66,13 @@ generate: ## Regenerate deep-copy code and the CRD (config/crd) from internal/ap
 check-generated: ## Fail if the generated files differ from what the API types generate
 	bash hack/generate.sh --check
 
-lint: ## go mod tidy check, gofmt, go vet and staticcheck (installed into the cache on first use)
+lint: ## go mod tidy check, gofmt, go vet, staticcheck and deadcode (tools installed into the cache on first use)
 	@if ! d=$$($(GO) mod tidy -diff); then echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit the result:"; echo "$$d"; exit 1; fi
 	@files=$$(find . \( -path './.?*' -o -path ./bin -o -name testdata -o -name vendor \) -prune -o -name '*.go' -print0 | xargs -0 -r gofmt -l); \
 	if [[ -n "$$files" ]]; then echo "gofmt: these files need 'gofmt -w':"; echo "$$files"; exit 1; fi
 	$(GO) vet ./...
 	@sc=$$(bash hack/tools.sh staticcheck); echo "staticcheck ./..."; "$$sc" ./...
+	@bash hack/deadcode.sh
 
 fuzz-short: ## Run every Fuzz* target for FUZZTIME (default 8s)
 	@bash hack/fuzz.sh

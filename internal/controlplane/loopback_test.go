@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 // Generous bounds for a loaded 2-core machine under -race; the assertions
@@ -54,7 +56,7 @@ func TestPublishIsAppliedWithinOneSecond(t *testing.T) {
 
 	// The sidecar persisted it before acknowledging.
 	eventually(t, waitLong, func() bool { return sc.State().Version == v }, "state version")
-	last, err := LoadLastGood(file)
+	last, err := tierconfig.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +196,7 @@ func TestSidecarSurvivesServerRestart(t *testing.T) {
 	if st := sc.State(); st.Version != v1 || st.Connected {
 		t.Errorf("while the server is down state = %+v, want %s in effect, disconnected", st, v1)
 	}
-	if last, err := LoadLastGood(file); err != nil || Version(last) != v1 {
+	if last, err := tierconfig.Load(file); err != nil || Version(last) != v1 {
 		t.Errorf("last good file: version %s err %v, want %s", Version(last), err, v1)
 	}
 
@@ -347,9 +349,11 @@ func TestServerRefusesNodesWithoutTier(t *testing.T) {
 	}
 }
 
-func TestLoadLastGood(t *testing.T) {
+// The sidecar reads the persisted file back with tierconfig.Load at start
+// (sidecar.startupConfig), and passes over a missing one.
+func TestASavedLastGoodConfigLoadsBackWithItsVersion(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := LoadLastGood(filepath.Join(dir, "none.json")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := tierconfig.Load(filepath.Join(dir, "none.json")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
 	}
 	file := filepath.Join(dir, "last-good.json")
@@ -360,7 +364,7 @@ func TestLoadLastGood(t *testing.T) {
 	if err := saveLastGood(file, c); err != nil { // over an existing file
 		t.Fatal(err)
 	}
-	got, err := LoadLastGood(file)
+	got, err := tierconfig.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,8 @@ const (
 // Histogram records non-negative int64 values (here: latencies in
 // nanoseconds) in log-linear buckets, in the manner of an HDR histogram: a
 // fixed 30 KiB however many values it holds. It is not safe for concurrent
-// use: each worker keeps its own and they are merged at the end.
+// use: each worker keeps its own and they are merged at the end. The zero
+// value is an empty histogram.
 type Histogram struct {
 	counts [bucketCount]uint64
 	n      uint64
@@ -29,9 +30,6 @@ type Histogram struct {
 	min    int64
 	max    int64
 }
-
-// NewHistogram returns an empty histogram.
-func NewHistogram() *Histogram { return &Histogram{} }
 
 // Record adds one value; negative values count as 0.
 func (h *Histogram) Record(v int64) {

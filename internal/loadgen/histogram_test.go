@@ -7,7 +7,7 @@ import (
 )
 
 func TestHistogramSmallValuesAreExact(t *testing.T) {
-	h := NewHistogram()
+	h := new(Histogram)
 	for v := int64(1); v <= 100; v++ {
 		h.Record(v)
 	}
@@ -34,7 +34,7 @@ func TestHistogramLargeValuesAreWithinOnePercent(t *testing.T) {
 	for i := range values {
 		values[i] = 1_000 + r.Int64N(1_000_000_000)
 	}
-	h := NewHistogram()
+	h := new(Histogram)
 	for _, v := range values {
 		h.Record(v)
 	}
@@ -53,7 +53,7 @@ func TestHistogramLargeValuesAreWithinOnePercent(t *testing.T) {
 }
 
 func TestHistogramMergeEqualsRecordingEverything(t *testing.T) {
-	a, b, all := NewHistogram(), NewHistogram(), NewHistogram()
+	a, b, all := new(Histogram), new(Histogram), new(Histogram)
 	for v := int64(0); v < 5000; v++ {
 		x := v * v
 		all.Record(x)
@@ -75,13 +75,13 @@ func TestHistogramMergeEqualsRecordingEverything(t *testing.T) {
 }
 
 func TestHistogramClampsHugeAndNegativeValues(t *testing.T) {
-	h := NewHistogram()
+	h := new(Histogram)
 	h.Record(-5)
 	h.Record(1 << 62)
 	if h.Min() != 0 || h.Max() != 1<<62 || h.Quantile(1) != 1<<62 {
 		t.Errorf("min %d max %d q1 %d", h.Min(), h.Max(), h.Quantile(1))
 	}
-	if NewHistogram().Quantile(0.5) != 0 {
+	if new(Histogram).Quantile(0.5) != 0 {
 		t.Error("empty histogram: want 0")
 	}
 }
@@ -111,7 +111,7 @@ func FuzzHistogram(f *testing.F) {
 		if len(data) == 0 {
 			return
 		}
-		h := NewHistogram()
+		h := new(Histogram)
 		values := make([]int64, 0, len(data)/2+1)
 		for i := 0; i < len(data); i += 2 {
 			v := int64(data[i])

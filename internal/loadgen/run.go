@@ -45,12 +45,6 @@ type Generator interface {
 	Target(n uint64) Target
 }
 
-// ChooserFunc adapts a function to Chooser.
-type ChooserFunc func(r *rand.Rand) int
-
-// Choose calls f.
-func (f ChooserFunc) Choose(r *rand.Rand) int { return f(r) }
-
 // Config describes one closed-loop run: Concurrency workers each send a
 // request, read the whole answer, and send the next, until Duration has
 // passed or MaxRequests have been sent, whichever comes first.

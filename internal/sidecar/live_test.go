@@ -404,7 +404,7 @@ func TestTheLastGoodConfigIsKeptAndServesARestartWhileTheControlPlaneIsDown(t *t
 	var err error
 	for deadline := time.Now().Add(applyWithin); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		var last tierconfig.Config
-		if last, err = controlplane.LoadLastGood(filepath.Join(state, LastGoodFile)); err == nil {
+		if last, err = tierconfig.Load(filepath.Join(state, LastGoodFile)); err == nil {
 			if got = controlplane.Version(last); got == v {
 				break
 			}

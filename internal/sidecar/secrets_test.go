@@ -359,7 +359,7 @@ func TestSecretsFromTheDirectoryNeverReachTheLastGoodFileOrTheVersion(t *testing
 	}
 	var raw []byte
 	for deadline := time.Now().Add(applyWithin); ; time.Sleep(10 * time.Millisecond) {
-		last, err := controlplane.LoadLastGood(filepath.Join(state, LastGoodFile))
+		last, err := tierconfig.Load(filepath.Join(state, LastGoodFile))
 		if err == nil && controlplane.Version(last) == v {
 			if raw, err = os.ReadFile(filepath.Join(state, LastGoodFile)); err != nil {
 				t.Fatal(err)

@@ -15,7 +15,7 @@ const benchKeys = 10000
 // VM the first touch of a page can cost 20 µs, which would otherwise
 // dominate a short benchmark.)
 func benchCache(b *testing.B) (*Cache, []string) {
-	cfg := DefaultConfig()
+	cfg := defaultSizes()
 	cfg.MaxSize, cfg.MaxEntrySize = 64<<20, 256<<10
 	c := newCache(b, cfg)
 	keys := make([]string, benchKeys)

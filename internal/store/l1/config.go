@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// Config sizes L1. The zero value is not valid; start from DefaultConfig.
+// Config sizes L1. The zero value is not valid; the sidecar fills it from
+// the tier's l1 settings (tierconfig holds their defaults).
 type Config struct {
 	// MaxSize is the number of bytes of entry data L1 may hold. bigcache
 	// takes it in whole MiB (HardMaxCacheSize), so it is rounded up to a
@@ -38,18 +39,6 @@ const (
 	maxShardBytes = 1<<32 - 1
 	maxShards     = 1 << 16
 )
-
-// DefaultConfig is 256 MiB in 256 shards of 1 MiB, entries up to 1 MiB
-// (in practice 1 MiB less 224 bytes, see Config.MaxEntrySize), and a 24h
-// LifeWindow.
-func DefaultConfig() Config {
-	return Config{
-		MaxSize:      256 * mib,
-		MaxEntrySize: 1 * mib,
-		Shards:       256,
-		LifeWindow:   24 * time.Hour,
-	}
-}
 
 // Validate reports every problem with c, each naming its field.
 func (c Config) Validate() error {

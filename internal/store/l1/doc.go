@@ -23,7 +23,7 @@
 //     maxEntrySize to maxSize/shards for small caches), so New allocates
 //     every queue at its maximum, the only state in which "fits in a
 //     shard" really means it fits. The Go heap counts MaxSize from the
-//     start (measured RSS growth of New(DefaultConfig()): under 2 MiB; the
+//     start (measured RSS growth of a 256 MiB New: under 2 MiB; the
 //     kernel commits pages as entries are written), the queues never grow,
 //     and there is no growth copying later. One consequence: with GOGC
 //     pacing, garbage may reach MaxSize before the first GC even while the

@@ -117,14 +117,14 @@ func TestStartupCommitsLittleMemory(t *testing.T) {
 	}
 	debug.FreeOSMemory() // so that earlier tests' garbage is not returned mid-measurement
 	before := rss(t)
-	c, err := New(context.Background(), DefaultConfig())
+	c, err := New(context.Background(), defaultSizes())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	grown := rss(t) - before
-	t.Logf("New(DefaultConfig()) grew the resident set by %.1f MiB (MaxSize %d MiB)", float64(grown)/(1<<20), DefaultConfig().MaxSize>>20)
-	if grown > DefaultConfig().MaxSize/4 {
+	t.Logf("New(defaultSizes()) grew the resident set by %.1f MiB (MaxSize %d MiB)", float64(grown)/(1<<20), defaultSizes().MaxSize>>20)
+	if grown > defaultSizes().MaxSize/4 {
 		t.Errorf("New made %d bytes resident, want well under MaxSize", grown)
 	}
 	runtime.KeepAlive(c)
