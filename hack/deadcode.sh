@@ -21,7 +21,7 @@ module="$(go list -m)"
 
 # "<package dir> <func>" per unreachable function, e.g.
 # "internal/sidecar RunWith" or "internal/store breaker.current".
-found="$("$dc" -f '{{range .Funcs}}{{$.Path}} {{.Name}}{{"\n"}}{{end}}' ./cmd/... |
+found="$("$dc" -f '{{range .Funcs}}{{$.Path}} {{.Name}}{{"\n"}}{{end}}' ./cmd/... ./tools/... |
   sed -E "s#^${module}/##" | sed '/^$/d' | sort -u)"
 allowed="$(sed -E 's/#.*//; s/[[:space:]]+/ /g; s/^ //; s/ $//' "$allow" | sed '/^$/d' | sort -u)"
 

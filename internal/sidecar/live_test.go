@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tiercache/tiercache/internal/controlplane"
-	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // These tests run sidecars against a real control-plane server (the

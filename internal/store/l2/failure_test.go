@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // A hung server (SIGSTOP: the kernel still accepts connections, nothing
