@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +122,80 @@ func TestSentinel(t *testing.T) {
 	v := mustDo(t, s.Addr(), "", "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster").([]any)
 	if got := fmt.Sprint(v[0]) + ":" + fmt.Sprint(v[1]); got != m.Addr() {
 		t.Fatalf("sentinel reports %s, want %s", got, m.Addr())
+	}
+}
+
+// Binary only looks for redis-server: on PATH, else where
+// hack/ensure-redis.sh installs it. It never runs a script or a package
+// manager; without a binary it fails naming the command that installs one.
+func TestBinaryOnlyFindsRedisServer(t *testing.T) {
+	// A PATH of one directory whose "bash", "sudo" and "apt-get" record
+	// that they ran: nothing may run them.
+	pathDir := t.TempDir()
+	ran := filepath.Join(t.TempDir(), "ran")
+	for _, name := range []string{"bash", "sh", "sudo", "apt-get"} {
+		script := "#!/bin/sh\necho " + name + " >>" + ran + "\nexit 1\n"
+		if err := os.WriteFile(filepath.Join(pathDir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	installedDir := t.TempDir()
+	installed := filepath.Join(installedDir, "redis-server")
+	if err := os.WriteFile(installed, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	onPath := filepath.Join(t.TempDir(), "redis-server")
+	if err := os.WriteFile(onPath, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	notExecutable := filepath.Join(t.TempDir(), "redis-server")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := map[string]struct {
+		path      string
+		installed string
+		want      string   // the path found; "" for an error
+		wantErr   []string // substrings of the error
+	}{
+		"the one on PATH wins": {
+			path: filepath.Dir(onPath) + string(os.PathListSeparator) + pathDir, installed: installed, want: onPath,
+		},
+		"the installed one is found when PATH lacks it": {
+			path: pathDir, installed: installed, want: installed,
+		},
+		"neither is an error naming how to install it": {
+			path: pathDir, installed: filepath.Join(installedDir, "missing"),
+			wantErr: []string{"bash hack/ensure-redis.sh", "make test", "missing"},
+		},
+		"an installed file that cannot run is not found": {
+			path: pathDir, installed: notExecutable,
+			wantErr: []string{"bash hack/ensure-redis.sh"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_ = os.Remove(ran) // each case on its own
+			t.Setenv("PATH", tc.path)
+			got, err := findBinary(tc.installed)
+			if tc.want != "" {
+				if err != nil || got != tc.want {
+					t.Fatalf("findBinary = %q, %v; want %q", got, err, tc.want)
+				}
+			} else {
+				if err == nil {
+					t.Fatalf("findBinary = %q, want an error", got)
+				}
+				for _, s := range tc.wantErr {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not name %q", err, s)
+					}
+				}
+			}
+			if b, err := os.ReadFile(ran); err == nil {
+				t.Fatalf("findBinary ran %s", b)
+			}
+		})
 	}
 }
