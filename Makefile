@@ -26,7 +26,7 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
-.PHONY: help build build-release test test-unit lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
+.PHONY: help build build-release test test-unit test-alloc lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,7 +51,7 @@ build-release: ## Build static release binaries into bin/release/ (the Dockerfil
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-sidecar ./cmd/sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-operator ./cmd/operator
 
-test: lint check-generated test-unit fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, short fuzz runs, demo smoke test
+test: lint check-generated test-unit test-alloc fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, short fuzz runs, demo smoke test
 
 # The Kubernetes tools (etcd, kube-apiserver, kubectl, helm, controller-gen)
 # are built on first use (~15 min cold, cached after). With
@@ -61,6 +61,15 @@ test-unit: ## Run every package's tests with the race detector (real redis-serve
 	bash hack/ensure-redis.sh >/dev/null
 	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -race -count=1 -timeout 20m ./...
+
+# Allocation tests (testing.AllocsPerRun, the L1 hit path's among them)
+# skip under the race detector, which allocates on its own, and test-unit
+# runs everything under it: this runs them without it. The packages are
+# those with a test whose name has "Alloc" in it (name a new one so).
+ALLOC_PKGS = $(sort $(dir $(shell grep -rlE --include='*_test.go' '^func Test[A-Za-z0-9_]*Alloc' internal)))
+
+test-alloc: ## Run the allocation tests (the L1 hit path's among them) without -race
+	$(GO) test -count=1 -run 'Alloc' $(addprefix ./,$(ALLOC_PKGS))
 
 generate: ## Regenerate deep-copy code and the CRD (config/crd) from internal/api
 	bash hack/generate.sh
