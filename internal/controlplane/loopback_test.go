@@ -78,9 +78,14 @@ func TestPublishIsAppliedWithinOneSecond(t *testing.T) {
 	if err != nil || changed || v2 != v {
 		t.Fatalf("republishing: version %s changed %v err %v, want %s false nil", v2, changed, err, v)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if n := sc.State().Responses; n != 1 {
-		t.Errorf("the sidecar received %d responses, want 1: an unchanged publish was sent", n)
+	// The stream is ordered: had the unchanged publish been sent, it
+	// would arrive before the next change, which is the barrier.
+	v3 := publish(t, srv, "shop/frontend", 61)
+	if a := nextApplied(t, notify, "the next change"); a.version != v3 {
+		t.Fatalf("applied %s, want %s", a.version, v3)
+	}
+	if n := sc.State().Responses; n != 2 {
+		t.Errorf("the sidecar received %d responses, want 2 (the first and the next change): an unchanged publish was sent", n)
 	}
 }
 
@@ -116,9 +121,13 @@ func TestNACKIsParkedUntilNextPublish(t *testing.T) {
 	bad, badVersion := mustEncode(t, "shop/frontend", invalidConfig())
 	srv.publishResource("shop/frontend", "shop/frontend", badVersion, bad)
 	eventually(t, waitLong, func() bool { return sc.State().NACKs > 0 }, "the sidecar did not NACK")
-
-	// For a second nothing more arrives: the NACKed watch is parked.
-	time.Sleep(time.Second)
+	// The server has taken the NACK once it counts it and has parked the
+	// watch. Whether it resends the NACKed version shows at the next
+	// publish below: the stream is ordered, so a resend would arrive, and
+	// be NACKed again, before it.
+	eventually(t, waitLong, func() bool {
+		return srv.NACKs("shop/frontend").Total > 0 && srv.cache.watchCount("shop/frontend") == 1
+	}, "the server did not take the NACK and park the watch")
 	st := sc.State()
 	if st.Responses != 2 {
 		t.Errorf("the sidecar received %d responses, want 2 (the good one and the NACKed one, not resent)", st.Responses)
@@ -155,7 +164,7 @@ func TestNACKIsParkedUntilNextPublish(t *testing.T) {
 		t.Errorf("applied %s, want %s", a.version, v2)
 	}
 	if st := sc.State(); st.Responses != 3 || st.NACKs != 1 {
-		t.Errorf("state = %+v, want 3 responses and 1 NACK", st)
+		t.Errorf("state = %+v, want 3 responses and 1 NACK: the NACKed version was resent", st)
 	}
 }
 

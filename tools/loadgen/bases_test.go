@@ -103,16 +103,29 @@ func TestRunFollowsTheBasesFile(t *testing.T) {
 	b, nb := counting(t)
 	path := filepath.Join(t.TempDir(), "bases")
 	writeFile(t, path, a.URL+"\n")
+	changes := make(chan BaseChange, 64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		// Wait until a has been used, then move the traffic to b; then try
-		// a list that must not be applied.
+		// Wait until a has been used, then try a list that must not be
+		// applied; once the watcher has refused it, move the traffic to b.
 		for deadline := time.Now().Add(10 * time.Second); na.Load() == 0 && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
 		}
 		writeFile(t, path, "http://10.0.0.1:80\n")
-		time.Sleep(100 * time.Millisecond)
+		timeout := time.After(10 * time.Second)
+	refusal:
+		for {
+			select {
+			case c := <-changes:
+				if c.Error != "" {
+					break refusal
+				}
+			case <-timeout:
+				t.Error("the watcher did not refuse the non-loopback list within 10s")
+				break refusal
+			}
+		}
 		writeFile(t, path, b.URL+"\n")
 		for deadline := time.Now().Add(10 * time.Second); nb.Load() == 0 && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
@@ -122,6 +135,12 @@ func TestRunFollowsTheBasesFile(t *testing.T) {
 		Targets:     []Target{{URL: "/x"}},
 		BasesFile:   path,
 		BasesReload: 20 * time.Millisecond,
+		OnBasesChange: func(c BaseChange) {
+			select {
+			case changes <- c:
+			default:
+			}
+		},
 		Concurrency: 2,
 		Duration:    1500 * time.Millisecond,
 		MaxRequests: 1 << 40,

@@ -69,6 +69,10 @@ type Config struct {
 	Bases       []string
 	BasesFile   string
 	BasesReload time.Duration // 0: DefaultBasesReload
+	// OnBasesChange, when set, is called on the watcher's goroutine with
+	// each change it records in Result.BaseChanges (refused lists too), as
+	// it records it: a caller (a test) can act once a reload happened.
+	OnBasesChange func(BaseChange)
 	// Host, when set, is sent as every request's Host header, whatever
 	// server the request goes to: replicas behind one Service all see the
 	// Service's name, and the host is part of a cache key.
@@ -240,6 +244,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 					c.Error = err.Error()
 				}
 				changes = append(changes, c)
+				if cfg.OnBasesChange != nil {
+					cfg.OnBasesChange(c)
+				}
 			})
 		}()
 	}
