@@ -13,9 +13,11 @@ FUZZTIME ?= 8s
 export FUZZTIME
 
 # cmd/<dir> → bin/<name>; other cmd/ directories build under their own name.
+# tools/<dir> (the demo origin and the load generator: tooling, not the
+# product) → bin/<dir>.
 BIN_NAME_sidecar := tiercache-sidecar
 BIN_NAME_operator := tiercache-operator
-CMD_DIRS = $(patsubst cmd/%/,%,$(sort $(dir $(wildcard cmd/*/*.go))))
+CMD_DIRS = $(patsubst %/,%,$(sort $(dir $(wildcard cmd/*/*.go) $(wildcard tools/*/*.go))))
 
 
 .PHONY: e2e
@@ -24,17 +26,17 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
-.PHONY: help build build-release test test-unit lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
+.PHONY: help build build-release test test-unit test-alloc lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache, demo-origin, loadgen)
+build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen)
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
-		case "$$d" in sidecar) n=$(BIN_NAME_sidecar) ;; operator) n=$(BIN_NAME_operator) ;; *) n=$$d ;; esac; \
-		echo "go build -trimpath -o bin/$$n ./cmd/$$d"; \
-		$(GO) build -trimpath -o "bin/$$n" "./cmd/$$d"; \
+		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
+		echo "go build -trimpath -o bin/$$n ./$$d"; \
+		$(GO) build -trimpath -o "bin/$$n" "./$$d"; \
 	done
 
 # The release binaries, exactly as the Dockerfile builds them (it runs this
@@ -49,7 +51,7 @@ build-release: ## Build static release binaries into bin/release/ (the Dockerfil
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-sidecar ./cmd/sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-operator ./cmd/operator
 
-test: lint check-generated test-unit fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, short fuzz runs, demo smoke test
+test: lint check-generated test-unit test-alloc fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, short fuzz runs, demo smoke test
 
 # The Kubernetes tools (etcd, kube-apiserver, kubectl, helm, controller-gen)
 # are built on first use (~15 min cold, cached after). With
@@ -60,17 +62,28 @@ test-unit: ## Run every package's tests with the race detector (real redis-serve
 	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -race -count=1 -timeout 20m ./...
 
+# Allocation tests (testing.AllocsPerRun, the L1 hit path's among them)
+# skip under the race detector, which allocates on its own, and test-unit
+# runs everything under it: this runs them without it. The packages are
+# those with a test whose name has "Alloc" in it (name a new one so).
+ALLOC_PKGS = $(sort $(dir $(shell grep -rlE --include='*_test.go' '^func Test[A-Za-z0-9_]*Alloc' internal)))
+
+test-alloc: ## Run the allocation tests (the L1 hit path's among them) without -race
+	$(GO) test -count=1 -run 'Alloc' $(addprefix ./,$(ALLOC_PKGS))
+
 generate: ## Regenerate deep-copy code and the CRD (config/crd) from internal/api
 	bash hack/generate.sh
 
 check-generated: ## Fail if the generated files differ from what the API types generate
 	bash hack/generate.sh --check
 
-lint: ## gofmt, go vet and staticcheck (installed into the cache on first use)
+lint: ## go mod tidy check, gofmt, go vet, staticcheck and deadcode (tools installed into the cache on first use)
+	@if ! d=$$($(GO) mod tidy -diff); then echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit the result:"; echo "$$d"; exit 1; fi
 	@files=$$(find . \( -path './.?*' -o -path ./bin -o -name testdata -o -name vendor \) -prune -o -name '*.go' -print0 | xargs -0 -r gofmt -l); \
 	if [[ -n "$$files" ]]; then echo "gofmt: these files need 'gofmt -w':"; echo "$$files"; exit 1; fi
 	$(GO) vet ./...
 	@sc=$$(bash hack/tools.sh staticcheck); echo "staticcheck ./..."; "$$sc" ./...
+	@bash hack/deadcode.sh
 
 fuzz-short: ## Run every Fuzz* target for FUZZTIME (default 8s)
 	@bash hack/fuzz.sh

@@ -46,8 +46,8 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
-	"github.com/tiercache/tiercache/internal/testkube"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testkube"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 const (
@@ -68,7 +68,7 @@ func build(t *testing.T) binaries {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	for out, pkg := range map[string]string{b.sidecar: "./cmd/sidecar", b.operator: "./cmd/operator", b.origin: "./cmd/demo-origin"} {
+	for out, pkg := range map[string]string{b.sidecar: "./cmd/sidecar", b.operator: "./cmd/operator", b.origin: "./tools/demo-origin"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 		cmd.Dir = ".."
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -683,7 +683,9 @@ get_one() {
 step "Building"
 "${MAKE:-make}" --no-print-directory build
 [[ -x bin/tiercache-sidecar ]] || tc_die "bin/tiercache-sidecar was not built (is cmd/sidecar there?)"
-if want 4 || want 5 || want 6; then
+# Part 1's packages (internal/store and its tests' harness, test/testredis)
+# need redis-server too: the harness only finds it, never installs it.
+if want 1 || want 4 || want 5 || want 6; then
   REDIS_SERVER="$(bash hack/ensure-redis.sh)"
 fi
 if want 2 || want 3 || want 8; then

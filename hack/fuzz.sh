@@ -10,6 +10,10 @@ cd "$TC_ROOT"
 FUZZTIME="${FUZZTIME:-8s}"
 GO="${GO:-go}"
 
+# Some fuzzed packages' tests start redis-server (internal/store/l2's
+# TestMain checks for it); test/testredis only finds it, so install it here.
+bash hack/ensure-redis.sh >/dev/null
+
 # "<package dir> <target>" lines, sorted, from test files outside testdata,
 # vendor and hidden directories.
 targets="$(

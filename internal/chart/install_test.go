@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/tiercache/tiercache/internal/testkube"
+	"github.com/tiercache/tiercache/test/testkube"
 )
 
 // startAPIServer starts envtest's etcd and kube-apiserver with nothing

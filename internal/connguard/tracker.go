@@ -162,10 +162,6 @@ type tracker struct {
 	preface bool
 }
 
-func newTracker() *tracker {
-	return &tracker{limit: noLimit}
-}
-
 // feed advances the tracker over p, bytes net/http has just read. Body
 // bytes are skipped in O(1); header bytes are looked at once each.
 func (t *tracker) feed(p []byte) {

@@ -141,13 +141,6 @@ func (t *tracker) take(protoMajor int, line uint64) verdict {
 	return unverifiable
 }
 
-// pending reports how many results are queued; for tests.
-func (t *tracker) pending() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.q) - t.head
-}
-
 // FNV-1a, 64 bit.
 const (
 	fnvOffset = 14695981039346656037

@@ -148,16 +148,6 @@ func (c *tierCache) cancel(tier string, id int64) {
 	}
 }
 
-// watchCount is the number of parked watches of tier (tests).
-func (c *tierCache) watchCount(tier string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t := c.tiers[tier]; t != nil {
-		return len(t.watches)
-	}
-	return 0
-}
-
 func (t *tierState) shouldRespond(w tierWatch) bool {
 	if t.resource == nil || !subscribed(w.sub, t.name) {
 		return false

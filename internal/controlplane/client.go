@@ -44,7 +44,8 @@ type ClientOptions struct {
 	// Apply is called for each new valid config. Required.
 	Apply ApplyFunc
 	// LastGoodPath, when set, receives every applied config's JSON
-	// (written atomically); LoadLastGood reads it back.
+	// (written atomically); the sidecar reads it back at start with
+	// tierconfig.Load (sidecar.startupConfig).
 	LastGoodPath string
 	// InitialVersion is the version already in effect (Version of the
 	// config loaded at start-up): it is sent on connecting and is not
@@ -102,7 +103,9 @@ type Client struct {
 	appliedGauge   prometheus.Gauge
 	nackCounter    prometheus.Counter
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// state is what the client has done, for tests to read (State, in
+	// observe_test.go); the product reports it through the gauges above.
 	state ClientState
 	// acked is the version the client last accepted (what it sends as
 	// version_info); applied configs move it, NACKs do not.
@@ -171,13 +174,6 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		}
 	}
 	return c, nil
-}
-
-// State returns a copy of the client's state.
-func (c *Client) State() ClientState {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state
 }
 
 // Run subscribes until ctx ends, reconnecting with jittered exponential

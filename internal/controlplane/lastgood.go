@@ -9,18 +9,6 @@ import (
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// LoadLastGood reads the config a Client persisted (tierconfig.Load: parsed,
-// defaults filled, validated). A missing file is an error satisfying
-// errors.Is(err, fs.ErrNotExist). Version(c) is the version it was pushed
-// with: pass it as ClientOptions.InitialVersion.
-func LoadLastGood(path string) (tierconfig.Config, error) {
-	c, err := tierconfig.Load(path)
-	if err != nil {
-		return tierconfig.Config{}, fmt.Errorf("last good config: %w", err)
-	}
-	return c, nil
-}
-
 // saveLastGood writes c's JSON to path atomically: a reader (this sidecar
 // restarted) sees the old file or the new one, never a torn one. The file
 // holds secrets (Redis password, purge token), so it is private.

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 // Generous bounds for a loaded 2-core machine under -race; the assertions
@@ -54,7 +56,7 @@ func TestPublishIsAppliedWithinOneSecond(t *testing.T) {
 
 	// The sidecar persisted it before acknowledging.
 	eventually(t, waitLong, func() bool { return sc.State().Version == v }, "state version")
-	last, err := LoadLastGood(file)
+	last, err := tierconfig.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +78,14 @@ func TestPublishIsAppliedWithinOneSecond(t *testing.T) {
 	if err != nil || changed || v2 != v {
 		t.Fatalf("republishing: version %s changed %v err %v, want %s false nil", v2, changed, err, v)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if n := sc.State().Responses; n != 1 {
-		t.Errorf("the sidecar received %d responses, want 1: an unchanged publish was sent", n)
+	// The stream is ordered: had the unchanged publish been sent, it
+	// would arrive before the next change, which is the barrier.
+	v3 := publish(t, srv, "shop/frontend", 61)
+	if a := nextApplied(t, notify, "the next change"); a.version != v3 {
+		t.Fatalf("applied %s, want %s", a.version, v3)
+	}
+	if n := sc.State().Responses; n != 2 {
+		t.Errorf("the sidecar received %d responses, want 2 (the first and the next change): an unchanged publish was sent", n)
 	}
 }
 
@@ -114,9 +121,13 @@ func TestNACKIsParkedUntilNextPublish(t *testing.T) {
 	bad, badVersion := mustEncode(t, "shop/frontend", invalidConfig())
 	srv.publishResource("shop/frontend", "shop/frontend", badVersion, bad)
 	eventually(t, waitLong, func() bool { return sc.State().NACKs > 0 }, "the sidecar did not NACK")
-
-	// For a second nothing more arrives: the NACKed watch is parked.
-	time.Sleep(time.Second)
+	// The server has taken the NACK once it counts it and has parked the
+	// watch. Whether it resends the NACKed version shows at the next
+	// publish below: the stream is ordered, so a resend would arrive, and
+	// be NACKed again, before it.
+	eventually(t, waitLong, func() bool {
+		return srv.NACKs("shop/frontend").Total > 0 && srv.cache.watchCount("shop/frontend") == 1
+	}, "the server did not take the NACK and park the watch")
 	st := sc.State()
 	if st.Responses != 2 {
 		t.Errorf("the sidecar received %d responses, want 2 (the good one and the NACKed one, not resent)", st.Responses)
@@ -153,7 +164,7 @@ func TestNACKIsParkedUntilNextPublish(t *testing.T) {
 		t.Errorf("applied %s, want %s", a.version, v2)
 	}
 	if st := sc.State(); st.Responses != 3 || st.NACKs != 1 {
-		t.Errorf("state = %+v, want 3 responses and 1 NACK", st)
+		t.Errorf("state = %+v, want 3 responses and 1 NACK: the NACKed version was resent", st)
 	}
 }
 
@@ -194,7 +205,7 @@ func TestSidecarSurvivesServerRestart(t *testing.T) {
 	if st := sc.State(); st.Version != v1 || st.Connected {
 		t.Errorf("while the server is down state = %+v, want %s in effect, disconnected", st, v1)
 	}
-	if last, err := LoadLastGood(file); err != nil || Version(last) != v1 {
+	if last, err := tierconfig.Load(file); err != nil || Version(last) != v1 {
 		t.Errorf("last good file: version %s err %v, want %s", Version(last), err, v1)
 	}
 
@@ -347,9 +358,11 @@ func TestServerRefusesNodesWithoutTier(t *testing.T) {
 	}
 }
 
-func TestLoadLastGood(t *testing.T) {
+// The sidecar reads the persisted file back with tierconfig.Load at start
+// (sidecar.startupConfig), and passes over a missing one.
+func TestASavedLastGoodConfigLoadsBackWithItsVersion(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := LoadLastGood(filepath.Join(dir, "none.json")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := tierconfig.Load(filepath.Join(dir, "none.json")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
 	}
 	file := filepath.Join(dir, "last-good.json")
@@ -360,7 +373,7 @@ func TestLoadLastGood(t *testing.T) {
 	if err := saveLastGood(file, c); err != nil { // over an existing file
 		t.Fatal(err)
 	}
-	got, err := LoadLastGood(file)
+	got, err := tierconfig.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,18 +246,6 @@ func (s *Server) Connected(tierKey string) int {
 	return s.connected[tierKey]
 }
 
-// ConnectedAll returns the number of sidecars with an open stream, by
-// tier (tiers without any are absent).
-func (s *Server) ConnectedAll() map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.connected))
-	for k, v := range s.connected {
-		out[k] = v
-	}
-	return out
-}
-
 // NACKs returns the NACKs of tierKey.
 func (s *Server) NACKs(tierKey string) NACKStats {
 	s.mu.Lock()

@@ -35,21 +35,6 @@ const (
 	UseValidate
 )
 
-// String names the Use for logs and test failures.
-func (u Use) String() string {
-	switch u {
-	case UseFresh:
-		return "UseFresh"
-	case UseStaleRevalidate:
-		return "UseStaleRevalidate"
-	case UseStale:
-		return "UseStale"
-	case UseValidate:
-		return "UseValidate"
-	}
-	return "Use(" + strconv.Itoa(int(u)) + ")"
-}
-
 // AgeValue returns the Age field's value (RFC 9111 §5.1): the first member
 // of a list, ignored (0) when invalid, clamped to 2^31 seconds.
 func AgeValue(h Header) time.Duration {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // purgeAnswer is a sidecar's answer to a purge.

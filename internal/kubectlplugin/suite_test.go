@@ -26,7 +26,7 @@ import (
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
 	"github.com/tiercache/tiercache/internal/sidecar"
-	"github.com/tiercache/tiercache/internal/testkube"
+	"github.com/tiercache/tiercache/test/testkube"
 )
 
 // The tests run the plugin's commands (RunWith, with their command line)

@@ -28,7 +28,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
-	"github.com/tiercache/tiercache/internal/testkube"
+	"github.com/tiercache/tiercache/test/testkube"
 )
 
 // TestSelfManagedCertificates runs an operator with --cert-mode=self on an

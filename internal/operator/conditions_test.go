@@ -12,8 +12,8 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/render"
-	"github.com/tiercache/tiercache/internal/testkube"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testkube"
 )
 
 // TestMatchConditionsThroughTheAPIServer: spec.rules[].match.headers and

@@ -12,7 +12,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/tiercache/tiercache/internal/testkube"
+	"github.com/tiercache/tiercache/test/testkube"
 )
 
 // TestEveryCRDFieldIsDocumented walks the generated schema: every field

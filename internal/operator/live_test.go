@@ -22,7 +22,7 @@ import (
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
 	"github.com/tiercache/tiercache/internal/sidecar"
-	"github.com/tiercache/tiercache/internal/testkube"
+	"github.com/tiercache/tiercache/test/testkube"
 )
 
 // TestKubectlApplyChangesARunningSidecar: a sidecar connected to the

@@ -25,7 +25,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/controlplane"
-	"github.com/tiercache/tiercache/internal/testkube"
+	"github.com/tiercache/tiercache/test/testkube"
 )
 
 // TestSidecarStatusAcrossReplicasAndALeaderChange runs a second operator

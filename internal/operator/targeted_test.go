@@ -10,7 +10,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/render"
-	"github.com/tiercache/tiercache/internal/testkube"
+	"github.com/tiercache/tiercache/test/testkube"
 )
 
 // TestTargetedCacheControlThroughTheAPIServer: spec.defaults.targetedCacheControl

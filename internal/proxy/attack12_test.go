@@ -19,7 +19,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/store/l2"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // Attacker-review tests of issue 12 (the body store). Each one FAILS on

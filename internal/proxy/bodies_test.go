@@ -25,7 +25,7 @@ import (
 	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/metrics"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // fileFixture is a fixture whose proxy keeps large bodies in a real body

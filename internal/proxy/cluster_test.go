@@ -20,8 +20,8 @@ import (
 	"github.com/tiercache/tiercache/internal/store"
 	"github.com/tiercache/tiercache/internal/store/l1"
 	"github.com/tiercache/tiercache/internal/store/l2"
-	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // replica is a proxy over a layered store (real L1, L2 on a real Redis)

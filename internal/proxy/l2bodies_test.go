@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
-	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // bodyReplica is a replica (cluster_test.go) that keeps large bodies in a

@@ -16,8 +16,8 @@ import (
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store/l2"
-	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // Copies of bodies from L2 (l2bodies.go): what a replica does when its

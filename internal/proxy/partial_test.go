@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/invalidate"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // representation is an origin's resource that answers ranges as net/http

@@ -17,7 +17,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // RFC 9111 §4.2.4: when the origin cannot be reached, a stale stored

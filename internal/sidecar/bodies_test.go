@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // bigOrigin answers every GET with bigBodySize bytes that name the path

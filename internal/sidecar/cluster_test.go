@@ -21,11 +21,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // These tests run several sidecars in this process, sharing real
-// redis-server processes (internal/testredis), in front of one httptest
+// redis-server processes (test/testredis), in front of one httptest
 // origin. Every request carries the same Host, so that the sidecars, which
 // listen on different ports, compute the same cache keys.
 

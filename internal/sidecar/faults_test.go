@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // These tests break Redis under a sidecar that is serving traffic and check

@@ -18,8 +18,8 @@ import (
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
-	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 func TestARetiredGenerationIsIdleOnlyAfterItsLastRequest(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // doWith is node.do with request headers.

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tiercache/tiercache/internal/controlplane"
-	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // These tests run sidecars against a real control-plane server (the
@@ -404,7 +404,7 @@ func TestTheLastGoodConfigIsKeptAndServesARestartWhileTheControlPlaneIsDown(t *t
 	var err error
 	for deadline := time.Now().Add(applyWithin); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		var last tierconfig.Config
-		if last, err = controlplane.LoadLastGood(filepath.Join(state, LastGoodFile)); err == nil {
+		if last, err = tierconfig.Load(filepath.Join(state, LastGoodFile)); err == nil {
 			if got = controlplane.Version(last); got == v {
 				break
 			}

@@ -127,8 +127,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	bodyDirSize := fs.String("body-dir-size", "", "budget of --body-dir, a size such as 2Gi; 0 or empty = 90% of the directory's free space at start")
 	fs.BoolVar(&o.AdminPprof, "admin-pprof", false, "serve Go profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on the admin port; off by default")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize + 48Mi, or the live heap + 64Mi once the live heap comes within 32Mi of that; unless GOMEMLIMIT is set)")
-	fs.BoolVar(&o.AccessLog.Enabled, "access-log", true, "write one JSON line per request to stdout (the tier's accessLog.enabled wins when set)")
-	fs.IntVar(&o.AccessLog.SamplePercent, "access-log-sample-percent", 100, "log this share of requests, 1-100; 5xx answers are always logged (the tier's accessLog.samplePercent wins when set)")
+	alogDefaults := accesslog.DefaultDefaults()
+	fs.BoolVar(&o.AccessLog.Enabled, "access-log", alogDefaults.Enabled, "write one JSON line per request to stdout (the tier's accessLog.enabled wins when set)")
+	fs.IntVar(&o.AccessLog.SamplePercent, "access-log-sample-percent", alogDefaults.SamplePercent, "log this share of requests, 1-100; 5xx answers are always logged (the tier's accessLog.samplePercent wins when set)")
 	accessExclude := fs.String("access-log-exclude", "", "comma-separated paths never logged, exact or a prefix ending in * (the tier's accessLog.excludePaths wins when set)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

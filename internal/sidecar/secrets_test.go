@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiercache/tiercache/internal/controlplane"
-	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // secretsDir is a directory laid out as the kubelet lays out a projected
@@ -359,7 +359,7 @@ func TestSecretsFromTheDirectoryNeverReachTheLastGoodFileOrTheVersion(t *testing
 	}
 	var raw []byte
 	for deadline := time.Now().Add(applyWithin); ; time.Sleep(10 * time.Millisecond) {
-		last, err := controlplane.LoadLastGood(filepath.Join(state, LastGoodFile))
+		last, err := tierconfig.Load(filepath.Join(state, LastGoodFile))
 		if err == nil && controlplane.Version(last) == v {
 			if raw, err = os.ReadFile(filepath.Join(state, LastGoodFile)); err != nil {
 				t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // BenchmarkGetL1Hit is the hit path through Layered, against l1.GetInto

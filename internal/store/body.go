@@ -129,7 +129,7 @@ func (s *Layered) QueueBody(key string, e *entry.Entry, open OpenBody) {
 }
 
 // ShareBody is QueueBody with the write made now: the holder of a fetch
-// lease uses it so that the replicas waiting in AwaitFill see the entry
+// lease uses it so that the replicas polling GetNewer see the entry
 // only once its body is in L2, and at once then. It is bounded by ctx and,
 // inside, per chunk (l2.Client.ChunkTimeout) and per entry write
 // (Timeout). An L2 failure, an open breaker (ErrUnavailable) or a body

@@ -18,8 +18,8 @@ import (
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
-	"github.com/tiercache/tiercache/internal/testredis"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // fileEntry is a response whose body is a committed file of bodies,

@@ -227,13 +227,6 @@ func (b *breaker) done(t ticket, o outcome) {
 	}
 }
 
-// current is the state, for tests and status.
-func (b *breaker) current() breakerState {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.state
-}
-
 // set changes state (mu held) and reports the change.
 func (b *breaker) set(s breakerState) {
 	if s == b.state {

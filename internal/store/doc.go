@@ -1,7 +1,7 @@
 // Package store owns the sidecar's layered cache: L1 (in-process, package
 // l1) in front of an optional L2 (Redis, package l2), behind the three
 // methods the proxy needs (Get, Set, Delete) plus what cluster-wide
-// coalescing and warm start need (SetShared, TryLead, AwaitFill,
+// coalescing and warm start need (SetShared, TryLead, GetNewer,
 // WarmStart).
 //
 // What it decides, and why (DESIGN.md "Request path" 4 and 8, "Failure

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // withFile is e with its body in file id (and in chunks chunks of L2).

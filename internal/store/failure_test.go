@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // failFast is how the failure tests configure a store: the design's 50ms

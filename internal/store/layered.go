@@ -49,8 +49,6 @@ const (
 	// carries up to BatchSize entries (each socket operation is also
 	// bounded by L2's own timeout).
 	minBulkTimeout = time.Second
-	// defaultPoll is AwaitFill's interval when given none.
-	defaultPoll = 10 * time.Millisecond
 )
 
 // Options configure a Layered store.
@@ -266,9 +264,6 @@ func New(ctx context.Context, o Options) (*Layered, error) {
 	return s, nil
 }
 
-// HasL2 reports whether there is an L2 behind L1.
-func (s *Layered) HasL2() bool { return s.l2 != nil }
-
 // Get decodes the entry stored under key into e (an L1 hit reuses e's
 // slices) and returns the layer that had it. An L2 hit is promoted into L1 unchanged
 // (with its own times, so with the lifetime it has left). Every error is a
@@ -345,8 +340,8 @@ func (s *Layered) Set(ctx context.Context, key string, e *entry.Entry) error {
 }
 
 // SetShared is Set with the L2 write made now, bounded by Timeout: the
-// holder of a fetch lease uses it so that the replicas waiting in
-// AwaitFill see the fill at once. An L2 failure (or an open breaker,
+// holder of a fetch lease uses it so that the replicas polling
+// GetNewer see the fill at once. An L2 failure (or an open breaker,
 // ErrUnavailable) is returned; L1 is set regardless.
 func (s *Layered) SetShared(ctx context.Context, key string, e *entry.Entry) error {
 	if err := s.l1.Set(key, e); err != nil {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store/l1"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 func TestOptionsValidateNamesEveryBadField(t *testing.T) {
@@ -55,16 +55,13 @@ func TestL1OnlyStoreIsAThinAdapter(t *testing.T) {
 	if _, err := f.s.Get(ctx, key, &got); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get after Delete: err = %v, want ErrNotFound", err)
 	}
-	if f.s.HasL2() {
-		t.Error("HasL2 = true without L2")
-	}
 	release, lead := f.s.TryLead(ctx, key, time.Second)
 	release()
 	if !lead {
 		t.Error("TryLead without L2 did not lead")
 	}
-	if _, err := f.s.AwaitFill(ctx, key, &got, time.Millisecond); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("AwaitFill without L2: err = %v, want ErrUnavailable", err)
+	if _, err := f.s.GetNewer(ctx, key, &got, time.Time{}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("GetNewer without L2: err = %v, want ErrUnavailable", err)
 	}
 	if n, err := f.s.WarmStart(ctx, 10, 0); n != 0 || err != nil {
 		t.Errorf("WarmStart without L2 = %d, %v; want 0, nil", n, err)

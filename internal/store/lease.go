@@ -88,59 +88,6 @@ func (s *Layered) renew(key, token string, ttl time.Duration, stop <-chan struct
 	}
 }
 
-// AwaitFill waits for another replica's fill of key: it looks key up in L2
-// at once and then every poll (10ms when poll <= 0) until it finds a
-// stored response (not a Vary marker or hit-for-miss record), which it
-// decodes into e, promotes into L1 and reports as LayerL2. It returns
-// ctx.Err() when ctx ends first, and an error wrapping ErrUnavailable
-// when there is no L2 or its breaker opens (L2 is failing: fetch
-// yourself). Each lookup is bounded by Timeout and ctx: AwaitFill never
-// outlasts ctx.
-func (s *Layered) AwaitFill(ctx context.Context, key string, e *entry.Entry, poll time.Duration) (string, error) {
-	return s.AwaitFillAfter(ctx, key, e, poll, time.Time{})
-}
-
-// AwaitFillAfter is AwaitFill that passes over responses received at or
-// before after: a caller that holds a stale entry passes its ResponseTime,
-// so that the same stale entry, still in L2, is not taken for the fill it
-// is waiting for.
-func (s *Layered) AwaitFillAfter(ctx context.Context, key string, e *entry.Entry, poll time.Duration, after time.Time) (string, error) {
-	if s.l2 == nil {
-		return "", fmt.Errorf("store: await fill: %w", ErrUnavailable)
-	}
-	if poll <= 0 {
-		poll = defaultPoll
-	}
-	var t *time.Timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
-	for {
-		layer, err := s.GetNewer(ctx, key, e, after)
-		switch {
-		case err == nil:
-			return layer, nil
-		case errors.Is(err, ErrUnavailable):
-			return "", fmt.Errorf("store: await fill: %w", err)
-		}
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		if t == nil {
-			t = time.NewTimer(poll)
-		} else {
-			t.Reset(poll)
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
 // GetNewer looks key up in L2 only (once, bounded by Timeout), passing L1
 // by: a replica whose L1 holds a stale copy uses it to see whether another
 // replica has stored a newer response. A stored response received after

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 func TestOnlyOneReplicaLeadsAKey(t *testing.T) {
@@ -57,8 +57,9 @@ func TestEveryReplicaLeadsWhenRedisIsDown(t *testing.T) {
 }
 
 // The replica that leads stores its fill with SetShared; the one waiting
-// in AwaitFill gets it from L2 and keeps it in its L1.
-func TestAwaitFillReturnsTheLeadersFill(t *testing.T) {
+// polls GetNewer, which finds nothing until the fill is in L2 (a Vary
+// marker is not the fill), then gets it from L2 and keeps it in its L1.
+func TestGetNewerFindsTheLeadersFillAndNotAVaryMarker(t *testing.T) {
 	srv := testredis.Start(t)
 	a := newFixture(t, storeOpts{addr: srv.Addr()})
 	b := newFixture(t, storeOpts{addr: srv.Addr()})
@@ -70,62 +71,33 @@ func TestAwaitFillReturnsTheLeadersFill(t *testing.T) {
 	}
 	defer release()
 
-	type result struct {
-		layer string
-		err   error
-		e     entry.Entry
+	var e entry.Entry
+	if layer, err := b.s.GetNewer(ctx, key, &e, time.Time{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetNewer before the fill = %q, %v; want ErrNotFound", layer, err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		var r result
-		r.layer, r.err = b.s.AwaitFill(ctx, key, &r.e, 5*time.Millisecond)
-		done <- r
-	}()
-	select {
-	case r := <-done:
-		t.Fatalf("AwaitFill returned before the fill: %q, %v", r.layer, r.err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	// A Vary marker is not the fill.
 	marker := &entry.Entry{Kind: entry.KindVary, Vary: []string{"accept"}, Nonce: 7,
 		ResponseTime: time.Now(), Lifetime: time.Minute}
 	if err := a.s.SetShared(ctx, key, marker); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-done:
-		t.Fatalf("AwaitFill took the Vary marker for the fill: %q, %v, kind %v", r.layer, r.err, r.e.Kind)
-	case <-time.After(50 * time.Millisecond): // ten polls
+	if layer, err := b.s.GetNewer(ctx, key, &e, time.Time{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetNewer took the Vary marker for the fill: %q, %v, kind %v", layer, err, e.Kind)
 	}
 	want := response(time.Now(), "/fill", time.Minute)
 	if err := a.s.SetShared(ctx, key, want); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil || r.layer != LayerL2 || !sameEntry(&r.e, want) {
-		t.Fatalf("AwaitFill = %q, %v, %+v; want the fill from l2", r.layer, r.err, r.e)
+	if layer, err := b.s.GetNewer(ctx, key, &e, time.Time{}); err != nil || layer != LayerL2 || !sameEntry(&e, want) {
+		t.Fatalf("GetNewer = %q, %v, %+v; want the fill from l2", layer, err, e)
 	}
 	if _, err := b.l1.Get(key); err != nil {
-		t.Fatalf("the awaited fill was not promoted into B's L1: %v", err)
+		t.Fatalf("the fill GetNewer found was not promoted into B's L1: %v", err)
 	}
 }
 
-func TestAwaitFillEndsWithItsContext(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, storeOpts{addr: srv.Addr()})
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	var e entry.Entry
-	start := time.Now()
-	_, err := f.s.AwaitFill(ctx, keyFor("/never"), &e, 5*time.Millisecond)
-	if d := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || d > time.Second {
-		t.Fatalf("AwaitFill = %v after %s; want context.DeadlineExceeded after about 100ms", err, d)
-	}
-}
-
-// A replica holding a stale entry waits for a newer one, not for the stale
+// A replica holding a stale entry looks for a newer one, not for the stale
 // one still in L2.
-func TestAwaitFillAfterPassesOverTheEntryTheCallerHas(t *testing.T) {
+func TestGetNewerPassesOverTheEntryTheCallerHas(t *testing.T) {
 	srv := testredis.Start(t)
 	a := newFixture(t, storeOpts{addr: srv.Addr()})
 	b := newFixture(t, storeOpts{addr: srv.Addr()})
@@ -136,24 +108,23 @@ func TestAwaitFillAfterPassesOverTheEntryTheCallerHas(t *testing.T) {
 	if err := a.s.SetShared(ctx, key, old); err != nil {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
 	var e entry.Entry
-	if _, err := b.s.AwaitFillAfter(short, key, &e, 5*time.Millisecond, old.ResponseTime); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("AwaitFillAfter with only the caller's entry in L2: err = %v, want the context's deadline", err)
+	if layer, err := b.s.GetNewer(ctx, key, &e, old.ResponseTime); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetNewer with only the caller's entry in L2 = %q, %v; want ErrNotFound", layer, err)
 	}
 	fresh := response(time.Now(), "/stale", time.Minute)
 	if err := a.s.SetShared(ctx, key, fresh); err != nil {
 		t.Fatal(err)
 	}
-	if layer, err := b.s.AwaitFillAfter(ctx, key, &e, 5*time.Millisecond, old.ResponseTime); err != nil || layer != LayerL2 || !sameEntry(&e, fresh) {
-		t.Fatalf("AwaitFillAfter = %q, %v; want the newer fill", layer, err)
+	if layer, err := b.s.GetNewer(ctx, key, &e, old.ResponseTime); err != nil || layer != LayerL2 || !sameEntry(&e, fresh) {
+		t.Fatalf("GetNewer = %q, %v; want the newer fill", layer, err)
 	}
 }
 
-// A waiter does not sit out its whole wait on a hung Redis: once the
-// breaker opens it is told to fetch itself.
-func TestAwaitFillStopsWhenTheBreakerOpens(t *testing.T) {
+// A waiter polling GetNewer does not sit out its whole wait on a hung
+// Redis: each poll costs at most Timeout, and once the breaker opens
+// GetNewer says ErrUnavailable at once, and the waiter fetches itself.
+func TestGetNewerSaysUnavailableOnceTheBreakerOpens(t *testing.T) {
 	srv := testredis.Start(t)
 	f := newFixture(t, storeOpts{addr: srv.Addr(), opts: failFast})
 	srv.Pause()
@@ -161,10 +132,17 @@ func TestAwaitFillStopsWhenTheBreakerOpens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var e entry.Entry
+	for i := range 3 {
+		start := time.Now()
+		_, err := f.s.GetNewer(ctx, keyFor("/hung"), &e, time.Time{})
+		if d := time.Since(start); err == nil || errors.Is(err, ErrNotFound) || d > slowCall {
+			t.Fatalf("GetNewer %d on a hung Redis = %v after %s; want an L2 error within about 50ms", i, err, d)
+		}
+	}
 	start := time.Now()
-	_, err := f.s.AwaitFill(ctx, keyFor("/hung"), &e, 5*time.Millisecond)
-	if d := time.Since(start); !errors.Is(err, ErrUnavailable) || d > 3*slowCall {
-		t.Fatalf("AwaitFill on a hung Redis = %v after %s; want ErrUnavailable after 3 timeouts", err, d)
+	_, err := f.s.GetNewer(ctx, keyFor("/hung"), &e, time.Time{})
+	if d := time.Since(start); !errors.Is(err, ErrUnavailable) || d > slowCall/10 {
+		t.Fatalf("GetNewer after 3 timeouts = %v after %s; want ErrUnavailable at once", err, d)
 	}
 }
 

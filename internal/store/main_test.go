@@ -23,10 +23,10 @@ import (
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/store/l1"
 	"github.com/tiercache/tiercache/internal/store/l2"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
-// Tests run against real redis-server processes (internal/testredis); a
+// Tests run against real redis-server processes (test/testredis); a
 // machine without one fails them rather than skipping.
 func TestMain(m *testing.M) {
 	if _, err := testredis.Binary(); err != nil {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store/l2"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // partialAt is a stored partial response: bytes 0-4 of a 10-byte

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // Hits on one replica (sampled: here every one) make its entries the

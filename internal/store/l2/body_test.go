@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // TestL2Bodies runs the chunked body behaviours against a standalone

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/backoff"
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // A hung server (SIGSTOP: the kernel still accepts connections, nothing

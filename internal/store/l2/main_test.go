@@ -12,10 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/testredis"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
-// These tests run against real redis-server processes (internal/testredis);
+// These tests run against real redis-server processes (test/testredis);
 // a machine without one fails them rather than skipping.
 func TestMain(m *testing.M) {
 	if _, err := testredis.Binary(); err != nil {
