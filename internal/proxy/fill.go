@@ -214,9 +214,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	}
 	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: d.Store}
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
-		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
-			delete(h, k)
-		}
+		httpcache.OmitForNotModified(h)
 		p.setStatus(h, v, http.StatusNotModified)
 		w.WriteHeader(http.StatusNotModified)
 		bodyW = nil
@@ -481,36 +479,21 @@ func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
 	p.shareBody(c, key, e)
 }
 
-// uncacheable records that the origin answered c's key with something that
-// cannot be stored: the old entry goes, and a hit-for-miss marker makes
-// later requests skip coalescing for a while (Varnish's hit-for-miss).
-// Errors (5xx) and a request's own no-store say nothing about the
-// response others get: they leave the stored entry and no marker. An
-// answer to a request with credentials (Authorization, Cookie) may be
-// personal: it never evicts what is stored (else one client could empty a
-// hot entry at will: a Cookie that makes the origin answer private, with
-// no-cache to force the fetch), and leaves a marker only where nothing is
-// stored, so that concurrent personal requests are not queued behind one
-// another.
+// uncacheable applies to c's key what an answer of this status that cannot
+// be stored does to it (httpcache.OnUncacheable): nothing, the stored
+// variant removed, or a hit-for-miss marker in place of what the key held.
 func (p *Proxy) uncacheable(ctx context.Context, c *call, r *http.Request, status int) {
-	if status >= 500 || c.rcc.NoStore {
-		return
+	switch httpcache.OnUncacheable(status, r.Header, c.rcc, c.stale != nil, c.mark != nil) {
+	case httpcache.UncacheableRemoves:
+		_ = p.store.Delete(ctx, c.key)
+		p.superseded(c, nil)
+	case httpcache.UncacheableMarks:
+		p.set(ctx, c, c.prim, &entry.Entry{
+			Kind: entry.KindUncacheable, Host: c.host, Target: c.tgt,
+			ResponseTime: p.now(), Lifetime: c.cfg.Config.Defaults.HitForMissTTL.Std(),
+		})
+		p.superseded(c, nil)
 	}
-	if c.stale != nil && httpcache.Credentialed(r.Header) {
-		return
-	}
-	if c.mark != nil {
-		if c.stale != nil {
-			_ = p.store.Delete(ctx, c.key)
-			p.superseded(c, nil)
-		}
-		return
-	}
-	p.set(ctx, c, c.prim, &entry.Entry{
-		Kind: entry.KindUncacheable, Host: c.host, Target: c.tgt,
-		ResponseTime: p.now(), Lifetime: c.cfg.Config.Defaults.HitForMissTTL.Std(),
-	})
-	p.superseded(c, nil)
 }
 
 // superseded removes the body file of c's stored response once e (nil:
@@ -643,18 +626,13 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, la
 	}
 }
 
-// storedHeader is the header kept with an entry: end-to-end fields only,
-// without those the decision strips and those the cache regenerates.
+// ownFields are the response fields the proxy writes itself, never stored
+// from an origin's response (httpcache.StoredHeader).
+var ownFields = []string{"X-Cache", debugHeader}
+
+// storedHeader is the header kept with an entry (httpcache.StoredHeader).
 func storedHeader(src http.Header, strip []string) http.Header {
-	h := src.Clone()
-	httpcache.RemoveHopByHop(h)
-	for _, k := range strip {
-		delete(h, k)
-	}
-	for _, k := range [...]string{"Age", "X-Cache", "Content-Length", debugHeader} {
-		delete(h, k)
-	}
-	return h
+	return httpcache.StoredHeader(src, strip, ownFields)
 }
 
 func headerBytes(h http.Header) int64 {

@@ -9,20 +9,7 @@ import (
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
-	"github.com/tiercache/tiercache/internal/tierconfig"
 )
-
-// updatesFromHead reports whether the HEAD r, for which a stored GET
-// response exists that cannot be served as it is, goes to the origin as a
-// HEAD whose answer may update that stored response (defaults.
-// updateFromHead, RFC 9111 §4.3.5). A HEAD with Range, with the request's
-// no-store, or with credentials (Cookie, Authorization: its answer may be
-// personal, and must neither change nor remove what everyone else gets)
-// is passed through as ever.
-func updatesFromHead(cfg *tierconfig.Compiled, r *http.Request, rcc httpcache.RequestCC) bool {
-	return cfg.Config.Defaults.UpdateFromHead && len(r.Header["Range"]) == 0 && !rcc.NoStore &&
-		!httpcache.Credentialed(r.Header)
-}
 
 // headUpdate forwards the HEAD r for c's stored response (c.stale) and
 // applies its answer: a 200 whose validators and length agree with the
