@@ -71,16 +71,16 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		}
 	}()
 
-	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
+	c.fwd = &fillHeaders{keyed: c.rule.Key.Headers(), cookies: c.rule.Key.Cookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
 	if c.mark != nil {
 		c.fwd.vary = c.mark.Vary
 	}
 	out := p.outbound(ctx, r, c.fwd)
-	if c.rule.ShapesQuery {
+	if c.rule.Key.ShapesQuery() {
 		// The origin answers what the key describes: query parameters the
 		// key drops (utm_*) are not sent, or an origin that reflects its
 		// URL would store a client's choice for everyone.
-		out.URL.RawQuery = string(c.rule.AppendQuery(nil, r.URL.RawQuery))
+		out.URL.RawQuery = string(c.rule.Key.AppendQuery(nil, r.URL.RawQuery))
 	}
 	out.Body = wd.sending(out.Body)
 	// The client's validators reach the origin only on a fill of its own

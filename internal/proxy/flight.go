@@ -177,7 +177,7 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 	if use != httpcache.UseFresh {
 		return outcome{}, false
 	}
-	body, ok := p.openBody(r, kb.key(), got.e)
+	body, ok := p.openBody(r, kb.Key(), got.e)
 	if !ok {
 		return outcome{}, false
 	}

@@ -24,13 +24,13 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	ctx, wd := p.watch(r.Context(), &c.cfg.Config.Origin, w)
 	defer wd.close()
 
-	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
+	c.fwd = &fillHeaders{keyed: c.rule.Key.Headers(), cookies: c.rule.Key.Cookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
 	if c.mark != nil {
 		c.fwd.vary = c.mark.Vary
 	}
 	out := p.outbound(ctx, r, c.fwd)
-	if c.rule.ShapesQuery {
-		out.URL.RawQuery = string(c.rule.AppendQuery(nil, r.URL.RawQuery))
+	if c.rule.Key.ShapesQuery() {
+		out.URL.RawQuery = string(c.rule.Key.AppendQuery(nil, r.URL.RawQuery))
 	}
 	out.Body = wd.sending(out.Body)
 	for _, k := range clientConditionals {

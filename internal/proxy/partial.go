@@ -103,7 +103,7 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 	}
 	if p.cluster != nil {
 		full := new(entry.Entry)
-		if layer, err := p.cluster.GetNewer(r.Context(), kb.key(), full, time.Time{}); err == nil {
+		if layer, err := p.cluster.GetNewer(r.Context(), kb.Key(), full, time.Time{}); err == nil {
 			f.e, f.ok, f.layer, f.part = full, true, layer, nil
 			return outcome{}, false, nil
 		}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
@@ -100,12 +101,12 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)
 	kb.build(r, rule)
-	if kb.ambiguous {
+	if kb.Ambiguous() {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass, dbg: dbg.bypass()}, metrics.ResultBypass)
 	}
 	f := p.lookup(r.Context(), kb, r)
 	if dbg != nil {
-		dbg.key = string(kb.b)
+		dbg.key = strings.Clone(kb.Key())
 	}
 	var rg *rangeFill // how a miss asks for part of the representation
 	if f.part != nil {
@@ -121,7 +122,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		// A body file is opened before anything is written: a file that
 		// is gone or is not this entry's makes the entry a miss.
 		var ok bool
-		if body, ok = p.openBody(r, kb.key(), f.e); !ok {
+		if body, ok = p.openBody(r, kb.Key(), f.e); !ok {
 			f.e, f.ok = nil, false
 		} else if body != nil {
 			defer body.Close()
@@ -214,16 +215,16 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 // goes back to its pool when the request ends).
 func (p *Proxy) newCall(cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, rcc httpcache.RequestCC,
 	reqH httpcache.Header, kb *keyBuf, f *found) *call {
-	c := &call{cfg: cfg, rule: rule, rcc: rcc, reqH: reqH, host: kb.host, tgt: kb.target()}
-	c.prim = string(kb.b[:kb.primaryLen])
+	c := &call{cfg: cfg, rule: rule, rcc: rcc, reqH: reqH, host: kb.Host(), tgt: kb.Target()}
+	c.prim = strings.Clone(kb.Primary())
 	c.key = c.prim
-	if len(kb.extras) > 0 {
-		c.extras = string(kb.extras)
+	if kb.HasExtras() {
+		c.extras = kb.Extras()
 		c.key = c.prim + c.extras
 	}
 	if f.marker != nil {
 		c.mark = detach(f.marker)
-		c.key = string(kb.b) // the variant key lookup left in kb
+		c.key = strings.Clone(kb.Key()) // the variant key lookup left in kb
 	}
 	if f.ok {
 		c.stale, c.layer = detach(f.e), f.layer
