@@ -24,14 +24,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	ctx, wd := p.watch(r.Context(), &c.cfg.Config.Origin, w)
 	defer wd.close()
 
-	c.fwd = &fillHeaders{keyed: c.rule.Key.Headers(), cookies: c.rule.Key.Cookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
-	if c.mark != nil {
-		c.fwd.vary = c.mark.Vary
-	}
-	out := p.outbound(ctx, r, c.fwd)
-	if c.rule.Key.ShapesQuery() {
-		out.URL.RawQuery = string(c.rule.Key.AppendQuery(nil, r.URL.RawQuery))
-	}
+	out := p.fillRequest(ctx, r, c)
 	out.Body = wd.sending(out.Body)
 	for _, k := range clientConditionals {
 		// Its answer must describe the representation, not the client's

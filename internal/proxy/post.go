@@ -42,7 +42,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 		rcc = httpcache.ParseRequestCC(r.Header)
 	}
 	c := p.newCall(cfg, rule, rcc, reqH, kb, &found{})
-	c.fwd = &fillHeaders{keyed: rule.Key.Headers(), cookies: rule.Key.Cookies(), strict: cfg.StrictHeaders, allow: cfg.StrictAllow}
+	c.fwd = fillHeadersOf(cfg, rule)
 	if !sentAsFill(c.fwd, r.Header) || (rule.Key.ShapesQuery() && string(rule.Key.AppendQuery(nil, r.URL.RawQuery)) != r.URL.RawQuery) {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 	}
