@@ -38,7 +38,7 @@ func TestALeaderFindsAFillThatCompletedBeforeItJoined(t *testing.T) {
 	if err := <-inner; err != nil {
 		t.Fatalf("the inner request: %v", err)
 	}
-	expect(t, r, http.StatusOK, "HIT")
+	expect(t, r, http.StatusOK, "HIT; layer=l1")
 	if r.body != "stored once" {
 		t.Fatalf("body %q, want the stored one", r.body)
 	}
