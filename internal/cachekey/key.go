@@ -1,6 +1,10 @@
-// Package cachekey owns the textual form of cache keys, so that the proxy
-// (which stores under them) and the purger (which deletes by them) can never
-// disagree. Keys are opaque to the stores: L1 uses them as they are (or a
+// Package cachekey owns the cache key, so that the proxy (which stores
+// under it), the purger (which deletes by it) and kubectl-tiercache explain
+// (which shows it) can never disagree: its textual form (this file), how a
+// rule shapes it (Shape: the query parameters kept and their order, the
+// request headers and cookies that join it) and how a request's keys are
+// built (Builder), which calls httpcache for the normalization of Vary
+// values. Keys are opaque to the stores: L1 uses them as they are (or a
 // digest when long), L2 hashes them into its Redis key names.
 //
 // Primary key:  "GET " scheme "://" host target

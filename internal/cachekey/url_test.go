@@ -1,10 +1,18 @@
-package cachekey
+package cachekey_test
 
 import (
 	"testing"
 
+	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
+
+// ruleTarget is what a purge keys a URL under: the rule its responses
+// were stored under, and its target as that rule keys it.
+func ruleTarget(cfg *tierconfig.Compiled, escapedPath, rawQuery string) (*tierconfig.CompiledRule, string) {
+	rule := cfg.StoredRule(escapedPath)
+	return rule, string(cachekey.AppendTarget(nil, &rule.Key, escapedPath, rawQuery))
+}
 
 func TestPurgeTargetsMatchRulesLikeTheProxy(t *testing.T) {
 	c := tierconfig.Default()
@@ -21,7 +29,7 @@ func TestPurgeTargetsMatchRulesLikeTheProxy(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			rule, tgt := RuleTarget(cfg, tt.path, tt.query)
+			rule, tgt := ruleTarget(cfg, tt.path, tt.query)
 			if rule.Name != tt.rule || tgt != tt.target {
 				t.Fatalf("RuleTarget(%q, %q) = %s, %q; want %s, %q", tt.path, tt.query, rule.Name, tgt, tt.rule, tt.target)
 			}
@@ -43,11 +51,11 @@ func TestPurgeTargetsPassOverConditionedRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule, tgt := RuleTarget(cfg, "/static/a.css", "utm_x=1&v=2")
+	rule, tgt := ruleTarget(cfg, "/static/a.css", "utm_x=1&v=2")
 	if rule.Name != "static" || tgt != "/static/a.css?v=2" {
 		t.Fatalf("RuleTarget = %s, %q; want static, /static/a.css?v=2", rule.Name, tgt)
 	}
-	keys := PrimaryKeys(cfg, "shop.example", "/static/a.css", "v=2&utm_x=1")
+	keys := cachekey.PrimaryKeys(&cfg.StoredRule("/static/a.css").Key, "shop.example", "/static/a.css", "v=2&utm_x=1")
 	if len(keys) != 2 || keys[0] != "GET http://shop.example/static/a.css?v=2" {
 		t.Fatalf("PrimaryKeys = %q", keys)
 	}

@@ -180,7 +180,7 @@ func (p *Purger) markInvalidated(urls []*url.URL) []string {
 	p.watches.mark(refs, "", nil, false)
 	var all []string
 	for _, u := range urls {
-		all = append(all, cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery)...)
+		all = append(all, cachekey.PrimaryKeys(&cfg.StoredRule(u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery)...)
 	}
 	if p.remote != nil {
 		p.remote.Forget(all...)
@@ -281,7 +281,7 @@ func (p *Purger) purgeRemote(ctx context.Context, r Request) (int, error) {
 			continue
 		}
 		if u.Host != "" {
-			keys = append(keys, cachekey.PrimaryKeys(cfg, u.Host, u.EscapedPath(), u.RawQuery)...)
+			keys = append(keys, cachekey.PrimaryKeys(&cfg.StoredRule(u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery)...)
 			continue
 		}
 		scanURLs = append(scanURLs, raw)
@@ -444,7 +444,7 @@ func (p *Purger) purged() {
 type ref struct{ host, target string }
 
 func (p *Purger) refOf(cfg *tierconfig.Compiled, host, escapedPath, rawQuery string) ref {
-	_, target := cachekey.RuleTarget(cfg, escapedPath, rawQuery)
+	target := string(cachekey.AppendTarget(nil, &cfg.StoredRule(escapedPath).Key, escapedPath, rawQuery))
 	r := ref{target: target}
 	if host != "" {
 		// Both schemes' default ports fold away; what remains is the same

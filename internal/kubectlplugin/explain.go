@@ -278,7 +278,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 	}
 	k.Path = req.URL.EscapedPath()
 	k.Query = req.URL.RawQuery
-	target := string(cachekey.AppendTarget(nil, rule, k.Path, k.Query))
+	target := string(cachekey.AppendTarget(nil, &rule.Key, k.Path, k.Query))
 	if _, q, ok := strings.Cut(target, "?"); ok {
 		k.KeyedQuery = q
 	}
@@ -291,7 +291,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 	if conf != nil {
 		k.Include, k.Exclude, k.Sorted = conf.CacheKey.QueryInclude, conf.CacheKey.QueryExclude, conf.CacheKey.SortQuery
 	}
-	k.Headers, k.Cookies = keyExtras(rule.AppendKeyExtras(nil, req))
+	k.Headers, k.Cookies = keyExtras(rule.Key.AppendExtras(nil, req))
 
 	switch {
 	case rule.Bypass && rule.HasConditions():
@@ -307,7 +307,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		e.Bypass, e.Why = true, fmt.Sprintf("rule %s bypasses the cache for this request (%s): it goes to the origin, uncached", rule.Name, strings.Join(held, " and "))
 	case rule.Bypass:
 		e.Bypass, e.Why = true, fmt.Sprintf("rule %s bypasses the cache: requests go to the origin, uncached", rule.Name)
-	case rule.HasKeyExtras && rule.AmbiguousCookies(req):
+	case rule.Key.HasExtras() && rule.Key.AmbiguousCookies(req):
 		e.Bypass, e.Why = true, "the Cookie header names a keyed cookie so that origins may read another value than the key holds (twice, in another case, percent-encoded or after a comma): passed to the origin uncached"
 	}
 
@@ -338,7 +338,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 	return e, nil
 }
 
-// keyExtras reads back the parts tierconfig.CompiledRule.AppendKeyExtras
+// keyExtras reads back the parts cachekey.Shape.AppendExtras
 // writes: "\x00h:<name>=<values>" per header, "\x00c:<name>=<value>" or
 // "\x00c:<name>\x01" (absent) per cookie.
 func keyExtras(b []byte) (headers, cookies []keyPart) {

@@ -194,7 +194,7 @@ func TestAForgedBodySizeInL2EvictsNoLocalBodyFile(t *testing.T) {
 	req := httptest.NewRequest(http.MethodGet, "http://shop/evil", nil)
 	kb := a.px.keys.Get().(*keyBuf)
 	kb.build(req, a.px.cfg.Load().Match(req.URL.Path, req.Header))
-	key := strings.Clone(kb.key())
+	key := strings.Clone(kb.Key())
 	a.px.keys.Put(kb)
 	hostile, err := l2.New(l2.Config{Addrs: []string{srv.Addr()}, Prefix: "tc:test/cluster:", Timeout: time.Second})
 	if err != nil {

@@ -127,9 +127,6 @@ func writeEntryHeader(h http.Header, e *entry.Entry, ageValue string) {
 
 // notModified answers 304 with the header already in w.
 func notModified(w http.ResponseWriter) {
-	h := w.Header()
-	for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
-		delete(h, k)
-	}
+	httpcache.OmitForNotModified(w.Header())
 	w.WriteHeader(http.StatusNotModified)
 }

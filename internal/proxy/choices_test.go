@@ -24,7 +24,7 @@ func storedKind(f *fixture, path string) int {
 	kb := &keyBuf{}
 	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
 	var e entry.Entry
-	if err := f.cache.GetInto(kb.primary(), &e); err != nil {
+	if err := f.cache.GetInto(kb.Primary(), &e); err != nil {
 		return -1
 	}
 	return int(e.Kind)

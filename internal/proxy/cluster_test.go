@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,6 +92,9 @@ func TestOneRefreshPerKeyAcrossReplicas(t *testing.T) {
 		fmt.Fprintf(w, "v%d", version.Load())
 	})
 	a, b := replica(t, redis.Addr(), o), replica(t, redis.Addr(), o)
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	t.Cleanup(release) // before the replicas' servers close: a failed wait must not leave a handler held
 
 	expect(t, a.get("/k", "Host", "shop"), 200, "MISS")
 	waitFor(t, func() bool { return b.get("/k", "Host", "shop").xcache() == "HIT; layer=l2" }, "B to see A's fill in L2")
@@ -102,8 +106,12 @@ func TestOneRefreshPerKeyAcrossReplicas(t *testing.T) {
 	expect(t, a.get("/k", "Host", "shop"), 200, "STALE; layer=l1")
 	waitFor(t, func() bool { return o.count() == 2 }, "the leading refresh to reach the origin")
 	expect(t, b.get("/k", "Host", "shop"), 200, "STALE; layer=l1")
-	time.Sleep(50 * time.Millisecond) // give a duplicate refresh the chance to show
-	close(hold)
+	// B took a refresh slot before it answered; its refresh gives the slot
+	// back once it finds A holding the key's lease and waits for A's
+	// result instead of fetching (a duplicate fetch would hold the slot at
+	// the held origin).
+	waitFor(t, func() bool { return b.px.refreshes.n.Load() == 0 }, "B's refresh to leave the fetch to A")
+	release()
 
 	for name, f := range map[string]*fixture{"A": a, "B": b} {
 		waitFor(t, func() bool { return f.get("/k", "Host", "shop").body == "v2" }, name+" to serve the refreshed entry")

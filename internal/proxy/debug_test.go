@@ -153,7 +153,7 @@ func TestADebugRequestStoresAndServesWhatAnyOtherWould(t *testing.T) {
 	kb := &keyBuf{}
 	req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/static/a", nil)
 	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
-	if err := f.cache.GetInto(kb.primary(), &e); err != nil {
+	if err := f.cache.GetInto(kb.Primary(), &e); err != nil {
 		t.Fatalf("nothing stored under the plain request's key: %v", err)
 	}
 	for _, fl := range e.Header {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 // markerLifetime is how long a Vary marker lives. Markers are tiny; their
@@ -71,17 +71,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		}
 	}()
 
-	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
-	if c.mark != nil {
-		c.fwd.vary = c.mark.Vary
-	}
-	out := p.outbound(ctx, r, c.fwd)
-	if c.rule.ShapesQuery {
-		// The origin answers what the key describes: query parameters the
-		// key drops (utm_*) are not sent, or an origin that reflects its
-		// URL would store a client's choice for everyone.
-		out.URL.RawQuery = string(c.rule.AppendQuery(nil, r.URL.RawQuery))
-	}
+	out := p.fillRequest(ctx, r, c)
 	out.Body = wd.sending(out.Body)
 	// The client's validators reach the origin only on a fill of its own
 	// (f == nil) with nothing stored, when the tier says so (validators.go).
@@ -208,9 +198,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	}
 	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: d.Store}
 	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
-		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
-			delete(h, k)
-		}
+		httpcache.OmitForNotModified(h)
 		p.setStatus(h, v, http.StatusNotModified)
 		w.WriteHeader(http.StatusNotModified)
 		bodyW = nil
@@ -294,6 +282,30 @@ func (p *Proxy) setMissAge(h http.Header, x httpcache.Exchange) {
 	if v, ok := httpcache.ForwardedAge(x.RespHeader, age); ok {
 		h["Age"] = []string{v}
 	}
+}
+
+// fillRequest is the request a fill (or a HEAD that may update a stored
+// response) sends to the origin for r: what the fill's answer may be
+// stored for, so the headers a fill withholds are not sent (c.fwd: the
+// unkeyed forwarding headers; in strict mode everything off the
+// allowlist), and the query is the keyed one: query parameters the key
+// drops (utm_*) are not sent, or an origin that reflects its URL would
+// store a client's choice for everyone.
+func (p *Proxy) fillRequest(ctx context.Context, r *http.Request, c *call) *http.Request {
+	c.fwd = fillHeadersOf(c.cfg, c.rule)
+	if c.mark != nil {
+		c.fwd.vary = c.mark.Vary
+	}
+	out := p.outbound(ctx, r, c.fwd)
+	if c.rule.Key.ShapesQuery() {
+		out.URL.RawQuery = string(c.rule.Key.AppendQuery(nil, r.URL.RawQuery))
+	}
+	return out
+}
+
+// fillHeadersOf is which request headers a fill under rule sends.
+func fillHeadersOf(cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule) *fillHeaders {
+	return &fillHeaders{keyed: rule.Key.Headers(), cookies: rule.Key.Cookies(), strict: cfg.StrictHeaders, allow: cfg.StrictAllow}
 }
 
 // keep stores the complete response e of c's fill where pl says and
@@ -486,36 +498,21 @@ func (p *Proxy) set(ctx context.Context, c *call, key string, e *entry.Entry) {
 	p.shareBody(c, key, e)
 }
 
-// uncacheable records that the origin answered c's key with something that
-// cannot be stored: the old entry goes, and a hit-for-miss marker makes
-// later requests skip coalescing for a while (Varnish's hit-for-miss).
-// Errors (5xx) and a request's own no-store say nothing about the
-// response others get: they leave the stored entry and no marker. An
-// answer to a request with credentials (Authorization, Cookie) may be
-// personal: it never evicts what is stored (else one client could empty a
-// hot entry at will: a Cookie that makes the origin answer private, with
-// no-cache to force the fetch), and leaves a marker only where nothing is
-// stored, so that concurrent personal requests are not queued behind one
-// another.
+// uncacheable applies to c's key what an answer of this status that cannot
+// be stored does to it (httpcache.OnUncacheable): nothing, the stored
+// variant removed, or a hit-for-miss marker in place of what the key held.
 func (p *Proxy) uncacheable(ctx context.Context, c *call, r *http.Request, status int) {
-	if status >= 500 || c.rcc.NoStore {
-		return
+	switch httpcache.OnUncacheable(status, r.Header, c.rcc, c.stale != nil, c.mark != nil) {
+	case httpcache.UncacheableRemoves:
+		_ = p.store.Delete(ctx, c.key)
+		p.superseded(c, nil)
+	case httpcache.UncacheableMarks:
+		p.set(ctx, c, c.prim, &entry.Entry{
+			Kind: entry.KindUncacheable, Host: c.host, Target: c.tgt,
+			ResponseTime: p.now(), Lifetime: c.cfg.Config.Defaults.HitForMissTTL.Std(),
+		})
+		p.superseded(c, nil)
 	}
-	if c.stale != nil && httpcache.Credentialed(r.Header) {
-		return
-	}
-	if c.mark != nil {
-		if c.stale != nil {
-			_ = p.store.Delete(ctx, c.key)
-			p.superseded(c, nil)
-		}
-		return
-	}
-	p.set(ctx, c, c.prim, &entry.Entry{
-		Kind: entry.KindUncacheable, Host: c.host, Target: c.tgt,
-		ResponseTime: p.now(), Lifetime: c.cfg.Config.Defaults.HitForMissTTL.Std(),
-	})
-	p.superseded(c, nil)
 }
 
 // superseded removes the body file of c's stored response once e (nil:
@@ -648,18 +645,13 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, la
 	}
 }
 
-// storedHeader is the header kept with an entry: end-to-end fields only,
-// without those the decision strips and those the cache regenerates.
+// ownFields are the response fields the proxy writes itself, never stored
+// from an origin's response (httpcache.StoredHeader).
+var ownFields = []string{"X-Cache", debugHeader}
+
+// storedHeader is the header kept with an entry (httpcache.StoredHeader).
 func storedHeader(src http.Header, strip []string) http.Header {
-	h := src.Clone()
-	httpcache.RemoveHopByHop(h)
-	for _, k := range strip {
-		delete(h, k)
-	}
-	for _, k := range [...]string{"Age", "X-Cache", "Content-Length", debugHeader} {
-		delete(h, k)
-	}
-	return h
+	return httpcache.StoredHeader(src, strip, ownFields)
 }
 
 func headerBytes(h http.Header) int64 {
@@ -670,79 +662,4 @@ func headerBytes(h http.Header) int64 {
 		}
 	}
 	return n
-}
-
-// discard is the client of a background refresh: nobody.
-type discard struct{ h http.Header }
-
-func (d *discard) Header() http.Header {
-	if d.h == nil {
-		d.h = make(http.Header)
-	}
-	return d.h
-}
-func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discard) WriteHeader(int)             {}
-
-// refresh revalidates c's stale entry in the background, once per key:
-// when a fetch for the key is already running, it does nothing. The
-// caller has taken a refresh slot (p.refreshes), which refresh gives back.
-func (p *Proxy) refresh(r *http.Request, c *call) {
-	f, leader := p.flights.join(c.key)
-	if !leader {
-		p.refreshes.release()
-		return
-	}
-	// The request ends when the handler returns; the refresh keeps its own
-	// copy, bound to the Proxy's lifetime.
-	br := r.Clone(p.ctx)
-	br.Method, br.Body, br.ContentLength = http.MethodGet, http.NoBody, 0
-	c.background = true
-	p.bg.Add(1)
-	go func() {
-		defer p.bg.Done()
-		var freeOnce sync.Once
-		free := func() { freeOnce.Do(p.refreshes.release) }
-		defer free()
-		defer p.flights.finish(c.key, f, shared{})
-		if p.cluster != nil && c.cfg.Config.CoalesceClusterWide() {
-			// One refresh per key across the tier: a replica that does not
-			// get the lease takes the refreshing replica's result from L2.
-			wait := c.cfg.Config.Coalescing.Timeout.Std()
-			release, lead := p.cluster.TryLead(p.ctx, c.key, min(leaseTTL, wait))
-			if !lead {
-				// Waiting for another replica's refresh asks nothing of the
-				// origin: it takes no refresh slot.
-				free()
-				p.awaitRefresh(c, f, min(wait, 2*leaseTTL))
-				return
-			}
-			c.release = release
-			defer c.releaseLease()
-			c.shared = true
-		}
-		p.fill(&discard{}, br, c, f)
-	}()
-}
-
-// awaitRefresh waits, up to wait and with the same backing-off polls as a
-// waiting fill, for the replica that refreshes c's key to store a newer
-// fresh response in L2, which it promotes into L1 and hands to the
-// flight's waiters. Meanwhile this replica keeps serving its stale copy.
-func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
-	p.poll(wait, func() bool {
-		var e entry.Entry
-		layer, err := p.cluster.GetNewer(p.ctx, c.key, &e, c.stale.ResponseTime)
-		if err != nil {
-			return false
-		}
-		// Newer is not fresh: L2 keeps responses past their freshness (for
-		// stale windows, revalidation and an unreachable origin), and the
-		// waiters are served what is handed to them as a hit.
-		if use, _ := httpcache.Evaluate(stored(&e), httpcache.RequestCC{}, p.now()); use != httpcache.UseFresh {
-			return false
-		}
-		p.flights.finish(c.key, f, shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule, nil), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
-		return true
-	})
 }

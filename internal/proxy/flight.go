@@ -20,6 +20,12 @@ import (
 type flightGroup struct {
 	mu sync.Mutex
 	m  map[string]*flight
+
+	// beforeJoin, when set, runs at the start of every join: a test seam
+	// (nil in production) that lets a test complete another fill between
+	// a request's miss and its joining a flight, the race the leader's
+	// re-check (coalesce) is for.
+	beforeJoin func(key string)
 }
 
 // flight is one origin fetch that other requests for the same key wait on.
@@ -80,6 +86,9 @@ type shared struct {
 
 // join returns the flight for key and whether the caller leads it.
 func (g *flightGroup) join(key string) (*flight, bool) {
+	if g.beforeJoin != nil {
+		g.beforeJoin(key)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f, ok := g.m[key]; ok {
@@ -132,20 +141,13 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 	if out, ok := p.serveFresh(w, r, c, f, kb); ok {
 		return out
 	}
-	if p.cluster != nil && c.cfg.Config.CoalesceClusterWide() {
-		wait := c.cfg.Config.Coalescing.Timeout.Std()
-		lease := min(leaseTTL, wait)
-		release, lead := p.cluster.TryLead(r.Context(), c.key, lease)
-		if !lead {
-			var out outcome
-			var served bool
-			out, served, release, lead = p.awaitReplica(w, r, c, f, kb, wait, lease)
-			if served {
+	if p.tierWide(c) {
+		if !p.takeLease(r.Context(), c) {
+			if out, served := p.awaitReplica(w, r, c, f, kb); served {
 				return out
 			}
 		}
-		if lead {
-			c.release = release
+		if c.release != nil {
 			defer c.releaseLease()
 			// The previous holder may have stored its fill and released
 			// the lease between our last look and our taking it.
@@ -179,7 +181,7 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 	if use != httpcache.UseFresh {
 		return outcome{}, false
 	}
-	body, ok := p.openBody(r, kb.key(), got.e)
+	body, ok := p.openBody(r, kb.Key(), got.e)
 	if !ok {
 		return outcome{}, false
 	}
@@ -206,23 +208,41 @@ const (
 	leaseTTL = 2 * time.Second
 )
 
-// awaitReplica waits, up to wait, for the replica that holds the key's
-// lease to store its fill, and serves it. It looks through the normal
-// lookup (L1, then L2), so a Vary marker written by the other replica is
-// followed to this request's variant. Local waiters share the result.
-// Each poll also tries the lease: once the other replica has given it up
-// without storing anything (an uncacheable answer, an error) or lost it
-// (it died), this one takes over the fetch (served false, lead true)
-// instead of waiting out the timeout.
-func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf, wait, lease time.Duration) (out outcome, served bool, release func(), lead bool) {
-	p.poll(wait, func() bool {
+// tierWide reports whether c's fetch is coalesced across the tier's
+// replicas (a shared L2 and coalescing.clusterWide): one replica holds the
+// key's lease (takeLease) and fetches, the others wait for its result in
+// L2.
+func (p *Proxy) tierWide(c *call) bool {
+	return p.cluster != nil && c.cfg.Config.CoalesceClusterWide()
+}
+
+// takeLease tries to take the tier-wide fetch lease of c's key, for
+// leaseTTL or the coalescing timeout if that is shorter, and reports
+// whether it did: then c holds it (c.release) until c.releaseLease.
+func (p *Proxy) takeLease(ctx context.Context, c *call) bool {
+	release, lead := p.cluster.TryLead(ctx, c.key, min(leaseTTL, c.cfg.Config.Coalescing.Timeout.Std()))
+	if lead {
+		c.release = release
+	}
+	return lead
+}
+
+// awaitReplica waits, up to the coalescing timeout, for the replica that
+// holds the key's lease to store its fill, and serves it. It looks
+// through the normal lookup (L1, then L2), so a Vary marker written by the
+// other replica is followed to this request's variant. Local waiters share
+// the result. Each poll also tries the lease: once the other replica has
+// given it up without storing anything (an uncacheable answer, an error)
+// or lost it (it died), this one takes over the fetch (served false, the
+// lease in c) instead of waiting out the timeout.
+func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf) (out outcome, served bool) {
+	p.poll(c.cfg.Config.Coalescing.Timeout.Std(), func() bool {
 		if out, served = p.serveFresh(w, r, c, f, kb); served {
 			return true
 		}
-		release, lead = p.cluster.TryLead(r.Context(), c.key, lease)
-		return lead
+		return p.takeLease(r.Context(), c)
 	})
-	return out, served, release, lead
+	return out, served
 }
 
 // poll calls try after replicaPoll, then at intervals growing by half up
@@ -340,4 +360,76 @@ func sameVariant(vary []string, varyKey []byte, r *http.Request, o httpcache.Var
 	}
 	var buf [256]byte
 	return bytes.Equal(httpcache.AppendVaryKey(buf[:0], vary, r.Header, o), varyKey)
+}
+
+// discard is the client of a background refresh: nobody.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header {
+	if d.h == nil {
+		d.h = make(http.Header)
+	}
+	return d.h
+}
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
+
+// refresh revalidates c's stale entry in the background, once per key:
+// when a fetch for the key is already running, it does nothing. The
+// caller has taken a refresh slot (p.refreshes), which refresh gives back.
+func (p *Proxy) refresh(r *http.Request, c *call) {
+	f, leader := p.flights.join(c.key)
+	if !leader {
+		p.refreshes.release()
+		return
+	}
+	// The request ends when the handler returns; the refresh keeps its own
+	// copy, bound to the Proxy's lifetime.
+	br := r.Clone(p.ctx)
+	br.Method, br.Body, br.ContentLength = http.MethodGet, http.NoBody, 0
+	c.background = true
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		var freeOnce sync.Once
+		free := func() { freeOnce.Do(p.refreshes.release) }
+		defer free()
+		defer p.flights.finish(c.key, f, shared{})
+		if p.tierWide(c) {
+			// One refresh per key across the tier: a replica that does not
+			// get the lease takes the refreshing replica's result from L2.
+			if !p.takeLease(p.ctx, c) {
+				// Waiting for another replica's refresh asks nothing of the
+				// origin: it takes no refresh slot.
+				free()
+				p.awaitRefresh(c, f, min(c.cfg.Config.Coalescing.Timeout.Std(), 2*leaseTTL))
+				return
+			}
+			defer c.releaseLease()
+			c.shared = true
+		}
+		p.fill(&discard{}, br, c, f)
+	}()
+}
+
+// awaitRefresh waits, up to wait and with the same backing-off polls as a
+// waiting fill, for the replica that refreshes c's key to store a newer
+// fresh response in L2, which it promotes into L1 and hands to the
+// flight's waiters. Meanwhile this replica keeps serving its stale copy.
+func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
+	p.poll(wait, func() bool {
+		var e entry.Entry
+		layer, err := p.cluster.GetNewer(p.ctx, c.key, &e, c.stale.ResponseTime)
+		if err != nil {
+			return false
+		}
+		// Newer is not fresh: L2 keeps responses past their freshness (for
+		// stale windows, revalidation and an unreachable origin), and the
+		// waiters are served what is handed to them as a hit.
+		if use, _ := httpcache.Evaluate(stored(&e), httpcache.RequestCC{}, p.now()); use != httpcache.UseFresh {
+			return false
+		}
+		p.flights.finish(c.key, f, shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule, nil), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
+		return true
+	})
 }

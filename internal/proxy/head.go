@@ -9,20 +9,7 @@ import (
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
-	"github.com/tiercache/tiercache/internal/tierconfig"
 )
-
-// updatesFromHead reports whether the HEAD r, for which a stored GET
-// response exists that cannot be served as it is, goes to the origin as a
-// HEAD whose answer may update that stored response (defaults.
-// updateFromHead, RFC 9111 §4.3.5). A HEAD with Range, with the request's
-// no-store, or with credentials (Cookie, Authorization: its answer may be
-// personal, and must neither change nor remove what everyone else gets)
-// is passed through as ever.
-func updatesFromHead(cfg *tierconfig.Compiled, r *http.Request, rcc httpcache.RequestCC) bool {
-	return cfg.Config.Defaults.UpdateFromHead && len(r.Header["Range"]) == 0 && !rcc.NoStore &&
-		!httpcache.Credentialed(r.Header)
-}
 
 // headUpdate forwards the HEAD r for c's stored response (c.stale) and
 // applies its answer: a 200 whose validators and length agree with the
@@ -37,14 +24,7 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	ctx, wd := p.watch(r.Context(), &c.cfg.Config.Origin, w)
 	defer wd.close()
 
-	c.fwd = &fillHeaders{keyed: c.rule.KeyHeaders(), cookies: c.rule.KeyCookies(), strict: c.cfg.StrictHeaders, allow: c.cfg.StrictAllow}
-	if c.mark != nil {
-		c.fwd.vary = c.mark.Vary
-	}
-	out := p.outbound(ctx, r, c.fwd)
-	if c.rule.ShapesQuery {
-		out.URL.RawQuery = string(c.rule.AppendQuery(nil, r.URL.RawQuery))
-	}
+	out := p.fillRequest(ctx, r, c)
 	out.Body = wd.sending(out.Body)
 	for _, k := range clientConditionals {
 		// Its answer must describe the representation, not the client's

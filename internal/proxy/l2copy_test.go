@@ -49,7 +49,7 @@ func keyOf(f *fixture, host, path string) string {
 	kb := f.px.keys.Get().(*keyBuf)
 	defer f.px.keys.Put(kb)
 	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
-	return strings.Clone(kb.key())
+	return strings.Clone(kb.Key())
 }
 
 // tierL2 is a client of the replicas' tier in Redis, behind their backs.

@@ -142,7 +142,7 @@ func outboundTo(upstream *url.URL, ctx context.Context, r *http.Request, fill *f
 	out.RequestURI = ""
 	out.URL.Scheme = upstream.Scheme
 	out.URL.Host = upstream.Host
-	scheme := cachekey.Scheme(forwardedProto(r.Header), r.TLS != nil)
+	scheme := cachekey.RequestScheme(r)
 	out.Host = cachekey.Host(r.Host, scheme)
 	out.Close = false
 	if out.Body == nil || r.ContentLength == 0 {

@@ -114,8 +114,8 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 			// that is gone makes this a miss as if nothing were stored.
 			var id [16]byte
 			var err error
-			if segs, id, err = p.openPieces(kb.key(), e, want); err != nil {
-				p.dropPart(kb.key(), id)
+			if segs, id, err = p.openPieces(kb.Key(), e, want); err != nil {
+				p.dropPart(kb.Key(), id)
 				f.part, lost = nil, true
 			}
 		}
@@ -131,7 +131,7 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 	}
 	if p.cluster != nil {
 		full := new(entry.Entry)
-		if layer, err := p.cluster.GetNewer(r.Context(), kb.key(), full, time.Time{}); err == nil {
+		if layer, err := p.cluster.GetNewer(r.Context(), kb.Key(), full, time.Time{}); err == nil {
 			f.e, f.ok, f.layer, f.part = full, true, layer, nil
 			return outcome{}, false, nil
 		}
@@ -167,9 +167,9 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 			if pieced(e) {
 				// The stored bytes the client gets around the gap:
 				// opened before anything is asked or sent.
-				segs, id, err := p.openPieces(kb.key(), e, want)
+				segs, id, err := p.openPieces(kb.Key(), e, want)
 				if err != nil {
-					p.dropPart(kb.key(), id)
+					p.dropPart(kb.Key(), id)
 					f.part = nil
 					return outcome{}, false, nil
 				}

@@ -64,7 +64,7 @@ func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tiercon
 // Content-Location, under both schemes (a write through https must not
 // leave the http entry behind).
 func (p *Proxy) invalidateAfter(r *http.Request, resp *http.Response) {
-	scheme := cachekey.Scheme(forwardedProto(r.Header), r.TLS != nil)
+	scheme := cachekey.RequestScheme(r)
 	target := &url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	urls := httpcache.InvalidationTargets(r.Method, resp.StatusCode, target, resp.Header)
 	if len(urls) == 0 {

@@ -31,7 +31,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)
 	kb.build(r, rule)
-	if kb.ambiguous {
+	if kb.Ambiguous() {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 	}
 	var rcc httpcache.RequestCC
@@ -42,11 +42,11 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 		rcc = httpcache.ParseRequestCC(r.Header)
 	}
 	c := p.newCall(cfg, rule, rcc, reqH, kb, &found{})
-	c.fwd = &fillHeaders{keyed: rule.KeyHeaders(), cookies: rule.KeyCookies(), strict: cfg.StrictHeaders, allow: cfg.StrictAllow}
-	if !sentAsFill(c.fwd, r.Header) || (rule.ShapesQuery && string(rule.AppendQuery(nil, r.URL.RawQuery)) != r.URL.RawQuery) {
+	c.fwd = fillHeadersOf(cfg, rule)
+	if !sentAsFill(c.fwd, r.Header) || (rule.Key.ShapesQuery() && string(rule.Key.AppendQuery(nil, r.URL.RawQuery)) != r.URL.RawQuery) {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 	}
-	target := &url.URL{Scheme: kb.scheme, Host: kb.host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+	target := &url.URL{Scheme: kb.Scheme(), Host: kb.Host(), Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 
 	start := time.Now()
 	ctx, wd := p.watch(r.Context(), &cfg.Config.Origin, w)

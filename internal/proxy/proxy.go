@@ -209,7 +209,7 @@ func New(o Options) (*Proxy, error) {
 	p.copySlots = make(chan struct{}, maxBodyCopies)
 	p.flights.m = make(map[string]*flight)
 	p.refreshes.max = maxRefreshes
-	p.keys.New = func() any { return &keyBuf{b: make([]byte, 0, 256)} }
+	p.keys.New = func() any { return new(keyBuf) }
 	p.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil

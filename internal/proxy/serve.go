@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
@@ -83,7 +84,7 @@ func (c *call) releaseLease() {
 // rule is the rule r matched, on its header without the fields its
 // Connection names (ServeHTTP).
 func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo) outcome {
-	if rule.Bypass || hasPrecondition(r.Header) || hasBody(r) || oddPath(r.URL.Path) {
+	if rule.Bypass || httpcache.HasOriginPrecondition(r.Header) || hasBody(r) || oddPath(r.URL.Path) {
 		// A body is not part of the key, so a GET or HEAD that carries
 		// one could make the origin answer something the key does not
 		// describe: it is neither filled nor served from the cache.
@@ -100,12 +101,12 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)
 	kb.build(r, rule)
-	if kb.ambiguous {
+	if kb.Ambiguous() {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass, dbg: dbg.bypass()}, metrics.ResultBypass)
 	}
 	f := p.lookup(r.Context(), kb, r)
 	if dbg != nil {
-		dbg.key = string(kb.b)
+		dbg.key = strings.Clone(kb.Key())
 	}
 	var rg *rangeFill // how a miss asks for part of the representation
 	if f.part != nil {
@@ -122,7 +123,7 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		// A body file is opened before anything is written: a file that
 		// is gone or is not this entry's makes the entry a miss.
 		var ok bool
-		if body, ok = p.openBody(r, kb.key(), f.e); !ok {
+		if body, ok = p.openBody(r, kb.Key(), f.e); !ok {
 			f.e, f.ok = nil, false
 		} else if body != nil {
 			defer body.Close()
@@ -164,31 +165,27 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		sn := errorAnswer(w, r, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerNone, abort: false, sent: sn}
 	}
-	if r.Method == http.MethodHead && f.ok && updatesFromHead(cfg, r, rcc) {
-		// The HEAD's answer may update the stored GET response (head.go).
-		c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
-		c.why, c.dbg = why, dbg
-		out := p.headUpdate(w, r, c)
-		out.fwd = why
-		return out
-	}
-	if r.Method == http.MethodHead {
-		// A HEAD miss is forwarded as HEAD and never stored as a GET body.
-		if dbg != nil {
-			dbg.why = whyHead
-		}
-		return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: why, dbg: dbg}, metrics.ResultMiss)
-	}
-	if rg == nil && len(r.Header["Range"]) > 0 {
-		// A Range miss asks the origin for that range and may store the
-		// 206 (partial.go); a Range request a stored response must be
-		// revalidated for, or whose answer is never stored (several
-		// ranges), is forwarded as it is.
-		if f.ok {
-			return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: why}, metrics.ResultMiss)
-		}
-		if rg = forwardRange(r); rg == nil {
-			return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: why}, metrics.ResultMiss)
+	if rg == nil {
+		// How the miss goes to the origin (httpcache.RouteMiss), unless
+		// the stored part already chose its range.
+		switch httpcache.RouteMiss(r.Method, r.Header, rcc, f.ok, cfg.Config.Defaults.UpdateFromHead) {
+		case httpcache.MissHeadUpdate:
+			// The HEAD's answer may update the stored GET response (head.go).
+			c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
+			c.why, c.dbg = why, dbg
+			out := p.headUpdate(w, r, c)
+			out.fwd = why
+			return out
+		case httpcache.MissPass:
+			v := verdict{x: xMiss, rule: rule, fwd: why}
+			if r.Method == http.MethodHead && dbg != nil {
+				dbg.why = whyHead
+				v.dbg = dbg
+			}
+			return p.pass(w, r, cfg, v, metrics.ResultMiss)
+		case httpcache.MissRange:
+			// The client's range is asked; its 206 may be stored (partial.go).
+			rg = forwardRange(r)
 		}
 	}
 	c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
@@ -219,16 +216,16 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 // goes back to its pool when the request ends).
 func (p *Proxy) newCall(cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, rcc httpcache.RequestCC,
 	reqH httpcache.Header, kb *keyBuf, f *found) *call {
-	c := &call{cfg: cfg, rule: rule, rcc: rcc, reqH: reqH, host: kb.host, tgt: kb.target()}
-	c.prim = string(kb.b[:kb.primaryLen])
+	c := &call{cfg: cfg, rule: rule, rcc: rcc, reqH: reqH, host: kb.Host(), tgt: kb.Target()}
+	c.prim = strings.Clone(kb.Primary())
 	c.key = c.prim
-	if len(kb.extras) > 0 {
-		c.extras = string(kb.extras)
+	if kb.HasExtras() {
+		c.extras = kb.Extras()
 		c.key = c.prim + c.extras
 	}
 	if f.marker != nil {
 		c.mark = detach(f.marker)
-		c.key = string(kb.b) // the variant key lookup left in kb
+		c.key = strings.Clone(kb.Key()) // the variant key lookup left in kb
 	}
 	if f.ok {
 		c.stale, c.layer = detach(f.e), f.layer
@@ -241,12 +238,6 @@ func pick(layer string, l1, l2 []string) []string {
 		return l2
 	}
 	return l1
-}
-
-// hasPrecondition reports request preconditions a cache does not evaluate
-// itself (RFC 9110 §13.2.1): such requests go to the origin.
-func hasPrecondition(h http.Header) bool {
-	return len(h["If-Match"]) > 0 || len(h["If-Unmodified-Since"]) > 0
 }
 
 // oddPath reports a decoded path with bytes that can only have come from
@@ -310,10 +301,7 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		h[debugHeader] = []string{v.dbg.value(v, e.Lifetime, true)}
 	}
 	if httpcache.NotModified(r.Header, e.Status, e) {
-		for _, k := range [...]string{"Content-Length", "Content-Type", "Content-Range", "Transfer-Encoding"} {
-			delete(h, k)
-		}
-		w.WriteHeader(http.StatusNotModified)
+		notModified(w)
 		return sent{status: http.StatusNotModified}
 	}
 	if e.File != nil {

@@ -68,7 +68,7 @@ func TestStoredAgeAndContentLengthAreReplacedNotRepeated(t *testing.T) {
 	kb := f.px.keys.Get().(*keyBuf)
 	defer f.px.keys.Put(kb)
 	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
-	key := kb.primary()
+	key := kb.Primary()
 	var e entry.Entry
 	// The client has the whole response before the fill stores it.
 	waitFor(t, func() bool {

@@ -308,7 +308,7 @@ func TestAReplicaWaitingForARefreshDoesNotTakeAStaleNewerEntry(t *testing.T) {
 	// stored it earlier; L2 still keeps it).
 	kb := &keyBuf{}
 	kb.build(httptest.NewRequest("GET", "http://shop/r", nil), a.px.cfg.Load().Default)
-	key := kb.primary()
+	key := kb.Primary()
 	var e1 entry.Entry
 	if _, err := stA.Get(context.Background(), key, &e1); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/tiercache/tiercache/internal/cachekey"
 )
 
 // AccessLog is the tier's say over the sidecar's access log (one JSON
@@ -77,15 +79,15 @@ func CheckAccessLogPath(s string) string {
 
 // QueryLog picks the query parameters an access log line may show
 // (AccessLog.QueryParams). The zero value keeps none.
-type QueryLog struct{ f queryFilter }
+type QueryLog struct{ f cachekey.ParamFilter }
 
 // NewQueryLog compiles an accessLog.queryParams list.
 func NewQueryLog(params []string) QueryLog {
-	return QueryLog{f: newQueryFilter(params, nil, false)}
+	return QueryLog{f: cachekey.NewParamFilter(params)}
 }
 
 // Empty reports whether no parameter is ever kept.
-func (q *QueryLog) Empty() bool { return len(q.f.patterns) == 0 }
+func (q *QueryLog) Empty() bool { return q.f.Empty() }
 
 // Append appends the parts of rawQuery whose name is listed, as received
 // and joined by '&', to dst. A part holding a ';' is left out: an origin
@@ -98,7 +100,7 @@ func (q *QueryLog) Append(dst []byte, rawQuery string) []byte {
 	for rest := rawQuery; rest != ""; {
 		var part string
 		part, rest, _ = strings.Cut(rest, "&")
-		if part == "" || strings.IndexByte(part, ';') >= 0 || !q.f.keep(paramName(part)) {
+		if part == "" || strings.IndexByte(part, ';') >= 0 || !q.f.Keeps(part) {
 			continue
 		}
 		if sep {

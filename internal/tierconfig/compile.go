@@ -3,9 +3,11 @@ package tierconfig
 import (
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"regexp"
 	"strings"
 
+	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/httpcache"
 )
 
@@ -43,20 +45,14 @@ type CompiledRule struct {
 	Bypass bool
 	// Policy is the httpcache policy for responses under this rule.
 	Policy httpcache.Policy
-	// ShapesQuery is true when the rule changes the query part of the key.
-	ShapesQuery bool
-	// HasKeyExtras is true when headers or cookies join the key.
-	HasKeyExtras bool
+	// Key is how the rule shapes its requests' cache keys (cacheKey).
+	Key cachekey.Shape
 	// HitStatus builds the Cache-Status members of this rule's hits
 	// (detail = Name) without allocating for each.
 	HitStatus *httpcache.HitMembers
 
-	match      matcher
-	conds      []condition // header and cookie conditions; bypass rules only
-	query      queryFilter
-	headers    []keyHeader
-	headerKeys []string // canonical names of headers, for KeyHeaders
-	cookies    []string
+	match matcher
+	conds []condition // header and cookie conditions; bypass rules only
 }
 
 // matcher is a compiled Match.
@@ -85,13 +81,6 @@ func (m *matcher) matches(path string) bool {
 		return m.re.MatchString(path)
 	}
 	return false
-}
-
-// keyHeader is a header that joins the key: canonical for the lookup in
-// http.Header without allocating, lowercase for the key bytes.
-type keyHeader struct {
-	canonical string
-	lower     string
 }
 
 // Compile fills defaults into c, validates it and compiles it.
@@ -170,15 +159,7 @@ func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
 	}
 	cr.conds = conds
 	k := r.CacheKey
-	cr.query = newQueryFilter(k.QueryInclude, k.QueryExclude, k.SortQuery)
-	cr.ShapesQuery = cr.query.shapes()
-	for _, h := range k.Headers {
-		canonical := textproto.CanonicalMIMEHeaderKey(h)
-		cr.headers = append(cr.headers, keyHeader{canonical: canonical, lower: strings.ToLower(h)})
-		cr.headerKeys = append(cr.headerKeys, canonical)
-	}
-	cr.cookies = append([]string(nil), k.Cookies...)
-	cr.HasKeyExtras = len(cr.headers)+len(cr.cookies) > 0
+	cr.Key = cachekey.NewShape(k.QueryInclude, k.QueryExclude, k.SortQuery, k.Headers, k.Cookies)
 	return cr, nil
 }
 
@@ -221,6 +202,19 @@ func (c *Compiled) MatchStored(path string) *CompiledRule {
 		}
 	}
 	return c.Default
+}
+
+// StoredRule returns the rule a URL's stored responses were stored
+// under, given its path as received (escapedPath): like the proxy, it
+// matches rules on the decoded, cleaned path (CleanPath), and passes over
+// rules with header or cookie conditions (MatchStored). Purges key the
+// URL under its Key.
+func (c *Compiled) StoredRule(escapedPath string) *CompiledRule {
+	path := escapedPath
+	if u, err := url.PathUnescape(escapedPath); err == nil {
+		path = u
+	}
+	return c.MatchStored(path)
 }
 
 // Rules returns the compiled rules in match order (not including Default).

@@ -21,7 +21,7 @@ func TestCompileDefaultRule(t *testing.T) {
 	want := httpcache.Policy{HeuristicFraction: 0.1, HeuristicMax: 24 * time.Hour, TargetedFields: []string{"Cdn-Cache-Control"},
 		StaleIfUnreachable: 10 * time.Minute}
 	d := c.Default
-	if d.Name != "default" || d.Bypass || d.ShapesQuery || d.HasKeyExtras || !reflect.DeepEqual(d.Policy, want) {
+	if d.Name != "default" || d.Bypass || d.Key.ShapesQuery() || d.Key.HasExtras() || !reflect.DeepEqual(d.Policy, want) {
 		t.Fatalf("Default rule = %+v, want name default, tier policy %+v and no key shaping", d, want)
 	}
 	if got := c.Match("/anything", nil); got != d {
@@ -171,8 +171,8 @@ func TestCompiledFlags(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := cc.Match(tt.path, nil)
-			if r.ShapesQuery != tt.shapes || r.HasKeyExtras != tt.hasExtras {
-				t.Fatalf("%s: ShapesQuery=%v HasKeyExtras=%v", r.Name, r.ShapesQuery, r.HasKeyExtras)
+			if r.Key.ShapesQuery() != tt.shapes || r.Key.HasExtras() != tt.hasExtras {
+				t.Fatalf("%s: ShapesQuery=%v HasKeyExtras=%v", r.Name, r.Key.ShapesQuery(), r.Key.HasExtras())
 			}
 		})
 	}

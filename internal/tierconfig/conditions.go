@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/tiercache/tiercache/internal/cachekey"
 )
 
 // Header and cookie conditions (Match.Headers, Match.Cookies) select
@@ -147,7 +149,7 @@ func (c *condition) headerHolds(h http.Header) (met, ambiguous bool) {
 }
 
 func (c *condition) cookieHolds(lines []string) (met, ambiguous bool) {
-	v, found, amb := scanCookie(lines, c.name)
+	v, found, amb := cachekey.ScanCookie(lines, c.name)
 	switch {
 	case amb:
 		return true, true
@@ -379,4 +381,11 @@ func validCookieValue(v string) bool {
 		}
 	}
 	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }

@@ -1,19 +1,19 @@
-package tierconfig
+package cachekey
 
 import (
 	"net/http"
 	"strings"
 )
 
-// AppendKeyExtras appends the rule's extra key parts to dst, in the order
+// AppendExtras appends the extra key parts of s to dst, in the order
 // configured: for each header "\x00h:<lowercase name>=<values joined by
 // ','>", for each cookie "\x00c:<name>=<value as received>", or
 // "\x00c:<name>\x01" when the request has no such cookie, so that an absent
 // cookie and an empty one make different keys. It does not allocate beyond
 // growing dst. (Host is not a header here: net/http moves it to req.Host,
 // and the key has the host already.)
-func (r *CompiledRule) AppendKeyExtras(dst []byte, req *http.Request) []byte {
-	for _, h := range r.headers {
+func (s *Shape) AppendExtras(dst []byte, req *http.Request) []byte {
+	for _, h := range s.headers {
 		dst = append(dst, "\x00h:"...)
 		dst = append(dst, h.lower...)
 		dst = append(dst, '=')
@@ -24,7 +24,7 @@ func (r *CompiledRule) AppendKeyExtras(dst []byte, req *http.Request) []byte {
 			dst = append(dst, v...)
 		}
 	}
-	for _, name := range r.cookies {
+	for _, name := range s.cookies {
 		dst = append(dst, "\x00c:"...)
 		dst = append(dst, name...)
 		if v, ok := findCookie(req.Header["Cookie"], name); ok {
@@ -57,19 +57,19 @@ func findCookie(lines []string, name string) (string, bool) {
 }
 
 // AmbiguousCookies reports whether req's Cookie field names one of the
-// rule's keyed cookies in a way origins read differently (scanCookie), so
+// keyed cookies of s in a way origins read differently (ScanCookie), so
 // that the key cannot say which value the origin will use and the request
 // must not fill or be served from the cache. It does not allocate.
-func (r *CompiledRule) AmbiguousCookies(req *http.Request) bool {
-	for _, name := range r.cookies {
-		if _, _, ambiguous := scanCookie(req.Header["Cookie"], name); ambiguous {
+func (s *Shape) AmbiguousCookies(req *http.Request) bool {
+	for _, name := range s.cookies {
+		if _, _, ambiguous := ScanCookie(req.Header["Cookie"], name); ambiguous {
 			return true
 		}
 	}
 	return false
 }
 
-// scanCookie reads the cookie called name from the Cookie field lines:
+// ScanCookie reads the cookie called name from the Cookie field lines:
 // its value and whether it is there, as findCookie reads them, and
 // whether the lines name it in a way origins read differently:
 //   - the cookie more than once (frameworks keep the first or the last);
@@ -82,7 +82,7 @@ func (r *CompiledRule) AmbiguousCookies(req *http.Request) bool {
 //
 // It stops at the first ambiguity (value and found are then meaningless)
 // and does not allocate.
-func scanCookie(lines []string, name string) (value string, found, ambiguous bool) {
+func ScanCookie(lines []string, name string) (value string, found, ambiguous bool) {
 	if !mayNameCookie(lines, name) {
 		return "", false, false
 	}
@@ -124,7 +124,7 @@ func scanCookie(lines []string, name string) (value string, found, ambiguous boo
 }
 
 // mayNameCookie reports whether the lines could name the cookie at all,
-// to scanCookie's loosest reading: only a line that holds the name in some
+// to ScanCookie's loosest reading: only a line that holds the name in some
 // case and spelling (containsLooseName), or a '%' (a percent-encoded
 // name), can. One pass over the bytes, where most requests (no such
 // cookie) end.
@@ -236,7 +236,3 @@ func lowerASCII(c byte) byte {
 	}
 	return c
 }
-
-// KeyCookies returns the names of the cookies the rule adds to the key
-// (nil when none), shared: callers must not modify it.
-func (r *CompiledRule) KeyCookies() []string { return r.cookies }

@@ -1,11 +1,12 @@
-package tierconfig
+package cachekey
 
 import (
 	"slices"
 	"strings"
 )
 
-// queryFilter is a compiled CacheKey query spec.
+// queryFilter is a compiled query spec: the include or exclude list of a
+// rule's cacheKey, or the access log's list of parameters to show.
 type queryFilter struct {
 	// patterns are the include or exclude list (at most one is set).
 	patterns []namePattern
@@ -56,8 +57,8 @@ func (f *queryFilter) keep(encName string) bool {
 // allocating; longer queries are rare and may allocate.
 const maxStackParams = 16
 
-// AppendQuery appends the key form of rawQuery under r to dst: unchanged
-// when the rule does not shape queries. Otherwise rawQuery is split on '&'
+// AppendQuery appends the key form of rawQuery under s to dst: unchanged
+// when s does not shape queries. Otherwise rawQuery is split on '&'
 // (empty parts dropped) and each part is kept or dropped by its name (the
 // part before '=', compared percent- and '+'-decoded, case-sensitively, to
 // the include or exclude patterns; a trailing '*' matches a prefix).
@@ -74,11 +75,11 @@ const maxStackParams = 16
 // "a=2&a=1" is another resource); a query with a ';' in a kept part is not
 // sorted at all, since its names depend on the origin's reading. It does
 // not allocate for up to 16 parameters beyond growing dst.
-func (r *CompiledRule) AppendQuery(dst []byte, rawQuery string) []byte {
-	if !r.ShapesQuery {
+func (s *Shape) AppendQuery(dst []byte, rawQuery string) []byte {
+	if !s.shapesQuery {
 		return append(dst, rawQuery...)
 	}
-	f := &r.query
+	f := &s.query
 	if !f.sort {
 		sep := false
 		for rest := rawQuery; rest != ""; {
@@ -181,12 +182,12 @@ func matchDecoded(enc, pat string, prefix bool) bool {
 }
 
 func isHex(c byte) bool {
-	return isDigit(c) || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 func unhex(c byte) byte {
 	switch {
-	case isDigit(c):
+	case '0' <= c && c <= '9':
 		return c - '0'
 	case 'a' <= c && c <= 'f':
 		return c - 'a' + 10
@@ -194,3 +195,20 @@ func unhex(c byte) byte {
 		return c - 'A' + 10
 	}
 }
+
+// ParamFilter keeps the query parameters of a list by name: the access
+// log's accessLog.queryParams, matched as a cacheKey's queryInclude is.
+type ParamFilter struct{ f queryFilter }
+
+// NewParamFilter compiles a list of parameter names ('*' at the end
+// matches a prefix).
+func NewParamFilter(names []string) ParamFilter {
+	return ParamFilter{f: newQueryFilter(names, nil, false)}
+}
+
+// Empty reports whether no parameter is ever kept.
+func (p *ParamFilter) Empty() bool { return len(p.f.patterns) == 0 }
+
+// Keeps reports whether the name=value query part is kept: its name,
+// decoded, is listed.
+func (p *ParamFilter) Keeps(part string) bool { return p.f.keep(paramName(part)) }

@@ -1,4 +1,4 @@
-package tierconfig
+package cachekey
 
 import (
 	"net/http"
@@ -8,63 +8,63 @@ import (
 
 func TestAppendKeyExtras(t *testing.T) {
 	tests := map[string]struct {
-		key    CacheKey
+		key    spec
 		header http.Header
 		want   string
 	}{
 		"without headers or cookies nothing is appended": {
-			CacheKey{}, http.Header{"Accept-Language": {"de"}}, "",
+			spec{}, http.Header{"Accept-Language": {"de"}}, "",
 		},
 		"a header's values are joined with commas under its lowercase name": {
-			CacheKey{Headers: []string{"Accept-Language"}},
+			spec{Headers: []string{"Accept-Language"}},
 			http.Header{"Accept-Language": {"de", "en;q=0.5"}},
 			"\x00h:accept-language=de,en;q=0.5",
 		},
 		"a header name is looked up case-insensitively": {
-			CacheKey{Headers: []string{"x-tenant"}},
+			spec{Headers: []string{"x-tenant"}},
 			http.Header{"X-Tenant": {"acme"}},
 			"\x00h:x-tenant=acme",
 		},
 		"an absent header has an empty value": {
-			CacheKey{Headers: []string{"X-Tenant"}}, http.Header{}, "\x00h:x-tenant=",
+			spec{Headers: []string{"X-Tenant"}}, http.Header{}, "\x00h:x-tenant=",
 		},
 		"headers come in configured order": {
-			CacheKey{Headers: []string{"X-B", "X-A"}},
+			spec{Headers: []string{"X-B", "X-A"}},
 			http.Header{"X-A": {"1"}, "X-B": {"2"}},
 			"\x00h:x-b=2\x00h:x-a=1",
 		},
 		"a cookie's value joins the key": {
-			CacheKey{Cookies: []string{"currency"}},
+			spec{Cookies: []string{"currency"}},
 			http.Header{"Cookie": {"session=abc; currency=EUR; theme=dark"}},
 			"\x00c:currency=EUR",
 		},
 		"an absent cookie differs from an empty one": {
-			CacheKey{Cookies: []string{"currency", "theme"}},
+			spec{Cookies: []string{"currency", "theme"}},
 			http.Header{"Cookie": {"theme="}},
 			"\x00c:currency\x01\x00c:theme=",
 		},
 		"cookies are found across Cookie lines": {
-			CacheKey{Cookies: []string{"b"}},
+			spec{Cookies: []string{"b"}},
 			http.Header{"Cookie": {"a=1", "b=2"}},
 			"\x00c:b=2",
 		},
 		"the first cookie of a name wins": {
-			CacheKey{Cookies: []string{"a"}},
+			spec{Cookies: []string{"a"}},
 			http.Header{"Cookie": {"a=1; a=2"}},
 			"\x00c:a=1",
 		},
 		"cookie names compare case-sensitively": {
-			CacheKey{Cookies: []string{"id"}},
+			spec{Cookies: []string{"id"}},
 			http.Header{"Cookie": {"ID=1"}},
 			"\x00c:id\x01",
 		},
 		"a cookie whose name merely starts with the wanted one does not count": {
-			CacheKey{Cookies: []string{"id"}},
+			spec{Cookies: []string{"id"}},
 			http.Header{"Cookie": {"idx=1;id2=2"}},
 			"\x00c:id\x01",
 		},
 		"headers come before cookies, each in configured order": {
-			CacheKey{Cookies: []string{"c"}, Headers: []string{"X-H"}},
+			spec{Cookies: []string{"c"}, Headers: []string{"X-H"}},
 			http.Header{"Cookie": {"c=v"}, "X-H": {"h"}},
 			"\x00h:x-h=h\x00c:c=v",
 		},
@@ -74,7 +74,7 @@ func TestAppendKeyExtras(t *testing.T) {
 			r := queryRule(t, tt.key)
 			req := httptest.NewRequest(http.MethodGet, "/x", nil)
 			req.Header = tt.header
-			got := r.AppendKeyExtras([]byte("k"), req)
+			got := r.AppendExtras([]byte("k"), req)
 			if string(got) != "k"+tt.want {
 				t.Fatalf("AppendKeyExtras = %q, want %q", got[1:], tt.want)
 			}
@@ -83,22 +83,22 @@ func TestAppendKeyExtras(t *testing.T) {
 }
 
 func TestAppendKeyExtrasDoesNotAllocate(t *testing.T) {
-	r := queryRule(t, CacheKey{Headers: []string{"accept-language", "X-Tenant"}, Cookies: []string{"currency", "missing"}})
+	r := queryRule(t, spec{Headers: []string{"accept-language", "X-Tenant"}, Cookies: []string{"currency", "missing"}})
 	req := httptest.NewRequest(http.MethodGet, "/x", nil)
 	req.Header.Set("Accept-Language", "de")
 	req.Header.Set("X-Tenant", "acme")
 	req.Header.Set("Cookie", "session=abc; currency=EUR")
 	dst := make([]byte, 0, 256)
-	if n := testing.AllocsPerRun(200, func() { dst = r.AppendKeyExtras(dst[:0], req) }); n != 0 {
+	if n := testing.AllocsPerRun(200, func() { dst = r.AppendExtras(dst[:0], req) }); n != 0 {
 		t.Fatalf("AppendKeyExtras allocates %v times", n)
 	}
 }
 
 func TestKeyHeaders(t *testing.T) {
-	if got := queryRule(t, CacheKey{}).KeyHeaders(); got != nil {
+	if got := queryRule(t, spec{}).Headers(); got != nil {
 		t.Fatalf("KeyHeaders() without headers = %q, want nil", got)
 	}
-	got := queryRule(t, CacheKey{Headers: []string{"accept-language", "X-Tenant"}, Cookies: []string{"c"}}).KeyHeaders()
+	got := queryRule(t, spec{Headers: []string{"accept-language", "X-Tenant"}, Cookies: []string{"c"}}).Headers()
 	if len(got) != 2 || got[0] != "Accept-Language" || got[1] != "X-Tenant" {
 		t.Fatalf("KeyHeaders() = %q, want the canonical names in configured order", got)
 	}
@@ -141,7 +141,7 @@ func TestAmbiguousCookies(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			r := queryRule(t, CacheKey{Cookies: []string{tt.keyed}})
+			r := queryRule(t, spec{Cookies: []string{tt.keyed}})
 			req := httptest.NewRequest(http.MethodGet, "/x", nil)
 			req.Header = http.Header{}
 			if tt.cookie != nil {
