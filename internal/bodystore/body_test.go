@@ -2,6 +2,7 @@ package bodystore
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
@@ -238,4 +239,10 @@ func TestAReaderKeepsReadingAFileDeletedUnderIt(t *testing.T) {
 	if err != nil || !bytes.Equal(append(head, rest...), want) {
 		t.Fatalf("read %d bytes (%v) after the file was deleted, want the whole body", len(head)+len(rest), err)
 	}
+}
+
+// fileName is the name of a body file in the store's directory (the store
+// builds its paths in Store.path without this allocation).
+func fileName(id [16]byte, suffix string) string {
+	return hex.EncodeToString(id[:]) + suffix
 }

@@ -36,10 +36,6 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func fileName(id [16]byte, suffix string) string {
-	return hex.EncodeToString(id[:]) + suffix
-}
-
 // parseName returns the id of a file named <32 hex digits><suffix>.
 func parseName(name, suffix string) ([16]byte, bool) {
 	var id [16]byte

@@ -108,8 +108,6 @@ func pc(start, end, offset, size uint64) []byte {
 	return binary.LittleEndian.AppendUint32(out, 0xfeed)
 }
 
-func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
-
 func TestPiecedEntryDecodeDecisions(t *testing.T) {
 	many := uv(MaxPieces + 1)
 	for i := range uint64(MaxPieces + 1) {
