@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,5 +357,69 @@ func TestPartialMissesCarryTheCorrectedAge(t *testing.T) {
 	expectBytes(t, r, "0123456789", "")
 	if got := r.header.Values("Age"); !slices.Equal(got, []string{"32"}) {
 		t.Fatalf("combined response: Age %q, want 32", got)
+	}
+}
+
+// Concurrent full GETs of a representation kept in pieces, with one run
+// missing, each ask the origin for that run only and get the whole
+// representation, never a whole fetch. They are not collapsed onto one
+// fill: its complete response is built after it and could not be handed
+// to them, so a waiter would only ask for the run itself once the leader
+// was done.
+func TestConcurrentFullGetsOfPiecesAskOnlyForTheMissingRun(t *testing.T) {
+	want := bodyFor("/herd", fileSize)
+	var armed atomic.Bool
+	gate := make(chan struct{})
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if armed.Load() {
+			<-gate
+		}
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("ETag", `"v1"`)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(want))
+	})
+	f := newFileFixture(t, "", o, bodystore.Options{})
+	f.get("/herd", "Range", rangeOf(0, 199999))
+	before, coalesced := o.count(), testCounter(f.px.m.Coalesced)
+
+	const clients = 4
+	armed.Store(true)
+	var released sync.Once
+	release := func() { released.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	type answer struct {
+		status int
+		body   []byte
+		err    error
+	}
+	answers := make(chan answer, clients)
+	for range clients {
+		go func() {
+			resp, err := f.srv.Client().Get(f.srv.URL + "/herd")
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			answers <- answer{resp.StatusCode, b, err}
+		}()
+	}
+	waitFor(t, func() bool {
+		return o.count()-before+int(testCounter(f.px.m.Coalesced)-coalesced) == clients
+	}, "every client to reach the origin or a flight")
+	release()
+	for range clients {
+		a := <-answers
+		if a.err != nil || a.status != http.StatusOK || !bytes.Equal(a.body, want) {
+			t.Fatalf("a client got %d, %d bytes, err %v; want 200 and the whole representation", a.status, len(a.body), a.err)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, r := range o.requests[before:] {
+		if g := r.Header.Get("Range"); g != "bytes=200000-" {
+			t.Errorf("the origin was asked for Range %q, want only the missing run bytes=200000-", g)
+		}
 	}
 }

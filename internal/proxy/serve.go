@@ -196,8 +196,12 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	c.rng = rg
 	var out outcome
 	switch {
-	case rg != nil && (rg.part == nil || rg.ranged):
-		// Fills of ranges are not collapsed: each asks for its own.
+	case rg != nil && (rg.part == nil || rg.ranged || rg.part.Partial.Pieces != nil):
+		// Fills of ranges are not collapsed: each asks for its own. Nor
+		// is a full GET whose missing run becomes a piece: its complete
+		// response is built after it (partialfile.go), so waiters would
+		// have nothing to share and would each fetch the whole; alone,
+		// each asks for the missing run only.
 		out = p.fill(w, r, c, nil)
 	case f.hitForMiss || rcc.NoStore || !cfg.Config.Coalescing.IsEnabled():
 		out = p.fill(w, r, c, nil)
