@@ -28,18 +28,14 @@ const markerLifetime = 24 * time.Hour
 const entryOverhead = 2048
 
 // fill fetches r from the origin, answers the client with it, and stores
-// it when the rules allow. f is the flight fill leads, or nil when the
-// request fetches for itself. The origin fetch is detached from the
+// it when the rules allow. l is the lead of the flight the fill runs for
+// (it publishes the waiters' result through it as soon as it knows), or
+// nil when the request fetches for itself. The origin fetch is detached from the
 // client's cancellation (waiters and the cache still need it). It is bound
 // by the response-header and idle timeouts, and while its body is being
 // stored by origin.timeout from its start: past that the response is
 // served but not stored (timeouts.go).
-func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight) outcome {
-	finish := func(res shared) {
-		if f != nil {
-			p.flights.finish(c.key, f, res)
-		}
-	}
+func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) outcome {
 	staleRes := func() shared {
 		return shared{e: c.stale, v: verdict{x: xStaleCoal, rule: c.rule, fwd: c.why, collapsed: true}, out: outcome{result: metrics.ResultStale, layer: c.layer, abort: false}}
 	}
@@ -74,8 +70,8 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	out := p.fillRequest(ctx, r, c)
 	out.Body = wd.sending(out.Body)
 	// The client's validators reach the origin only on a fill of its own
-	// (f == nil) with nothing stored, when the tier says so (validators.go).
-	forwarded := f == nil && forwardsValidators(c, r)
+	// (l == nil) with nothing stored, when the tier says so (validators.go).
+	forwarded := l == nil && forwardsValidators(c, r)
 	for _, k := range clientConditionals {
 		delete(out.Header, k)
 	}
@@ -102,10 +98,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	originTime := time.Since(start)
 	if err != nil {
 		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
-			finish(staleRes())
+			l.publish(staleRes())
 			return p.serveStale(w, r, c, 0)
 		}
-		finish(shared{})
+		l.publish(shared{})
 		sn := p.originFailed(w, r, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
@@ -122,23 +118,23 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
 		res := staleRes()
 		res.v.fwdStatus = resp.StatusCode
-		finish(res)
+		l.publish(res)
 		return p.serveStale(w, r, c, resp.StatusCode)
 	}
 	if c.rng != nil && resp.StatusCode != http.StatusOK {
 		// A 200 is the whole representation, filled as usual; the rest
 		// answers the range (partial.go).
-		return p.partAnswered(ctx, w, r, c, f, resp, body, wd, watch, start, reqTime, respTime)
+		return p.partAnswered(ctx, w, r, c, l, resp, body, wd, watch, start, reqTime, respTime)
 	}
 	if resp.StatusCode == http.StatusNotModified && validating {
 		wd.stop()
 		e, kept := p.revalidated(ctx, c, resp.Header, reqTime, respTime, watch)
 		if kept {
-			finish(shared{e: e, v: verdict{x: xRevalCoal, rule: c.rule, fwd: c.why, fwdStatus: http.StatusNotModified, stored: true, collapsed: true}, out: outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}})
+			l.publish(shared{e: e, v: verdict{x: xRevalCoal, rule: c.rule, fwd: c.why, fwdStatus: http.StatusNotModified, stored: true, collapsed: true}, out: outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}})
 		} else {
 			// Overtaken by a purge (or not storable): a request that joined
 			// meanwhile, perhaps after its own write, fetches afresh.
-			finish(shared{overtaken: true})
+			l.publish(shared{overtaken: true})
 		}
 		body, ok := c.body, true
 		if body == nil {
@@ -212,7 +208,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	}
 
 	if !d.Store {
-		finish(shared{})
+		l.publish(shared{})
 		if !forwarded || resp.StatusCode != http.StatusNotModified {
 			// A 304 to the client's own validators says nothing about
 			// what may be stored for everyone.
@@ -232,11 +228,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	// Stored fills are bound as a whole; past the bound the fill gives up
 	// storing and its waiters fetch for themselves (no hit-for-miss
 	// marker: the response was cacheable, only slow).
-	wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { finish(shared{}) })
+	wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { l.publish(shared{}) })
 	e := responseEntry(c, resp, d, reqTime, respTime)
 	if p.bodies != nil && (resp.ContentLength < 0 || resp.ContentLength > fileAbove) {
 		var out outcome
-		out, detached = p.fillFile(ctx, bodyW, r, c, f, e, resp, body, wd, watch, fileAbove, storeMax)
+		out, detached = p.fillFile(ctx, bodyW, r, c, l, e, resp, body, wd, watch, fileAbove, storeMax)
 		out.sent.status = status // fillFile counts the bytes
 		return miss.as(out)
 	}
@@ -244,12 +240,12 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.
 		wd.stopStoring()
-		finish(shared{})
+		l.publish(shared{})
 		p.uncacheable(ctx, c, r, resp.StatusCode)
 	})
 	if err != nil {
 		p.bodyFailed(r, wd, err)
-		finish(shared{})
+		l.publish(shared{})
 		return miss.with(bodyW != nil, sent{status, n})
 	}
 	if !complete {
@@ -257,7 +253,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	}
 	wd.stop()
 	e.Body = data
-	p.keep(ctx, c, f, e, p.place(ctx, c, resp.Header, r), watch)
+	p.keep(ctx, c, l, e, p.place(ctx, c, resp.Header, r), watch)
 	// The shared fetch is over too: a replica asked next finds the entry
 	// in L2 (SetShared) and no lease.
 	c.releaseLease()
@@ -312,7 +308,7 @@ func fillHeadersOf(cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule) *fil
 // hands it to the flight's waiters. A fill overtaken by an invalidation of
 // its resource is not stored (its body file goes), and its waiters join a
 // new flight: they may be reading their own write back.
-func (p *Proxy) keep(ctx context.Context, c *call, f *flight, e *entry.Entry, pl placement, watch *invalidate.Watch) {
+func (p *Proxy) keep(ctx context.Context, c *call, l *lead, e *entry.Entry, pl placement, watch *invalidate.Watch) {
 	var res shared
 	if p.put(ctx, c, e, pl, watch) {
 		p.superseded(c, e)
@@ -323,9 +319,7 @@ func (p *Proxy) keep(ctx context.Context, c *call, f *flight, e *entry.Entry, pl
 		}
 		res = shared{overtaken: true}
 	}
-	if f != nil {
-		p.flights.finish(c.key, f, res)
-	}
+	l.publish(res)
 }
 
 func flags(d httpcache.Decision) entry.Flag {

@@ -49,10 +49,10 @@ import (
 // as a response that is not stored. A body the origin breaks off stores
 // nothing and breaks off every response, the client's too. The client
 // leaving does not stop the fill.
-func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, f *flight, e *entry.Entry,
+func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, l *lead, e *entry.Entry,
 	resp *http.Response, body io.Reader, wd *watchdog, watch *invalidate.Watch, fileAbove, maxObject int64) (out outcome, detached bool) {
 	ff := &fileFill{
-		p: p, ctx: ctx, c: c, f: f, r: r, e: e, status: resp.StatusCode, body: body, wd: wd, watch: watch,
+		p: p, ctx: ctx, c: c, l: l, r: r, e: e, status: resp.StatusCode, body: body, wd: wd, watch: watch,
 		hint: resp.ContentLength, fileAbove: fileAbove, maxObject: maxObject,
 	}
 	ff.pl = p.place(ctx, c, resp.Header, r)
@@ -86,8 +86,8 @@ func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Req
 	own := *c
 	ff.c = &own
 	c.release, c.shared = nil, false
-	if f != nil {
-		f.detached = true
+	if l != nil {
+		l.detached = true
 	}
 	p.bg.Add(1)
 	go ff.runDetached()
@@ -100,7 +100,7 @@ type fileFill struct {
 	p      *Proxy
 	ctx    context.Context
 	c      *call
-	f      *flight // nil: no flight
+	l      *lead // nil: no flight
 	r      *http.Request
 	e      *entry.Entry
 	status int
@@ -142,9 +142,7 @@ func (ff *fileFill) runDetached() {
 	}
 	ff.watch.End()
 	c.releaseLease()
-	if ff.f != nil {
-		p.flights.finish(c.key, ff.f, shared{})
-	}
+	ff.l.publish(shared{})
 	// Only the first end counts: after a stored body (the client reads
 	// it to its end from the file) or a hand-over, this is a no-op.
 	ff.fd.end(&rest{err: errFillLost})
@@ -223,7 +221,7 @@ func (ff *fileFill) run() outcome {
 			ff.mem = []byte{}
 		}
 		ff.e.Body = ff.mem
-		p.keep(ff.ctx, ff.c, ff.f, ff.e, ff.pl, ff.watch)
+		p.keep(ff.ctx, ff.c, ff.l, ff.e, ff.pl, ff.watch)
 		// Stored and handed to the waiters: now the client's response
 		// may end.
 		ff.fd.end(&rest{from: ff.inMem})
@@ -239,9 +237,7 @@ func (ff *fileFill) run() outcome {
 		// reads what it held, which is the whole body (a body longer than
 		// its Content-Length breaks a write, a shorter one fails the read).
 		p.log.Warn("body not stored: finishing its file failed", "path", ff.r.URL.Path, "err", err)
-		if ff.f != nil {
-			p.flights.finish(ff.c.key, ff.f, shared{})
-		}
+		ff.l.publish(shared{})
 		t := &rest{from: ff.filed}
 		if ff.hint >= 0 && ff.filed != ff.hint {
 			t.err = err
@@ -250,7 +246,7 @@ func (ff *fileFill) run() outcome {
 		return miss
 	}
 	ff.e.File = &ref
-	p.keep(ff.ctx, ff.c, ff.f, ff.e, ff.pl, ff.watch)
+	p.keep(ff.ctx, ff.c, ff.l, ff.e, ff.pl, ff.watch)
 	// Stored and handed to the waiters: now the followers of the file,
 	// the client among them, may read its end (HoldEnd in begin), so
 	// that whatever they ask next finds it.
@@ -289,9 +285,9 @@ func (ff *fileFill) begin() bool {
 		// goes when it grows past the cap, in run.)
 		c.releaseLease()
 	}
-	if ff.f != nil {
+	if ff.l != nil {
 		le := *ff.e
-		ff.f.start(&live{e: &le, size: ff.hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: ff.pl.names, varyKey: ff.pl.vk})
+		ff.l.stream(&live{e: &le, size: ff.hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: ff.pl.names, varyKey: ff.pl.vk})
 	}
 	return true
 }
@@ -306,9 +302,7 @@ func (ff *fileFill) giveUp() {
 	}
 	ff.wd.stopStoring()
 	ff.c.releaseLease()
-	if ff.f != nil {
-		ff.p.flights.finish(ff.c.key, ff.f, shared{})
-	}
+	ff.l.publish(shared{})
 }
 
 // covered is how much of the body the client can have from the fill's

@@ -29,23 +29,21 @@ type flightGroup struct {
 }
 
 // flight is one origin fetch that other requests for the same key wait on.
+// It ends once, through its lead (lead.publish): res is set, then done
+// closed.
 type flight struct {
 	done chan struct{}
 	once sync.Once
-	res  shared // set before done is closed
+	res  shared
 
-	// started is closed, with live set, when the fill begins writing its
-	// response to a body file: waiters then stream it from the growing
-	// file (as Varnish streams) instead of waiting for its end. A fill
-	// kept in memory never starts; done still ends every flight.
+	// started is closed, with live set (lead.stream), when the fill
+	// begins writing its response to a body file: waiters then stream it
+	// from the growing file (as Varnish streams) instead of waiting for
+	// its end. A fill kept in memory never starts; done still ends every
+	// flight.
 	started   chan struct{}
 	startOnce sync.Once
 	live      *live
-
-	// detached: the leader's fill went on on a goroutine of its own
-	// (fillfile.go), which finishes the flight; the leader's handler must
-	// not. Only the leader's goroutine reads and writes it.
-	detached bool
 
 	// waiters counts the requests that joined the flight to wait for it,
 	// so that a test can tell when a herd has gathered.
@@ -99,27 +97,84 @@ func (g *flightGroup) join(key string) (*flight, bool) {
 	return f, true
 }
 
-// start publishes the response the flight is writing to a body file;
-// only the first call counts.
-func (f *flight) start(l *live) {
-	f.startOnce.Do(func() {
-		f.live = l
-		close(f.started)
+// running returns the flight in progress for key, or nil; it never
+// starts one.
+func (g *flightGroup) running(key string) *flight {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.m[key]
+}
+
+// lead is the leader's hold on a flight: the one way a flight ends.
+//
+// A flight's owner (coalesce for a miss, refresh for a background
+// revalidation) joins it as leader and makes its lead. Whoever learns
+// first what the waiters get publishes it through the lead, and that ends
+// the flight: the owner when its re-check finds a fresh stored response
+// (or another replica's), or the fill it runs, as soon as it knows: the
+// stored response (before its own client has the last byte, so that what
+// that client asks next finds it), a stale one standing in for a failed
+// origin, or nothing (uncacheable, too large, too slow: waiters fetch for
+// themselves without waiting for the leader's body). A fill writing a
+// body file first streams it to the waiters (stream) and publishes at
+// its end. When the owner returns, end publishes nothing if nobody
+// published, unless the fill detached (a body-file fill going on on a
+// goroutine of its own, which then publishes). Only the first publish
+// counts: a fill's store-time bound fires on a timer, racing the fill's
+// own publish.
+//
+// A nil *lead is a fill on its own: nobody waits, publishing does
+// nothing.
+type lead struct {
+	g   *flightGroup
+	key string
+	f   *flight
+	// detached: the fill went on on a goroutine of its own
+	// (fillfile.go), which publishes; the owner's end must not. Only the
+	// owner's goroutine reads and writes it.
+	detached bool
+}
+
+// lead makes the lead of the flight f, which the caller leads.
+func (g *flightGroup) lead(key string, f *flight) *lead {
+	return &lead{g: g, key: key, f: f}
+}
+
+// publish ends the flight with res, unless it has ended already, and
+// removes it from the group so later requests start afresh.
+func (l *lead) publish(res shared) {
+	if l == nil {
+		return
+	}
+	l.f.once.Do(func() {
+		l.f.res = res
+		l.g.mu.Lock()
+		if l.g.m[l.key] == l.f {
+			delete(l.g.m, l.key)
+		}
+		l.g.mu.Unlock()
+		close(l.f.done)
 	})
 }
 
-// finish publishes the flight's outcome (only the first call counts) and
-// removes it from the group so later requests start afresh.
-func (g *flightGroup) finish(key string, f *flight, res shared) {
-	f.once.Do(func() {
-		f.res = res
-		g.mu.Lock()
-		if g.m[key] == f {
-			delete(g.m, key)
-		}
-		g.mu.Unlock()
-		close(f.done)
+// stream shows the waiters the response the fill is writing to a body
+// file, to follow as it grows; only the first call counts.
+func (l *lead) stream(lv *live) {
+	if l == nil {
+		return
+	}
+	l.f.startOnce.Do(func() {
+		l.f.live = lv
+		close(l.f.started)
 	})
+}
+
+// end is the owner's last word: nothing for the waiters, unless a
+// publish came first or the fill detached.
+func (l *lead) end() {
+	if !l.detached {
+		l.publish(shared{})
+	}
 }
 
 // coalesce makes concurrent misses for one key share one origin fetch.
@@ -128,22 +183,19 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 	if !leader {
 		return p.wait(w, r, c, f)
 	}
-	defer func() {
-		if !f.detached {
-			p.flights.finish(c.key, f, shared{})
-		}
-	}()
+	l := p.flights.lead(c.key, f)
+	defer l.end()
 
 	// Re-check inside the flight: another flight for this key may have
 	// stored a response between our lookup and our joining.
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)
-	if out, ok := p.serveFresh(w, r, c, f, kb); ok {
+	if out, ok := p.serveFresh(w, r, c, l, kb); ok {
 		return out
 	}
 	if p.tierWide(c) {
 		if !p.takeLease(r.Context(), c) {
-			if out, served := p.awaitReplica(w, r, c, f, kb); served {
+			if out, served := p.awaitReplica(w, r, c, l, kb); served {
 				return out
 			}
 		}
@@ -151,7 +203,7 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 			defer c.releaseLease()
 			// The previous holder may have stored its fill and released
 			// the lease between our last look and our taking it.
-			if out, ok := p.serveFresh(w, r, c, f, kb); ok {
+			if out, ok := p.serveFresh(w, r, c, l, kb); ok {
 				return out
 			}
 			c.shared = true
@@ -159,14 +211,14 @@ func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcom
 		// Otherwise the other replica's fill did not arrive in time:
 		// fetch without the lease.
 	}
-	return p.fill(w, r, c, f)
+	return p.fill(w, r, c, l)
 }
 
 // serveFresh looks the request up again and, when a fresh response is
 // stored now, serves it and hands it to the flight's waiters. A replica
 // whose L1 holds a stale copy also asks the shared tier past it, for a
 // newer response another replica stored.
-func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf) (outcome, bool) {
+func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, l *lead, kb *keyBuf) (outcome, bool) {
 	kb.build(r, c.rule)
 	got := p.lookup(r.Context(), kb, r)
 	if got.ok && c.stale != nil && p.cluster != nil && !got.e.ResponseTime.After(c.stale.ResponseTime) {
@@ -190,7 +242,7 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, f *f
 	}
 	v := hitVerdict(pick(got.layer, xHitL1, xHitL2), c.rule, nil)
 	out := outcome{result: metrics.ResultHit, layer: got.layer, abort: false}
-	p.flights.finish(c.key, f, shared{e: detach(got.e), v: v, out: out})
+	l.publish(shared{e: detach(got.e), v: v, out: out})
 	v.dbg = c.dbg
 	out.sent = p.serveEntry(w, r, got.e, age, v, body)
 	return out, true
@@ -235,9 +287,9 @@ func (p *Proxy) takeLease(ctx context.Context, c *call) bool {
 // given it up without storing anything (an uncacheable answer, an error)
 // or lost it (it died), this one takes over the fetch (served false, the
 // lease in c) instead of waiting out the timeout.
-func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, f *flight, kb *keyBuf) (out outcome, served bool) {
+func (p *Proxy) awaitReplica(w http.ResponseWriter, r *http.Request, c *call, l *lead, kb *keyBuf) (out outcome, served bool) {
 	p.poll(c.cfg.Config.Coalescing.Timeout.Std(), func() bool {
-		if out, served = p.serveFresh(w, r, c, f, kb); served {
+		if out, served = p.serveFresh(w, r, c, l, kb); served {
 			return true
 		}
 		return p.takeLease(r.Context(), c)
@@ -383,6 +435,7 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 		p.refreshes.release()
 		return
 	}
+	l := p.flights.lead(c.key, f)
 	// The request ends when the handler returns; the refresh keeps its own
 	// copy, bound to the Proxy's lifetime.
 	br := r.Clone(p.ctx)
@@ -394,7 +447,7 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 		var freeOnce sync.Once
 		free := func() { freeOnce.Do(p.refreshes.release) }
 		defer free()
-		defer p.flights.finish(c.key, f, shared{})
+		defer l.end()
 		if p.tierWide(c) {
 			// One refresh per key across the tier: a replica that does not
 			// get the lease takes the refreshing replica's result from L2.
@@ -402,13 +455,13 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 				// Waiting for another replica's refresh asks nothing of the
 				// origin: it takes no refresh slot.
 				free()
-				p.awaitRefresh(c, f, min(c.cfg.Config.Coalescing.Timeout.Std(), 2*leaseTTL))
+				p.awaitRefresh(c, l, min(c.cfg.Config.Coalescing.Timeout.Std(), 2*leaseTTL))
 				return
 			}
 			defer c.releaseLease()
 			c.shared = true
 		}
-		p.fill(&discard{}, br, c, f)
+		p.fill(&discard{}, br, c, l)
 	}()
 }
 
@@ -416,7 +469,7 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 // waiting fill, for the replica that refreshes c's key to store a newer
 // fresh response in L2, which it promotes into L1 and hands to the
 // flight's waiters. Meanwhile this replica keeps serving its stale copy.
-func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
+func (p *Proxy) awaitRefresh(c *call, l *lead, wait time.Duration) {
 	p.poll(wait, func() bool {
 		var e entry.Entry
 		layer, err := p.cluster.GetNewer(p.ctx, c.key, &e, c.stale.ResponseTime)
@@ -429,7 +482,7 @@ func (p *Proxy) awaitRefresh(c *call, f *flight, wait time.Duration) {
 		if use, _ := httpcache.Evaluate(stored(&e), httpcache.RequestCC{}, p.now()); use != httpcache.UseFresh {
 			return false
 		}
-		p.flights.finish(c.key, f, shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule, nil), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
+		l.publish(shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule, nil), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
 		return true
 	})
 }

@@ -242,14 +242,9 @@ func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry
 // part of a representation (c.rng): a 206 is checked, combined and stored
 // as DecidePartial and CanCombine allow; anything else (416, 304, an
 // error) is relayed and stores nothing, since it answers this range only.
-func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, f *flight, resp *http.Response,
+func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, l *lead, resp *http.Response,
 	body io.Reader, wd *watchdog, watch *invalidate.Watch, start, reqTime, respTime time.Time) outcome {
 	rg := c.rng
-	finish := func(res shared) {
-		if f != nil {
-			p.flights.finish(c.key, f, res)
-		}
-	}
 	// again asks for what the client wants as if nothing were stored,
 	// when the answer to a gap is not that gap of the stored
 	// representation.
@@ -257,13 +252,13 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		wd.stopStoring()
 		resp.Body.Close()
 		if c.rng = nil; rg.ranged {
-			finish(shared{})
+			l.publish(shared{})
 			if c.rng = forwardRange(r); c.rng == nil {
 				return p.pass(w, r, c.cfg, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, metrics.ResultMiss)
 			}
 			return p.fill(w, r, c, nil)
 		}
-		return p.fill(w, r, c, f)
+		return p.fill(w, r, c, l)
 	}
 	if resp.StatusCode != http.StatusPartialContent {
 		if rg.part != nil && resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
@@ -271,7 +266,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 			// says it has: it changed.
 			return again()
 		}
-		finish(shared{})
+		l.publish(shared{})
 		return p.relay(w, r, c, resp, body, wd)
 	}
 	x := httpcache.Exchange{
@@ -288,10 +283,10 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		collect = true
 	}
 	if collect {
-		wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { finish(shared{}) })
+		wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { l.publish(shared{}) })
 	}
 	if rg.part == nil {
-		finish(shared{})
+		l.publish(shared{})
 		return p.forwardedPart(ctx, w, r, c, resp, body, wd, watch, x, pd, collect)
 	}
 
@@ -368,20 +363,20 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		if err != nil {
 			p.bodyFailed(r, wd, err)
 		}
-		finish(shared{})
+		l.publish(shared{})
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil || !readOK, sent: sent{status, n}}
 	}
 	wd.stop()
 	if sink.kept() {
 		complete := p.keepPart(ctx, c, resp.Header, pd, sink, pl, watch, reqTime, respTime)
 		if complete != nil {
-			finish(shared{e: complete, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: fwdPartial, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
+			l.publish(shared{e: complete, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: fwdPartial, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
 				vary: pl.names, varyKey: pl.vk})
 		}
 	} else {
 		sink.discard()
 	}
-	finish(shared{})
+	l.publish(shared{})
 	// Stored first, and the shared fetch over: what the client asks once
 	// it has its last byte finds the entry (caching.md "Determinism").
 	c.releaseLease()

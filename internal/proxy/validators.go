@@ -37,11 +37,3 @@ func (p *Proxy) conditionalMiss(w http.ResponseWriter, r *http.Request, c *call)
 	}
 	return p.fill(w, r, c, nil)
 }
-
-// running returns the flight in progress for key, or nil; it never
-// starts one.
-func (g *flightGroup) running(key string) *flight {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.m[key]
-}
