@@ -1,8 +1,3 @@
-// Package proxy is the sidecar's HTTP handler: the request path of
-// DESIGN.md. It asks internal/httpcache for every caching rule, keeps
-// entries in a Store (L1, later L1+L2), collapses concurrent misses for one
-// key into one origin fetch, streams origin bodies to the client as they
-// arrive, and serves stale content when the rules allow it.
 package proxy
 
 import (
