@@ -608,6 +608,9 @@ func TestSetCookieIsStrippedWhenTheTierAllowsStoring(t *testing.T) {
 
 func TestUncacheableAnswersSkipCoalescingAfterwards(t *testing.T) {
 	var inflight, peak atomic.Int64
+	var armed, alone atomic.Bool
+	two := make(chan struct{}) // closed when two requests are at the origin at once
+	var twoOnce sync.Once
 	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
 		n := inflight.Add(1)
 		for {
@@ -616,21 +619,34 @@ func TestUncacheableAnswersSkipCoalescingAfterwards(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		if n >= 2 {
+			twoOnce.Do(func() { close(two) })
+		}
+		if armed.Load() {
+			// Hold each request until a second one is here too; requests
+			// queued behind one another never meet, and the bound ends the
+			// wait of the first.
+			select {
+			case <-two:
+			case <-time.After(5 * time.Second):
+				alone.Store(true)
+			}
+		}
 		inflight.Add(-1)
 		w.Header().Set("Cache-Control", "private")
 		_, _ = io.WriteString(w, "mine")
 	})
 	expect(t, f.get("/priv"), 200, "MISS")
 	peak.Store(0)
+	armed.Store(true)
 	var wg sync.WaitGroup
 	for range 5 {
 		wg.Add(1)
 		go func() { defer wg.Done(); f.get("/priv") }()
 	}
 	wg.Wait()
-	if peak.Load() < 2 {
-		t.Fatalf("requests for a hit-for-miss key were serialized (peak concurrency %d)", peak.Load())
+	if alone.Load() || peak.Load() < 2 {
+		t.Fatalf("requests for a hit-for-miss key were serialized (one waited alone at the origin: %v; peak concurrency %d)", alone.Load(), peak.Load())
 	}
 }
 
