@@ -171,13 +171,16 @@ func TestServesCachesReportsAndShutsDownWithoutLeaks(t *testing.T) {
 }
 
 func TestShutdownDrainsInFlightRequests(t *testing.T) {
-	started := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(started)
-		time.Sleep(300 * time.Millisecond)
+		<-release // until the shutdown is under way
 		_, _ = io.WriteString(w, "finished")
 	}))
 	defer origin.Close()
+	var releaseOnce sync.Once
+	releaseOrigin := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseOrigin()
 	s := start(t, origin.URL)
 	got := make(chan string, 1)
 	go func() {
@@ -192,6 +195,21 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 	}()
 	<-started
 	s.cancel()
+	// The shutdown is under way once the serving port refuses new
+	// connections; only then may the request in flight finish.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.addrs.Serve, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the serving port still accepts connections 10s after the shutdown began")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	releaseOrigin()
 	if body := <-got; body != "finished" {
 		t.Fatalf("in-flight request got %q", body)
 	}
