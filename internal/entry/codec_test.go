@@ -239,20 +239,30 @@ func TestEveryTruncationFails(t *testing.T) {
 	}
 }
 
+// Every version's checksum catches any single flipped bit.
 func TestAnyFlippedBitFails(t *testing.T) {
-	e := sampleEntry()
-	e.Body = e.Body[:100]
-	e.Tags = []string{"a", "b"}
-	b := Encode(nil, e)
-	var got Entry
-	for i := range b {
-		for bit := range 8 {
-			c := bytes.Clone(b)
-			c[i] ^= 1 << bit
-			if err := Decode(c, &got); err == nil {
-				t.Fatalf("flipping bit %d of byte %d went unnoticed", bit, i)
+	inline := sampleEntry()
+	inline.Body = inline.Body[:100]
+	inline.Tags = []string{"a", "b"}
+	for name, e := range map[string]*Entry{
+		"an inline response (v1)":         inline,
+		"a response in a file (v2)":       fileCases()["a typical response with its body in a file"],
+		"an inline partial response (v3)": partialCases()["a typical partial response with three spans"],
+		"a pieced partial response (v4)":  pieceCases()["a typical pieced response, one file split in two"],
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := Encode(nil, e)
+			var got Entry
+			for i := range b {
+				for bit := range 8 {
+					c := bytes.Clone(b)
+					c[i] ^= 1 << bit
+					if err := Decode(c, &got); err == nil {
+						t.Fatalf("flipping bit %d of byte %d went unnoticed", bit, i)
+					}
+				}
 			}
-		}
+		})
 	}
 }
 
