@@ -300,6 +300,9 @@ func (p *Proxy) completePieces(c *call, key string, e *entry.Entry) {
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
+		if p.beforeBuild != nil {
+			p.beforeBuild(key)
+		}
 		if err := p.buildComplete(p.ctx, cc, key, e); err != nil {
 			p.log.Debug("partial response not completed", "key", key, "err", err)
 		}

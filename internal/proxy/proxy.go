@@ -139,6 +139,11 @@ type Proxy struct {
 	// (partial.go), so that two parts stored at once never lose one
 	// another's bytes or remove a piece file the other keeps.
 	parts sync.Mutex
+	// beforeBuild, when set, runs as a goroutine starts building the
+	// complete response of a partial one from its pieces
+	// (completePieces): a test seam (nil in production) that lets a test
+	// hold a build or purge before it.
+	beforeBuild func(key string)
 
 	// Background refreshes, L2 body writes and file fills (fillfile.go)
 	// are owned by the Proxy: they stop when ctx is cancelled by Close
