@@ -79,7 +79,7 @@ func (p *Proxy) lookup(ctx context.Context, kb *keyBuf, r *http.Request) found {
 // detach returns a copy of e that shares nothing with a scratch entry
 // (strings and the body alias the store's own copy of the value, which is
 // never reused, so only the slices, the body file reference and the
-// partial spans, which decoding reuses too, need copying).
+// partial spans and pieces, which decoding reuses too, need copying).
 func detach(e *entry.Entry) *entry.Entry {
 	c := *e
 	c.Header = slices.Clone(e.Header)
@@ -92,6 +92,7 @@ func detach(e *entry.Entry) *entry.Entry {
 	if e.Partial != nil {
 		pa := *e.Partial
 		pa.Spans = slices.Clone(pa.Spans)
+		pa.Pieces = slices.Clone(pa.Pieces)
 		c.Partial = &pa
 	}
 	return &c

@@ -233,6 +233,10 @@ func (p *Proxy) keepPiece(ctx context.Context, c *call, respH http.Header, pd ht
 		unused [][16]byte
 		whole  *entry.Entry
 	)
+	// The watch of a build begins before the entry it builds from is
+	// stored: a purge after that store, before the build, is seen.
+	bw := p.inval.Watch(c.host, c.tgt)
+	_, maxObject := bodyLimits(c.cfg)
 	p.parts.Lock()
 	watch.Commit(httpcache.Tags(h), func() {
 		pieces, header := []entry.Piece{pc}, h
@@ -267,22 +271,37 @@ func (p *Proxy) keepPiece(ctx context.Context, c *call, respH http.Header, pd ht
 			return
 		}
 		kept, unused = true, unusedFiles(old, pieces)
-		if coversAll(pieces, pd.Length) {
-			whole = e
+		if coversAll(pieces, pd.Length) && pd.Length <= maxObject {
+			if _, running := p.building[pl.key]; running {
+				// One build per key: the running one builds again
+				// from this entry once it is done.
+				p.building[pl.key] = true
+			} else {
+				p.building[pl.key] = false
+				whole = e
+			}
 		}
 	})
 	p.parts.Unlock()
 	if !kept {
+		bw.End()
 		p.bodies.Remove(ref.ID)
 		return
 	}
 	for _, id := range unused {
 		p.bodies.Remove(id)
 	}
-	if _, maxObject := bodyLimits(c.cfg); whole != nil && pd.Length <= maxObject {
-		p.completePieces(c, pl.key, whole)
+	if whole == nil {
+		bw.End()
+		return
 	}
+	p.completePieces(c, pl.key, whole, bw)
 }
+
+// maxBuilds bounds the builds one completePieces goroutine makes of a
+// key's complete response: a part stored during a build makes it build
+// again from the entry that part left, at most this many times in all.
+const maxBuilds = 3
 
 // completePieces builds the complete response of the partial response e,
 // stored under key, whose pieces cover its representation, on a
@@ -294,24 +313,62 @@ func (p *Proxy) keepPiece(ctx context.Context, c *call, respH http.Header, pd ht
 // the complete response is stored, requests are served from the pieces,
 // never from a half-built file (it is renamed into place when whole). It
 // stores nothing when e is no longer what the key holds (a newer part, a
-// purge, a soft purge: the watch sees those) or a piece cannot be read.
-func (p *Proxy) completePieces(c *call, key string, e *entry.Entry) {
+// purge, a soft purge: watch, begun before e was stored, sees those) or
+// a piece cannot be read. One build per key runs at a time (p.building):
+// a part stored meanwhile does not start another full copy, it makes this
+// one build again from what that part left (at most maxBuilds builds).
+func (p *Proxy) completePieces(c *call, key string, e *entry.Entry, watch *invalidate.Watch) {
 	cc := &call{cfg: c.cfg, rule: c.rule, host: c.host, tgt: c.tgt, prim: c.prim, key: key}
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
-		if p.beforeBuild != nil {
-			p.beforeBuild(key)
-		}
-		if err := p.buildComplete(p.ctx, cc, key, e); err != nil {
+		for n := 1; ; n++ {
+			if p.beforeBuild != nil {
+				p.beforeBuild(key)
+			}
+			err := p.buildComplete(p.ctx, cc, key, e, watch)
+			watch.End()
+			if err == nil {
+				p.endBuild(key)
+				return
+			}
 			p.log.Debug("partial response not completed", "key", key, "err", err)
+			if e, watch = p.nextBuild(cc, key, n); e == nil {
+				return
+			}
 		}
 	}()
 }
 
-func (p *Proxy) buildComplete(ctx context.Context, c *call, key string, e *entry.Entry) error {
+// endBuild records that no build of key's complete response runs.
+func (p *Proxy) endBuild(key string) {
+	p.parts.Lock()
+	delete(p.building, key)
+	p.parts.Unlock()
+}
+
+// nextBuild returns what the build of key's complete response, which
+// failed at its n-th try, builds from next, with its watch: the partial
+// response a part stored meanwhile left, when its pieces still cover the
+// representation. nil (and no build runs any longer) when no part was
+// stored meanwhile, after maxBuilds tries, or once the Proxy closes.
+func (p *Proxy) nextBuild(c *call, key string, n int) (*entry.Entry, *invalidate.Watch) {
 	watch := p.inval.Watch(c.host, c.tgt)
-	defer watch.End()
+	p.parts.Lock()
+	defer p.parts.Unlock()
+	var cur entry.Entry
+	if p.building[key] && n < maxBuilds && p.ctx.Err() == nil {
+		if _, err := p.store.Get(p.ctx, key, &cur); err == nil && pieced(&cur) && coversAll(cur.Partial.Pieces, cur.Partial.Length) {
+			p.building[key] = false
+			return detach(&cur), watch
+		}
+	}
+	delete(p.building, key)
+	watch.End()
+	return nil, nil
+}
+
+func (p *Proxy) buildComplete(ctx context.Context, c *call, key string, e *entry.Entry, watch *invalidate.Watch) error {
 	length := e.Partial.Length
 	segs, _, err := p.openPieces(key, e, httpcache.ByteRange{Start: 0, End: length - 1})
 	if err != nil {

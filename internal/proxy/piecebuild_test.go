@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
@@ -17,7 +18,7 @@ import (
 // built, must not start a full copy per request: each copy reserves the
 // whole representation in the body store (evicting other tenants'
 // bodies) and all but the last are thrown away.
-func TestATTACK15_CompletionAmplification(t *testing.T) {
+func TestOneBuildOfACompleteResponseFromPiecesRunsPerKey(t *testing.T) {
 	want, o := largeRep(t, "/amp")
 	f := newFileFixture(t, "", o, bodystore.Options{})
 	gate := make(chan struct{})
@@ -57,7 +58,7 @@ func TestATTACK15_CompletionAmplification(t *testing.T) {
 // A soft purge that lands after the part completing the pieces was
 // stored, but before the build of the complete response began, must not
 // be undone by that build storing the complete response fresh.
-func TestATTACK15_SoftPurgeBeforeCompletionStarts(t *testing.T) {
+func TestASoftPurgeBeforeTheBuildFromPiecesStartsIsNotUndone(t *testing.T) {
 	want, o := largeRep(t, "/sp")
 	var purger *invalidate.Purger
 	f := newFileFixture(t, "", o, bodystore.Options{}, func(po *Options) {
@@ -78,6 +79,8 @@ func TestATTACK15_SoftPurgeBeforeCompletionStarts(t *testing.T) {
 	if !purged.Load() {
 		t.Fatal("no build started")
 	}
+	// The purge was made at the wall clock's time, after the fixture's.
+	o.clock.Advance(time.Second)
 	before := f.origin.count()
 	r := f.get("/sp")
 	if x := r.header.Get("X-Cache"); x == "HIT; layer=l1" {

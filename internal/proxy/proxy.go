@@ -139,6 +139,11 @@ type Proxy struct {
 	// (partial.go), so that two parts stored at once never lose one
 	// another's bytes or remove a piece file the other keeps.
 	parts sync.Mutex
+	// building holds, guarded by parts, the keys whose complete response
+	// a goroutine is building from pieces (completePieces): at most one
+	// build per key at a time. true when a part was stored under the key
+	// since the build read its entry (the build is then tried again).
+	building map[string]bool
 	// beforeBuild, when set, runs as a goroutine starts building the
 	// complete response of a partial one from its pieces
 	// (completePieces): a test seam (nil in production) that lets a test
@@ -208,6 +213,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	p.copySlots = make(chan struct{}, maxBodyCopies)
 	p.flights.m = make(map[string]*flight)
+	p.building = make(map[string]bool)
 	p.refreshes.max = maxRefreshes
 	p.keys.New = func() any { return new(keyBuf) }
 	p.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
