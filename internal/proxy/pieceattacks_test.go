@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,4 +92,69 @@ func TestASoftPurgeBeforeTheBuildFromPiecesStartsIsNotUndone(t *testing.T) {
 	if f.origin.count() == before {
 		t.Fatal("after a soft purge the origin was not asked")
 	}
+}
+
+// A misbehaving origin that changes the representation (a new ETag)
+// between parts: the newer part, forwarded as the client asked it, is
+// kept alone, never combined with pieces of the old representation, so
+// no client is served a mix of the two.
+func TestAPieceOfAnotherRepresentationIsNeverCombinedWithStoredPieces(t *testing.T) {
+	v1, v2 := bodyFor("/chg1", fileSize), bodyFor("/chg2", fileSize)
+	if bytes.Equal(v1[:5000], v2[:5000]) {
+		t.Fatal("the two representations must differ")
+	}
+	var second atomic.Bool
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		body, etag := v1, `"v1"`
+		if second.Load() {
+			body, etag = v2, `"v2"`
+		}
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("ETag", etag)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+	})
+	f := newFileFixture(t, "", o, bodystore.Options{})
+	f.get("/chg", "Range", rangeOf(0, 9999))
+	f.get("/chg", "Range", rangeOf(20000, 29999))
+	second.Store(true)
+	// Two runs missing: the client's range is forwarded as it is.
+	expectBody(t, f.get("/chg", "Range", rangeOf(5000, 39999)), 206, "MISS", v2[5000:40000])
+	asked(t, f.origin, rangeOf(5000, 39999), "")
+	if got := pieceSpans(t, f.part("/chg")); !slices.Equal(got, []entry.Span{sp(5000, 39999)}) {
+		t.Fatalf("stored pieces %v, want the new representation's part alone", got)
+	}
+	expectBody(t, f.get("/chg", "Range", rangeOf(0, 39999)), 206, "MISS; partial", v2[:40000])
+	if b, _ := f.files(); len(b) != 2 {
+		t.Fatalf("%d body files, want the new representation's two pieces (the old ones' files gone)", len(b))
+	}
+}
+
+// A misbehaving origin answering a GET without Range with a 206: nothing
+// is stored, neither as a complete response nor as a piece, and the next
+// request goes to the origin again.
+func TestA206ToARequestWithoutRangeIsNeverStored(t *testing.T) {
+	want := bodyFor("/unasked", fileSize)
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Range", contentRange(0, 99999))
+		w.Header().Set("Content-Length", "100000")
+		w.WriteHeader(http.StatusPartialContent)
+		_, _ = w.Write(want[:100000])
+	})
+	f := newFileFixture(t, "", o, bodystore.Options{})
+	expectBody(t, f.get("/unasked"), 206, "MISS", want[:100000])
+	f.px.bg.Wait()
+	if e := f.stored("/unasked"); e != nil {
+		t.Fatalf("a 206 to a request without Range was stored as %+v", e)
+	}
+	if p := f.part("/unasked"); p != nil {
+		t.Fatalf("a 206 to a request without Range was stored as a part: %+v", p.Partial)
+	}
+	if b, tmp := f.files(); len(b) != 0 || len(tmp) != 0 {
+		t.Fatalf("%d body files and %d temp files left", len(b), len(tmp))
+	}
+	expectBody(t, f.get("/unasked"), 206, "MISS", want[:100000])
+	expectOriginCount(t, f.origin, 2)
 }
