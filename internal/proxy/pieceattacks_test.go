@@ -3,8 +3,11 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -157,4 +160,42 @@ func TestA206ToARequestWithoutRangeIsNeverStored(t *testing.T) {
 	}
 	expectBody(t, f.get("/unasked"), 206, "MISS", want[:100000])
 	expectOriginCount(t, f.origin, 2)
+}
+
+// A client that asks for a large range and then stops reading holds the
+// fill of its part (parts are written at the client's pace): the piece's
+// reservation in the body store, which evicts other bodies to make room
+// and refuses fills once the budget is reserved, must not outlive the
+// fill's store bound (origin.timeout) however long the client stalls.
+func TestATTACK15_StalledClientPinsPieceReservation(t *testing.T) {
+	const size = 64 << 20
+	rep := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(rep))
+	})
+	f := newFileFixture(t, "origin: {timeout: 300ms}", o, bodystore.Options{})
+	conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4 << 10)
+	}
+	if _, err := io.WriteString(conn, "GET /stall HTTP/1.1\r\nHost: stall.example\r\nRange: bytes=0-"+strconv.Itoa(size/2-1)+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 12)
+	if _, err := io.ReadFull(conn, head); err != nil || string(head) != "HTTP/1.1 206" {
+		t.Fatalf("status line %q, %v", head, err)
+	}
+	// The client reads nothing more.
+	waitFor(t, func() bool { _, _, reserved := f.bodies.Usage(); return reserved > 0 }, "the piece's reservation")
+	waitFor(t, func() bool { _, _, reserved := f.bodies.Usage(); return reserved == 0 }, "the reservation to end after origin.timeout")
+	if _, tmp := f.files(); len(tmp) != 0 {
+		t.Fatalf("%d temp files left while the client stalls", len(tmp))
+	}
 }
