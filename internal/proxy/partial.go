@@ -320,7 +320,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	var sink *partSink
 	if collect {
 		pl = p.place(ctx, c, resp.Header, r)
-		sink = p.newSink(c, r, pl, pd)
+		sink = p.newSink(c, r, pl, pd, wd.storeBy)
 	}
 	bodyW := w
 	v := verdict{x: xMissPartial, rule: c.rule, dbg: c.dbg, fwd: fwdPartial, fwdStatus: resp.StatusCode, stored: sink != nil}
@@ -402,7 +402,7 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 	var sink *partSink
 	if collect {
 		pl = p.place(ctx, c, resp.Header, r)
-		sink = p.newSink(c, r, pl, pd)
+		sink = p.newSink(c, r, pl, pd, wd.storeBy)
 	}
 	bodyW, status := w, resp.StatusCode
 	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: sink != nil}
@@ -467,14 +467,21 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *htt
 type partSink struct {
 	mem  []byte
 	file *bodystore.Writer
-	on   bool // still keeping: no write failed, no bound was passed
+	// abort aborts file, from its own goroutine, once the fill's store
+	// bound passes: the part is written at its client's pace, and a
+	// client that stops reading must not hold the piece's reservation in
+	// the body store (which evicts other bodies) for as long as it
+	// stalls.
+	abort *time.Timer
+	on    bool // still keeping: no write failed, no bound was passed
 }
 
 // newSink returns where the part pd of c's fill is kept: a piece file
-// (created under pl.key, sized by pd.Span) for a part of a large
-// representation, else memory. nil when the body store refuses the
-// piece: the part is then forwarded and not stored.
-func (p *Proxy) newSink(c *call, r *http.Request, pl placement, pd httpcache.PartialDecision) *partSink {
+// (created under pl.key, sized by pd.Span, aborted at storeBy if still
+// being written) for a part of a large representation, else memory. nil
+// when the body store refuses the piece: the part is then forwarded and
+// not stored.
+func (p *Proxy) newSink(c *call, r *http.Request, pl placement, pd httpcache.PartialDecision, storeBy time.Time) *partSink {
 	if !p.piecesMode(c.cfg, pd.Length, pd.Span) {
 		return &partSink{mem: make([]byte, 0, spanLen(pd.Span)), on: true}
 	}
@@ -483,7 +490,7 @@ func (p *Proxy) newSink(c *call, r *http.Request, pl placement, pd httpcache.Par
 		p.log.Debug("part not stored: the body store refused its piece", "path", r.URL.Path, "err", err)
 		return nil
 	}
-	return &partSink{file: fw, on: true}
+	return &partSink{file: fw, abort: time.AfterFunc(time.Until(storeBy), fw.Abort), on: true}
 }
 
 func (s *partSink) keeping() bool { return s != nil && s.on }
@@ -515,6 +522,7 @@ func (s *partSink) discard() {
 	}
 	s.stop()
 	if s.file != nil {
+		s.abort.Stop()
 		s.file.Abort()
 	}
 }
@@ -607,9 +615,12 @@ func writeSome(w http.ResponseWriter, b []byte, written *int64) http.ResponseWri
 func (p *Proxy) keepPart(ctx context.Context, c *call, respH http.Header, pd httpcache.PartialDecision,
 	sink *partSink, pl placement, watch *invalidate.Watch, reqTime, respTime time.Time) *entry.Entry {
 	if sink.file != nil {
+		// Past the store bound, sink.abort has aborted the file and
+		// Commit fails.
 		ref, err := sink.file.Commit(func(ref entry.BodyFile) []byte {
 			return entry.Encode(nil, pieceEntry(c, respH, pd, ref, reqTime, respTime))
 		})
+		sink.abort.Stop()
 		if err != nil {
 			p.log.Debug("part not stored: committing its piece failed", "key", pl.key, "err", err)
 			return nil

@@ -167,7 +167,7 @@ func TestA206ToARequestWithoutRangeIsNeverStored(t *testing.T) {
 // reservation in the body store, which evicts other bodies to make room
 // and refuses fills once the budget is reserved, must not outlive the
 // fill's store bound (origin.timeout) however long the client stalls.
-func TestATTACK15_StalledClientPinsPieceReservation(t *testing.T) {
+func TestAClientThatStopsReadingHoldsNoPieceReservationPastTheStoreBound(t *testing.T) {
 	const size = 64 << 20
 	rep := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {

@@ -75,6 +75,9 @@ type watchdog struct {
 	// it passed.
 	store *time.Timer
 	late  atomic.Bool
+	// storeBy is the deadline storeUntil set (zero before): what a
+	// piece file being written aborts at (partSink).
+	storeBy time.Time
 }
 
 // watch starts the watchdog of one origin exchange under parent, for the
@@ -182,6 +185,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 // storeUntil bounds a fill being stored: at deadline, late is set and
 // giveUp runs (on the timer's goroutine) to release the fill's waiters.
 func (wd *watchdog) storeUntil(deadline time.Time, giveUp func()) {
+	wd.storeBy = deadline
 	wd.store = time.AfterFunc(time.Until(deadline), func() {
 		wd.late.Store(true)
 		giveUp()
