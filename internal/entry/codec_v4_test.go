@@ -36,7 +36,7 @@ func pieceCases() map[string]*Entry {
 			Kind: KindPartial, Status: 200,
 			Partial: &Partial{Length: 1, Pieces: []Piece{{Span: Span{0, 0}, File: BodyFile{ID: fileID(9), Size: 1}}}},
 		},
-		"the most pieces an entry may have": {Kind: KindPartial, Status: 200, Partial: &Partial{Length: 1000, Pieces: max}},
+		"the most pieces an entry may have": {Kind: KindPartial, Status: 200, Partial: &Partial{Length: int64(MaxPieces) * 10, Pieces: max}},
 		"the tail of a huge representation": {
 			Kind: KindPartial, Status: 200,
 			Partial: &Partial{Length: math.MaxInt64, Pieces: []Piece{{

@@ -150,8 +150,11 @@ type Partial struct {
 
 // MaxPieces bounds the pieces of one partial entry (version 4): a part
 // that would make more gives way to the newest part alone, as inline
-// parts give way when they outgrow an entry.
-const MaxPieces = 32
+// parts give way when they outgrow an entry. 256 lets a player that reads
+// a representation in sequential ranges (1 MiB each, say) keep hundreds
+// of them until they cover it and become one complete file; an entry of
+// 256 pieces of 1 MiB encodes in about 10 KiB (its header fields besides).
+const MaxPieces = 256
 
 // Piece is a span of a representation kept in a body file: the bytes
 // [Start, End] of the representation are the file's body bytes from

@@ -106,7 +106,9 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 	}
 	held := spansOf(e.Partial)
 	notModified := httpcache.NotModified(r.Header, http.StatusOK, e)
-	if usable && (r.Method == http.MethodHead || unsatisfiable || notModified || httpcache.Covers(held, want)) {
+	// A GET across too many pieces is not sent from them (maxServedPieces).
+	scattered := pieced(e) && r.Method == http.MethodGet && piecesFor(e, want) > maxServedPieces
+	if usable && (r.Method == http.MethodHead || unsatisfiable || notModified || !scattered && httpcache.Covers(held, want)) {
 		var segs segments
 		lost := false
 		if pieced(e) && r.Method == http.MethodGet && !unsatisfiable && !notModified {
@@ -158,7 +160,7 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 	// the stored bytes too; without one, the stored bytes are only
 	// combined with new ones while the origin's freshness vouches for them
 	// and the client accepts them.
-	if v != "" || (usable && partFresh) {
+	if !scattered && (v != "" || (usable && partFresh)) {
 		if gap, res := httpcache.Gap(held, want); res == httpcache.GapOne {
 			rg := &rangeFill{
 				ask: httpcache.GapRange(gap, length), ifRange: v,

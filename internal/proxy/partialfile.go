@@ -69,6 +69,24 @@ func (ss segments) close() {
 // not its piece.
 var errPieceLost = errors.New("a piece file of the stored partial response cannot be opened")
 
+// maxServedPieces bounds the piece files one response is sent from, each
+// an open descriptor for as long as the response lasts. A range across
+// more pieces is asked of the origin as the client sent it instead (a
+// full GET is fetched whole): its answer, stored as one piece, replaces
+// them, so that the next such request is served from one file.
+const maxServedPieces = 16
+
+// piecesFor counts the pieces of e that hold bytes of want.
+func piecesFor(e *entry.Entry, want httpcache.ByteRange) int {
+	n := 0
+	for i := range e.Partial.Pieces {
+		if pc := &e.Partial.Pieces[i]; pc.Start <= want.End && want.Start <= pc.End {
+			n++
+		}
+	}
+	return n
+}
+
 // openPieces opens the piece files of e, stored under key, that hold the
 // bytes of want, in order. It opens every one of them before anything is
 // sent: one that cannot be opened (evicted, removed, not this key's)

@@ -189,13 +189,13 @@ func TestThePieceLimit(t *testing.T) {
 	want, o := largeRep(t, "/many")
 	f := newFileFixture(t, "", o, bodystore.Options{})
 	for i := range entry.MaxPieces {
-		f.get("/many", "Range", rangeOf(i*2000, i*2000+99))
+		f.get("/many", "Range", rangeOf(i*1000, i*1000+99))
 	}
 	if got := pieceSpans(t, f.part("/many")); len(got) != entry.MaxPieces {
 		t.Fatalf("%d pieces stored, want %d", len(got), entry.MaxPieces)
 	}
 	expect(t, f.get("/many", "Range", rangeOf(0, 99)), 206, "HIT; layer=l1")
-	last := entry.MaxPieces * 2000
+	last := entry.MaxPieces * 1000
 	expectBody(t, f.get("/many", "Range", rangeOf(last, last+99)), 206, "MISS; partial", want[last:last+100])
 	asked(t, f.origin, rangeOf(last, last+99), `"v1"`)
 	if got := pieceSpans(t, f.part("/many")); !slices.Equal(got, []entry.Span{sp(last, last+99)}) {
@@ -422,4 +422,35 @@ func TestConcurrentFullGetsOfPiecesAskOnlyForTheMissingRun(t *testing.T) {
 			t.Errorf("the origin was asked for Range %q, want only the missing run bytes=200000-", g)
 		}
 	}
+}
+
+// A range across more than maxServedPieces pieces is not sent from their
+// files (a descriptor each for the whole response): it is asked of the
+// origin as the client sent it, and the answer, stored as one piece,
+// replaces them, so the next such range is one file.
+func TestARangeAcrossTooManyPiecesIsAskedAsSentAndReplacesThem(t *testing.T) {
+	want, o := largeRep(t, "/scattered")
+	f := newFileFixture(t, "", o, bodystore.Options{})
+	n := maxServedPieces + 1
+	for i := range n {
+		f.get("/scattered", "Range", rangeOf(i*100, i*100+99))
+	}
+	if got := pieceSpans(t, f.part("/scattered")); len(got) != n {
+		t.Fatalf("%d pieces stored, want %d", len(got), n)
+	}
+	end := n*100 - 1
+	expectBody(t, f.get("/scattered", "Range", rangeOf(0, end)), 206, "MISS", want[:end+1])
+	asked(t, f.origin, rangeOf(0, end), "")
+	if got := pieceSpans(t, f.part("/scattered")); !slices.Equal(got, []entry.Span{sp(0, end)}) {
+		t.Fatalf("stored pieces %v, want the one answer in place of the %d", got, n)
+	}
+	expectBody(t, f.get("/scattered", "Range", rangeOf(0, end)), 206, "HIT; layer=l1", want[:end+1])
+	// A range across exactly maxServedPieces pieces is still sent from them.
+	for i := range maxServedPieces {
+		f.get("/scattered", "Range", rangeOf(10000+i*100, 10000+i*100+99))
+	}
+	before := f.origin.count()
+	expectBody(t, f.get("/scattered", "Range", rangeOf(10000, 10000+maxServedPieces*100-1)), 206, "HIT; layer=l1",
+		want[10000:10000+maxServedPieces*100])
+	expectOriginCount(t, f.origin, before)
 }
