@@ -156,23 +156,35 @@ func equalStrings(a, b []string) bool {
 	return true
 }
 
+// roundTrip encodes want, checks the size EncodedSize predicts and the
+// version byte, decodes it, checks it equals want and that encoding it
+// again gives the same bytes, and returns the decoded entry.
+func roundTrip(t *testing.T, want *Entry, version byte) *Entry {
+	t.Helper()
+	b := Encode(nil, want)
+	if len(b) != EncodedSize(want) {
+		t.Fatalf("len(Encode) = %d, EncodedSize = %d", len(b), EncodedSize(want))
+	}
+	if b[offVersion] != version {
+		t.Fatalf("version byte %d, want %d", b[offVersion], version)
+	}
+	var got Entry
+	if err := Decode(b, &got); err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if err := equalEntries(want, &got); err != nil {
+		t.Fatal(err)
+	}
+	if again := Encode(nil, &got); !bytes.Equal(again, b) {
+		t.Fatal("re-encoding the decoded entry changed the bytes")
+	}
+	return &got
+}
+
 func TestRoundTrip(t *testing.T) {
 	for name, want := range roundTripCases() {
 		t.Run(name, func(t *testing.T) {
-			b := Encode(nil, want)
-			if len(b) != EncodedSize(want) {
-				t.Fatalf("len(Encode) = %d, EncodedSize = %d", len(b), EncodedSize(want))
-			}
-			var got Entry
-			if err := Decode(b, &got); err != nil {
-				t.Fatalf("Decode: %v", err)
-			}
-			if err := equalEntries(want, &got); err != nil {
-				t.Fatal(err)
-			}
-			if again := Encode(nil, &got); !bytes.Equal(again, b) {
-				t.Fatal("re-encoding the decoded entry changed the bytes")
-			}
+			roundTrip(t, want, 1)
 		})
 	}
 }

@@ -29,23 +29,7 @@ func partialCases() map[string]*Entry {
 func TestPartialEntriesRoundTrip(t *testing.T) {
 	for name, want := range partialCases() {
 		t.Run(name, func(t *testing.T) {
-			b := Encode(nil, want)
-			if len(b) != EncodedSize(want) {
-				t.Fatalf("len(Encode) = %d, EncodedSize = %d", len(b), EncodedSize(want))
-			}
-			if b[offVersion] != 3 {
-				t.Fatalf("version byte %d, want 3", b[offVersion])
-			}
-			var got Entry
-			if err := Decode(b, &got); err != nil {
-				t.Fatalf("Decode: %v", err)
-			}
-			if err := equalEntries(want, &got); err != nil {
-				t.Fatal(err)
-			}
-			if again := Encode(nil, &got); !bytes.Equal(again, b) {
-				t.Fatal("re-encoding the decoded entry changed the bytes")
-			}
+			roundTrip(t, want, 3)
 		})
 	}
 }

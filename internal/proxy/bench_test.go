@@ -15,39 +15,7 @@ import (
 // benchFixture primes one 1 KiB entry and returns the fixture and a request
 // for it.
 func benchFixture(b *testing.B) (*fixture, *http.Request) {
-	body := strings.Repeat("x", 1024)
-	f := newFixture(b, "l1: {maxSize: 16Mi, shards: 16}", func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Cache-Control", "public, max-age=3600")
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("ETag", `"0123456789abcdef"`)
-		h.Set("Last-Modified", "Mon, 02 Jan 2006 15:04:05 GMT")
-		_, _ = io.WriteString(w, body)
-	})
-	if r := f.get("/bench/item?id=42"); r.xcache() != "MISS" {
-		b.Fatalf("priming: %q", r.xcache())
-	}
-	req := httptest.NewRequest("GET", "http://bench.example/bench/item?id=42", nil)
-	req.Host = f.srv.Listener.Addr().String()
-	req.Header.Set("User-Agent", "bench")
-	req.Header.Set("Accept", "*/*")
-	// The fill stores its entry after the last body byte went out: wait
-	// for it rather than race it.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		kb := f.px.keys.Get().(*keyBuf)
-		kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
-		ok := f.px.lookup(context.Background(), kb, req).ok
-		f.px.keys.Put(kb)
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the primed entry never reached L1")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return f, req
+	return hitPathFixture(b, "l1: {maxSize: 16Mi, shards: 16}", http.Header{"User-Agent": {"bench"}, "Accept": {"*/*"}})
 }
 
 // BenchmarkL1HitPath measures what a cache hit costs inside the proxy
@@ -55,6 +23,12 @@ func benchFixture(b *testing.B) (*fixture, *http.Request) {
 // lookup and decode, freshness. 1 KiB body.
 func BenchmarkL1HitPath(b *testing.B) {
 	f, req := benchFixture(b)
+	hitPathLoop(b, f, req)
+}
+
+// hitPathLoop is the loop of BenchmarkL1HitPath: rule match, request
+// directives, key, lookup and freshness of req, a stored hit in f.
+func hitPathLoop(b *testing.B, f *fixture, req *http.Request) {
 	p := f.px
 	ctx := context.Background()
 	cfg := p.cfg.Load()
