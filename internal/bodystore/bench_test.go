@@ -41,8 +41,8 @@ func BenchmarkFill(b *testing.B) {
 }
 
 // BenchmarkHitOverhead is what a hit costs the body store before the
-// body moves: Open (open, fstat, a read of the header, fcntl, the index
-// check and LRU touch), Section and Close.
+// body moves: Open (of a file served before: the index check and LRU
+// touch, and an fstat of the kept descriptor), Section and Close.
 func BenchmarkHitOverhead(b *testing.B) {
 	s, _, err := Open(b.Context(), Options{Dir: b.TempDir(), MaxBytes: 1 << 30})
 	if err != nil {

@@ -5,23 +5,20 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"syscall"
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
 
-// Body is an open, verified body file: one per request, since sendfile
-// moves the descriptor's offset.
+// Body is an open, verified body file, for one request. Its descriptor
+// may be shared with other requests (handle.go): it is only read at
+// explicit offsets, never moved.
 type Body struct {
-	f    *os.File
+	h    *handle
 	size int64
-	// pos is the descriptor's offset while it is known: the body's start
-	// after Open (which reads the header), -1 once a Section is handed out.
-	pos int64
-	lr  io.LimitedReader // what Section returns, so a hit allocates less
-	hdr [headerSize]byte // scratch for the checks
+	sec  Section          // what Section returns, so a hit allocates less
+	hdr  [headerSize]byte // scratch for the checks
 }
 
 // Open opens the body ref names for key and verifies that it is that body:
@@ -29,9 +26,13 @@ type Body struct {
 // and CRC its trailer records equal to ref's. A file that is gone gives an
 // error matching fs.ErrNotExist (and the index forgets it); any other
 // mismatch an error wrapping ErrMismatch. Open counts as a use for the
-// LRU.
+// LRU. A file served before is not opened again: its kept descriptor is
+// checked with fstat (handle.go).
 func (s *Store) Open(key string, ref entry.BodyFile) (*Body, error) {
-	b, err := s.open(key, ref)
+	b, ok, err := s.shared(key, ref)
+	if !ok {
+		b, err = s.open(key, ref)
+	}
 	if err != nil {
 		s.m.BodyStoreError(metrics.BodyOpOpen)
 		return nil, err
@@ -40,13 +41,10 @@ func (s *Store) Open(key string, ref entry.BodyFile) (*Body, error) {
 }
 
 func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
-	// The checks run on the raw descriptor, and the *os.File is made
-	// only for a body that passed them. os.Open would cost more system
-	// calls: on Linux it tries to register every file with the network
-	// poller (two fcntl to set O_NONBLOCK, an epoll_ctl that fails for a
-	// regular file, two fcntl to undo it); os.NewFile of a blocking fd
-	// asks for its flags once. Regular files never block on read, and
-	// sendfile takes the fd as it is.
+	// The checks run on the raw descriptor: os.Open would cost more
+	// system calls (on Linux it tries to register every file with the
+	// network poller), and the descriptor is only ever read with pread
+	// and sendfile, which take it as it is.
 	path := s.path(ref.ID, bodySuffix)
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
@@ -55,7 +53,7 @@ func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
 		}
 		return nil, fmt.Errorf("bodystore: opening a body: %w", &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	b := &Body{size: ref.Size, pos: headerSize}
+	b := &Body{size: ref.Size, sec: Section{fd: -1}}
 	if err := s.verify(fd, b.hdr[:], key, ref); err != nil {
 		_ = syscall.Close(fd)
 		if errors.Is(err, errDamaged) {
@@ -64,7 +62,7 @@ func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
 		}
 		return nil, fmt.Errorf("bodystore: body %x: %w", ref.ID, err)
 	}
-	b.f = os.NewFile(uintptr(fd), path)
+	b.h = s.keep(fd, key, ref.ID)
 	return b, nil
 }
 
@@ -73,12 +71,11 @@ func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
 var errDamaged = errors.New("damaged")
 
 // verify checks the open file fd against key and ref with an fstat and a
-// read of the header into buf (headerSize bytes), which leaves the offset
-// at the body's start for sendfile. What the trailer records (body size
-// and CRC) is in the index for every file the store committed or
-// recovered; only a file the index does not know (its Remove or eviction
-// is under way) costs a pread of the trailer. On success a file of the
-// index becomes its most recently used.
+// pread of the header into buf (headerSize bytes). What the trailer
+// records (body size and CRC) is in the index for every file the store
+// committed or recovered; only a file the index does not know (its Remove
+// or eviction is under way) costs a pread of the trailer. On success a
+// file of the index becomes its most recently used.
 func (s *Store) verify(fd int, buf []byte, key string, ref entry.BodyFile) error {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
@@ -88,7 +85,7 @@ func (s *Store) verify(fd int, buf []byte, key string, ref entry.BodyFile) error
 	if size < headerSize+tailSize {
 		return fmt.Errorf("%w (%w): file of %d bytes", ErrMismatch, errDamaged, size)
 	}
-	if err := readFull(fd, buf[:headerSize]); err != nil {
+	if err := pread(fd, buf[:headerSize], 0); err != nil {
 		return err
 	}
 	if err := checkHeader(buf, ref.ID); err != nil {
@@ -131,24 +128,6 @@ func (it *item) matches(size int64, ref entry.BodyFile) error {
 	return nil
 }
 
-// readFull reads exactly len(p) bytes at the descriptor's offset.
-func readFull(fd int, p []byte) error {
-	for len(p) > 0 {
-		n, err := syscall.Read(fd, p)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		if n == 0 {
-			return fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
-		}
-		p = p[n:]
-	}
-	return nil
-}
-
 // pread reads exactly len(p) bytes at off.
 func pread(fd int, p []byte, off int64) error {
 	for len(p) > 0 {
@@ -170,29 +149,75 @@ func pread(fd int, p []byte, off int64) error {
 // Size is the body's length.
 func (b *Body) Size() int64 { return b.size }
 
-// Section returns a reader of n bytes of the body from off: an
-// *io.LimitedReader whose R is the *os.File positioned there, so io.Copy
-// into a ResponseWriter reaches the TCP connection's ReadFrom (sendfile).
-// A range outside the body is clamped to it. A Body serves one Section
-// at a time: the next call reuses the reader and moves the offset.
+// Section returns a reader of n bytes of the body from off: a *Section,
+// which connguard's connection sends with sendfile from that offset
+// (connguard.FileRegion) when io.Copy hands it to a ResponseWriter. A
+// range outside the body is clamped to it. A Body serves one Section at a
+// time: the next call reuses the reader.
 func (b *Body) Section(off, n int64) io.Reader {
 	off = min(max(off, 0), b.size)
 	n = min(max(n, 0), b.size-off)
-	// The whole body of a fresh Body needs no seek: Open's read of the
-	// header left the offset at the body's start.
-	if pos := headerSize + off; pos != b.pos {
-		if _, err := b.f.Seek(pos, io.SeekStart); err != nil {
-			return &io.LimitedReader{R: errReader{err}, N: n}
-		}
+	fd := -1
+	if b.h != nil {
+		fd = b.h.fd
 	}
-	b.pos = -1 // the reader moves it
-	b.lr = io.LimitedReader{R: b.f, N: n}
-	return &b.lr
+	b.sec = Section{fd: fd, off: headerSize + off, n: n}
+	return &b.sec
 }
 
-// Close closes the file.
-func (b *Body) Close() error { return b.f.Close() }
+// Close releases the file. The Body's Section reads nothing after it.
+func (b *Body) Close() error {
+	b.sec.fd = -1 // what is left of it fails to read
+	if h := b.h; h != nil {
+		b.h = nil
+		h.release()
+	}
+	return nil
+}
 
-type errReader struct{ err error }
+// Section is n bytes of an open body file from offset off. Read reads them
+// with pread; FileRegion and Advance let a connection send them with
+// sendfile (connguard.FileRegion). Neither moves the descriptor's offset,
+// which other requests share.
+type Section struct {
+	fd  int
+	off int64 // in the file: the body starts at headerSize
+	n   int64
+}
 
-func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+// errClosedBody is what a Section reads after its Body was closed.
+var errClosedBody = fmt.Errorf("%w: the body was closed", ErrClosed)
+
+// Read reads the next bytes of the section.
+func (s *Section) Read(p []byte) (int, error) {
+	if s.n <= 0 {
+		return 0, io.EOF
+	}
+	if s.fd < 0 {
+		return 0, errClosedBody
+	}
+	if int64(len(p)) > s.n {
+		p = p[:s.n]
+	}
+	for {
+		k, err := syscall.Pread(s.fd, p, s.off)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("bodystore: pread: %w", err)
+		}
+		if k == 0 {
+			return 0, fmt.Errorf("bodystore: pread: %w", io.ErrUnexpectedEOF)
+		}
+		s.off, s.n = s.off+int64(k), s.n-int64(k)
+		return k, nil
+	}
+}
+
+// FileRegion returns the descriptor and the offset and length still to
+// read; the descriptor is -1 after the Body is closed.
+func (s *Section) FileRegion() (fd int, off, n int64) { return s.fd, s.off, s.n }
+
+// Advance records k bytes sent from the region by other means (sendfile).
+func (s *Section) Advance(k int64) { s.off, s.n = s.off+k, s.n-k }

@@ -1,11 +1,12 @@
 // Package bodystore keeps large response bodies as files in one directory
 // (--body-dir), beside the L1/L2 entries that hold their headers,
-// freshness and a reference (entry.BodyFile). A hit opens the file, checks
-// that it belongs to the key, and hands the proxy an *io.LimitedReader over
-// the *os.File, so that io.Copy into the ResponseWriter reaches the TCP
-// connection's ReadFrom and the kernel sends the body with sendfile from
-// the page cache. The waiters of a fill in progress follow the growing
-// file (Writer.Follow); io.Copy from a Follower uses sendfile as well.
+// freshness and a reference (entry.BodyFile). A hit opens the file (or
+// reuses the descriptor an earlier hit left open: handle.go), checks that
+// it belongs to the key, and hands the proxy a *Section, which connguard's
+// connection sends with sendfile from the section's offset when io.Copy
+// hands it to the ResponseWriter: the kernel sends the body from the page
+// cache. The waiters of a fill in progress follow the growing file
+// (Writer.Follow); io.Copy from a Follower uses sendfile as well.
 //
 // It is hand-written because no well-kept Go library does what this needs
 // together: a crash-safe, budgeted file cache whose bodies can be read by
@@ -64,15 +65,26 @@
 //     size and what its trailer records (body size and CRC equal to the
 //     reference's), never the CRC over the body (that is the restart
 //     scan's job). The index keeps, for every file the store committed or
-//     recovered, its size and what its trailer records, so a hit costs
-//     open, fstat, one read of the header (which leaves the offset at the
-//     body's start: a whole body needs no seek) and fcntl (os.NewFile)
-//     before sendfile; only a file the index does not know (its Remove is
-//     under way) costs a pread of the trailer. A file that is not ours or
+//     recovered, its size and what its trailer records, so the first hit
+//     on a file costs open, fstat and a pread of the header before
+//     sendfile; only a file the index does not know (its Remove is under
+//     way) costs a pread of the trailer. A file that is not ours or
 //     is damaged (bad magic, wrong id, a size other than when it was
 //     committed) is removed; a file that is intact but belongs to another
 //     key or another reference is left alone (it is valid for its own
 //     entry) and not served.
+//   - Descriptors: a file served once keeps its descriptor open for the
+//     next hits (handle.go), up to Options.MaxOpen files (default 1024,
+//     at most a quarter of the limit on open files), least recently
+//     served dropped first, the way nginx's open_file_cache keeps them.
+//     A hit on a kept descriptor costs an fstat: a file unlinked under
+//     the store or resized is dropped and opened again by path, which
+//     reports it gone or damaged as above. A change that keeps the size
+//     (bytes rewritten in place) is not seen by such a hit, as a hit never
+//     sees a change to the body's bytes: the CRC is the restart scan's.
+//     Descriptors are counted, so one is closed only when the last
+//     request reading it is done: a closed number reused by the next open
+//     would send another file's bytes (TestHitsNeverReadAnotherBodyUnderChurn).
 //   - A write error (ENOSPC, EIO, EFBIG, budget) breaks the writer: every
 //     later Write and Commit returns it, followers get it; Abort (or the
 //     failed Commit itself) removes the temp file and releases the

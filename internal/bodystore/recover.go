@@ -58,6 +58,8 @@ func Open(ctx context.Context, o Options) (*Store, []Recovered, error) {
 		items:     make(map[[16]byte]*list.Element),
 		byPrim:    make(map[uint64]*item),
 		writers:   make(map[[16]byte]*Writer),
+		kept:      list.New(),
+		maxOpen:   maxOpenFor(o.MaxOpen),
 	}
 	files, err := s.scan(ctx)
 	if err != nil {

@@ -63,6 +63,10 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// MaxOpen is how many body files keep their descriptor open between
+	// hits (handle.go); 0 means DefaultMaxOpen, negative none. It never
+	// exceeds a quarter of the limit on open files.
+	MaxOpen int
 }
 
 // Recovered is a body file found valid at start.
@@ -87,6 +91,8 @@ type Store struct {
 	items     map[[16]byte]*list.Element
 	byPrim    map[uint64]*item // the chain of items under each primary key (index.go)
 	writers   map[[16]byte]*Writer
+	kept      *list.List // of *item with a kept handle, most recently used at the front
+	maxOpen   int
 	committed int64 // bytes of the files in items
 	reserved  int64 // bytes reserved by writers
 	closed    bool
@@ -103,8 +109,9 @@ type item struct {
 	size int64 // the whole file
 	body int64 // the body's length
 	crc  uint32
-	who  ident // what purges select it by (index.go)
-	next *item // the next item under the same primary key, guarded by s.mu
+	who  ident   // what purges select it by (index.go)
+	next *item   // the next item under the same primary key, guarded by s.mu
+	h    *handle // the kept descriptor, if any (handle.go), guarded by s.mu
 }
 
 // path is dir/<hex id><suffix>, built with one allocation (it is on the
@@ -228,6 +235,7 @@ func (s *Store) reserveLocked(n int64) ([]string, error) {
 // forgetLocked drops a committed file from the index and the budget.
 func (s *Store) forgetLocked(el *list.Element) *item {
 	it := s.lru.Remove(el).(*item)
+	s.dropLocked(it)
 	delete(s.items, it.id)
 	s.unindexLocked(it)
 	s.committed -= it.size
@@ -271,10 +279,15 @@ func (s *Store) Remove(id [16]byte) {
 }
 
 // Close aborts the fills in progress (their followers get ErrAborted) and
-// refuses new ones. Committed files stay for the next start.
+// refuses new ones, and closes the kept descriptors (a Body still open
+// keeps its own until its Close). Committed files stay for the next
+// start.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	for s.kept.Len() > 0 {
+		s.dropLocked(s.kept.Front().Value.(*item))
+	}
 	ws := make([]*Writer, 0, len(s.writers))
 	for _, w := range s.writers {
 		ws = append(ws, w)

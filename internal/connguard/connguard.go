@@ -31,8 +31,8 @@
 // Writes go straight through, with one exception a handler asks for:
 // BodyFollows sends the response header it is about to flush with
 // MSG_MORE, so that the header leaves in one segment with the body that
-// sendfile sends next (ReadFrom stays the TCP connection's), and Push
-// sends a header that nothing followed.
+// sendfile sends next (ReadFrom stays the TCP connection's, or sends a
+// FileRegion itself), and Push sends a header that nothing followed.
 //
 // Listener must wrap a plaintext listener: wrapping a TLS listener would
 // hide the *tls.Conn from net/http (no r.TLS, no ALPN).
@@ -109,12 +109,20 @@ func (c *conn) CloseWrite() error {
 // available to response writers (net/http's (*response).ReadFrom uses it
 // only when the connection it holds is an io.ReaderFrom): a file body
 // copied into a ResponseWriter goes out with sendfile
-// (TestFileBodyReachesTheConnectionsReadFrom). It only writes, so the
-// tracker is not involved.
+// (TestFileBodyReachesTheConnectionsReadFrom), and so does a FileRegion,
+// which it sends itself from the region's offset
+// (TestAFileRegionIsSentWithSendfileFromItsOffset). It only writes, so
+// the tracker is not involved.
 func (c *conn) ReadFrom(r io.Reader) (n int64, err error) {
-	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+	handled := false
+	if fr, ok := r.(FileRegion); ok {
+		n, handled, err = c.sendRegion(fr)
+	}
+	switch rf, ok := c.Conn.(io.ReaderFrom); {
+	case handled:
+	case ok:
 		n, err = rf.ReadFrom(r)
-	} else {
+	default:
 		n, err = io.Copy(writerOnly{c.Conn}, r)
 	}
 	if n > 0 {

@@ -15,12 +15,17 @@ import (
 // Bodies larger than the tier's bodyStore.threshold (and at most its
 // bodyStore.maxObjectSize) are kept in files of the body store
 // (Options.Bodies) while their entries, with a reference to the file,
-// stay in L1. A hit copies the file into the ResponseWriter, which
-// net/http hands to the TCP connection's ReadFrom: sendfile. A fill
+// stay in L1. A hit copies a section of the file into the
+// ResponseWriter, which net/http hands to connguard's connection's
+// ReadFrom: sendfile from the section's offset, on a descriptor the body
+// store keeps open for the file's hits. A fill
 // writes the origin's body to the file at the origin's pace
 // (fillfile.go); its own client and the waiters of a collapsed fill
 // stream from the growing file (fillfeed.go), so a client that reads
 // slowly holds up nobody but itself.
+
+// A body section is sent by connguard's connection with sendfile.
+var _ connguard.FileRegion = (*bodystore.Section)(nil)
 
 // bodyLimits returns the tier's bodyStore.threshold and
 // bodyStore.maxObjectSize.
@@ -103,7 +108,8 @@ func (p *Proxy) serveFile(w http.ResponseWriter, r *http.Request, e *entry.Entry
 		fl.Flush()
 	}
 	// io.Copy finds w's ReadFrom (net/http's response), which hands the
-	// *io.LimitedReader over the file to the connection's: sendfile.
+	// *bodystore.Section to connguard's connection: sendfile from the
+	// section's offset in the file.
 	written, err := io.Copy(w, body.Section(off, n))
 	if err != nil && r.Context().Err() == nil {
 		p.log.Debug("serving a body file failed", "path", r.URL.Path, "err", err)

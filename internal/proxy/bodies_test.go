@@ -71,8 +71,20 @@ func newFileFixture(t *testing.T, cfgYAML string, o *origin, bo bodystore.Option
 		}
 	}, func(h http.Handler) *httptest.Server {
 		srv := httptest.NewUnstartedServer(connguard.Middleware(h))
-		srv.Config.ConnContext = connguard.ConnContext
-		srv.Listener = connguard.Listener(&recordingListener{Listener: srv.Listener, log: log})
+		// The recorder sits between net/http and connguard's
+		// connection, so that it sees what the response hands to that
+		// connection's ReadFrom: a *bodystore.Section (a
+		// connguard.FileRegion, which it sends with sendfile:
+		// connguard's TestAFileRegionIsSentWithSendfileFromItsOffset) or
+		// a file of a fill in progress (which the TCP connection's
+		// ReadFrom sends with sendfile).
+		srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+			if rc, ok := c.(*recordingConn); ok {
+				c = rc.Conn
+			}
+			return connguard.ConnContext(ctx, c)
+		}
+		srv.Listener = &recordingListener{Listener: connguard.Listener(srv.Listener), log: log}
 		srv.Start()
 		return srv
 	})
@@ -108,10 +120,15 @@ func (l *recordingListener) Accept() (net.Conn, error) {
 }
 
 // recordingConn records the source of every ReadFrom, then delegates to
-// the accepted *net.TCPConn's (sendfile, splice).
+// connguard's connection's.
 type recordingConn struct {
 	net.Conn
 	log *readFromLog
+}
+
+// CloseWrite is what net/http looks for on the connection it holds.
+func (c *recordingConn) CloseWrite() error {
+	return c.Conn.(interface{ CloseWrite() error }).CloseWrite()
 }
 
 func (c *recordingConn) ReadFrom(r io.Reader) (int64, error) {
@@ -241,7 +258,7 @@ func TestAFileBackedHitIsSentWithSendfile(t *testing.T) {
 	f.rec.take()
 
 	expectBody(t, f.get("/big"), 200, "HIT; layer=l1", want)
-	if got := f.rec.take(); !slices.Equal(got, []string{"*io.LimitedReader(*os.File)"}) {
+	if got := f.rec.take(); !slices.Equal(got, []string{"*bodystore.Section"}) {
 		t.Fatalf("the connection's ReadFrom saw %q, want the body file once", got)
 	}
 	r := f.get("/big", "Range", "bytes=1000-100999")
@@ -249,7 +266,7 @@ func TestAFileBackedHitIsSentWithSendfile(t *testing.T) {
 	if cr := r.header.Get("Content-Range"); cr != "bytes 1000-100999/"+strconv.Itoa(fileSize) {
 		t.Fatalf("Content-Range %q", cr)
 	}
-	if got := f.rec.take(); !slices.Equal(got, []string{"*io.LimitedReader(*os.File)"}) {
+	if got := f.rec.take(); !slices.Equal(got, []string{"*bodystore.Section"}) {
 		t.Fatalf("a range: the connection's ReadFrom saw %q, want the body file once", got)
 	}
 	expect(t, f.get("/big", "Range", "bytes=9999999-"), 416, "HIT; layer=l1")

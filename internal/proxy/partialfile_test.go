@@ -95,7 +95,7 @@ func TestALargePartIsStoredAsAPieceFileAndServedWithSendfile(t *testing.T) {
 	if cr := r.header.Get("Content-Range"); cr != contentRange(2000, 50999) {
 		t.Fatalf("Content-Range %q", cr)
 	}
-	if got := f.rec.take(); !slices.Equal(got, []string{"*io.LimitedReader(*os.File)"}) {
+	if got := f.rec.take(); !slices.Equal(got, []string{"*bodystore.Section"}) {
 		t.Fatalf("the connection's ReadFrom saw %q, want the piece file once", got)
 	}
 	r = f.do("HEAD", "/vid")
@@ -128,7 +128,7 @@ func TestAGapBetweenPiecesIsAskedExactlyAndCombined(t *testing.T) {
 	f.rec.take()
 	r = f.get("/gap", "Range", rangeOf(9000, 50999))
 	expectBody(t, r, 206, "HIT; layer=l1", want[9000:51000])
-	if got := f.rec.take(); len(got) != 3 || got[0] != "*io.LimitedReader(*os.File)" {
+	if got := f.rec.take(); len(got) != 3 || got[0] != "*bodystore.Section" {
 		t.Fatalf("the connection's ReadFrom saw %q, want the three piece files", got)
 	}
 	expectOriginCount(t, f.origin, 3)
@@ -177,7 +177,7 @@ func TestPiecesCoveringTheRepresentationBecomeOneCompleteFile(t *testing.T) {
 	f.rec.take()
 	expectBody(t, f.get("/all"), 200, "HIT; layer=l1", want)
 	expectBody(t, f.get("/all", "Range", rangeOf(99000, 100999)), 206, "HIT; layer=l1", want[99000:101000])
-	if got := f.rec.take(); !slices.Equal(got, []string{"*io.LimitedReader(*os.File)", "*io.LimitedReader(*os.File)"}) {
+	if got := f.rec.take(); !slices.Equal(got, []string{"*bodystore.Section", "*bodystore.Section"}) {
 		t.Fatalf("the connection's ReadFrom saw %q, want the complete file twice", got)
 	}
 	expectOriginCount(t, f.origin, 2)
