@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -325,6 +326,12 @@ func TestPerPodOverridesThroughTheAPIServer(t *testing.T) {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
+	}
+	// The API server validates a resourceFieldRef: storing it proves
+	// it is accepted on the native sidecar.
+	if e, _ := envValue(sc, inject.EnvGOMAXPROCS); e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil ||
+		!equality.Semantic.DeepEqual(*e.ValueFrom.ResourceFieldRef, corev1.ResourceFieldSelector{ContainerName: inject.ContainerName, Resource: "limits.cpu", Divisor: resource.MustParse("1")}) {
+		t.Errorf("the stored sidecar's GOMAXPROCS is %+v, want a resourceFieldRef to its own limits.cpu, divisor 1", e)
 	}
 
 	for name, tc := range map[string]struct {

@@ -78,6 +78,9 @@ const (
 	// EnvControlPlaneCAPEM carries the PEM CA of the control plane's
 	// certificate (public): the sidecar connects with TLS when it is set.
 	EnvControlPlaneCAPEM = "TIERCACHE_CONTROL_PLANE_CA_PEM"
+	// EnvGOMAXPROCS is Go's own variable, set from the sidecar's CPU
+	// limit when it has one (see maxProcsEnv).
+	EnvGOMAXPROCS = "GOMAXPROCS"
 )
 
 // Secrets of a tier reach the sidecar as one projected volume that the

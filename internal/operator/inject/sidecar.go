@@ -141,7 +141,7 @@ func sidecarContainer(p Params, portName string, appPort int32, ov Overrides, dr
 			{Name: portName, ContainerPort: port, Protocol: corev1.ProtocolTCP},
 			{Name: AdminPortName, ContainerPort: admin, Protocol: corev1.ProtocolTCP},
 		},
-		Env:            env(p),
+		Env:            env(p, res),
 		Resources:      res,
 		VolumeMounts:   mounts,
 		ReadinessProbe: httpProbe("/readyz", admin, 2, 2),
@@ -164,7 +164,9 @@ func sidecarContainer(p Params, portName string, appPort int32, ov Overrides, dr
 	}, nil
 }
 
-func env(p Params) []corev1.EnvVar {
+// env is the sidecar's whole environment: nothing of the pod's is merged
+// into it, so each name is there once.
+func env(p Params, res corev1.ResourceRequirements) []corev1.EnvVar {
 	fieldRef := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{FieldPath: path},
@@ -174,6 +176,10 @@ func env(p Params) []corev1.EnvVar {
 		fieldRef(EnvPodName, "metadata.name"),
 		fieldRef(EnvPodNamespace, "metadata.namespace"),
 	}
+	// A zero CPU limit is none to the kubelet.
+	if limit, ok := res.Limits[corev1.ResourceCPU]; ok && limit.Sign() > 0 {
+		vars = append(vars, maxProcsEnv())
+	}
 	if p.ControlPlane != "" && len(p.ControlPlaneCA) > 0 {
 		vars = append(vars, corev1.EnvVar{Name: EnvControlPlaneCAPEM, Value: string(p.ControlPlaneCA)})
 	}
@@ -181,6 +187,27 @@ func env(p Params) []corev1.EnvVar {
 		vars = append(vars, corev1.EnvVar{Name: EnvInitialConfig, Value: string(p.InitialConfig)})
 	}
 	return vars
+}
+
+// maxProcsEnv sets GOMAXPROCS to the sidecar's CPU limit rounded up to
+// whole cores: the kubelet resolves a limits.cpu resourceFieldRef with
+// divisor 1 to its ceiling (500m → 1, 1500m → 2). Go's own default under
+// a CPU limit is the same ceiling but never below 2 (the runtime's
+// adjustCgroupGOMAXPROCS), so a sidecar limited to one core or less would
+// run two Ps and be throttled under load; one P takes a sixth to a
+// quarter less CPU per large hit (docs/benchmarks.md, "The scheduler's
+// share"). Envoy sizes its workers the same way. What Go's default would
+// do and this does not: cap the value at the node's CPU count, and follow
+// an in-place resize of the limit (the variable keeps the value the
+// container started with).
+func maxProcsEnv() corev1.EnvVar {
+	return corev1.EnvVar{Name: EnvGOMAXPROCS, ValueFrom: &corev1.EnvVarSource{
+		ResourceFieldRef: &corev1.ResourceFieldSelector{
+			ContainerName: ContainerName,
+			Resource:      "limits.cpu",
+			Divisor:       resource.MustParse("1"),
+		},
+	}}
 }
 
 func httpProbe(path string, port, period, failures int32) *corev1.Probe {
