@@ -9,7 +9,7 @@
 #
 #   1. in-process Go benchmarks of ./internal/... (go test -bench)
 #   2. warm hits, Tiercache vs nginx: 1 KiB, 100 KiB and 1 MiB bodies with
-#      `wrk -t2 -c64 --latency`; then 1 KiB with each server pinned to core 0
+#      `wrk -t2 -c64 --latency`; then 1 KiB and 100 KiB with each server pinned to core 0
 #      (nginx with one worker) and wrk to core 1; req/s, p50/p99 and server
 #      CPU µs per request (/proc utime+stime: the sidecar's process, nginx's
 #      master and workers; the origin is not counted); the sidecar with its
@@ -760,10 +760,13 @@ if want 2; then
   done
   stop_all
 
-  # The same 1 KiB hit with the server pinned to core 0 and wrk to core 1
-  # (nginx with one worker). The origin is not pinned: warm hits never
-  # reach it.
-  step "2. Warm 1 KiB hits, server pinned to core 0, wrk to core 1, $REPS repetitions interleaved"
+  # The same 1 KiB and 100 KiB hits with the server pinned to core 0 and
+  # wrk to core 1 (nginx with one worker; the sidecar's Go runtime sees
+  # one CPU and runs one P, as the injector's GOMAXPROCS makes it in a
+  # container limited to one core). The origin is not pinned: warm hits
+  # never reach it.
+  pinned_sizes=("1 KiB:b1k:1024" "100 KiB:b100k:102400")
+  step "2. Warm 1 KiB and 100 KiB hits, server pinned to core 0, wrk to core 1, $REPS repetitions interleaved"
   if ((NCPU < 2)); then
     echo "skipped: pinning needs 2 cores, this machine has $NCPU"
   else
@@ -775,11 +778,17 @@ if want 2; then
     SIDECAR_PREFIX=()
     start_nginx pinned-nginx 1 0
     servers=("tiercache|$SIDECAR|$SIDECAR_PID" "nginx|$NGINX|$NGINX_PID")
-    warm "$SIDECAR/bytes/b1k?size=1024&ttl=3600" "$NGINX/bytes/b1k?size=1024&ttl=3600"
+    for s in "${pinned_sizes[@]}"; do
+      IFS=: read -r label key bytes <<<"$s"
+      warm "$SIDECAR/bytes/$key?size=$bytes&ttl=3600" "$NGINX/bytes/$key?size=$bytes&ttl=3600"
+    done
     for rep in $(seq 1 "$REPS"); do
-      for srv in "${servers[@]}"; do
-        IFS="|" read -r name base pid <<<"$srv"
-        wrk_run "pinned-b1k-$name-$rep" "$base/bytes/b1k?size=1024&ttl=3600" "$name" "$pid" taskset -c 1
+      for s in "${pinned_sizes[@]}"; do
+        IFS=: read -r label key bytes <<<"$s"
+        for srv in "${servers[@]}"; do
+          IFS="|" read -r name base pid <<<"$srv"
+          wrk_run "pinned-$key-$name-$rep" "$base/bytes/$key?size=$bytes&ttl=3600" "$name" "$pid" taskset -c 1
+        done
       done
     done
     stop_all
@@ -1054,7 +1063,10 @@ commands() {
       IFS=: read -r label key bytes <<<"$s"
       row hits "$label, unpinned" "$out/hits-$key" "$REPS" "$CLK_TCK"
     done
-    if ((NCPU >= 2)); then row hits "1 KiB, server pinned to one core" "$out/pinned-b1k" "$REPS" "$CLK_TCK"; fi
+    if ((NCPU >= 2)); then
+      row hits "1 KiB, server pinned to one core" "$out/pinned-b1k" "$REPS" "$CLK_TCK"
+      row hits "100 KiB, server pinned to one core" "$out/pinned-b100k" "$REPS" "$CLK_TCK"
+    fi
     commands 2
   fi
   if want 3; then
