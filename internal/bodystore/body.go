@@ -27,7 +27,8 @@ type Body struct {
 // error matching fs.ErrNotExist (and the index forgets it); any other
 // mismatch an error wrapping ErrMismatch. Open counts as a use for the
 // LRU. A file served before is not opened again: its kept descriptor is
-// checked with fstat (handle.go).
+// checked with fstat (handle.go). Open does not retain key: the caller
+// may reuse its bytes.
 func (s *Store) Open(key string, ref entry.BodyFile) (*Body, error) {
 	b, ok, err := s.shared(key, ref)
 	if !ok {

@@ -85,6 +85,10 @@
 //     Descriptors are counted, so one is closed only when the last
 //     request reading it is done: a closed number reused by the next open
 //     would send another file's bytes (TestHitsNeverReadAnotherBodyUnderChurn).
+//     A kept descriptor holds its own copy of the key its file's header
+//     was checked against: the proxy's keys alias pooled buffers that the
+//     next request overwrites, and a hit on a kept descriptor is only
+//     checked against that key.
 //   - A write error (ENOSPC, EIO, EFBIG, budget) breaks the writer: every
 //     later Write and Commit returns it, followers get it; Abort (or the
 //     failed Commit itself) removes the temp file and releases the

@@ -3,6 +3,7 @@ package bodystore
 import (
 	"container/list"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -30,7 +31,7 @@ import (
 // which reports a file that is gone as gone and removes a damaged one.
 type handle struct {
 	fd   int
-	key  string // the key whose header check the file passed
+	key  string // the key whose header check the file passed, a copy of its own
 	refs atomic.Int32
 	el   *list.Element // in Store.kept while the store keeps it (s.mu)
 }
@@ -110,7 +111,7 @@ func (s *Store) shared(key string, ref entry.BodyFile) (b *Body, ok bool, err er
 // keeps it for the next hits when the file is in the index and has none
 // yet. The returned handle holds the caller's reference.
 func (s *Store) keep(fd int, key string, id [16]byte) *handle {
-	h := &handle{fd: fd, key: key}
+	h := &handle{fd: fd}
 	h.refs.Store(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -122,6 +123,10 @@ func (s *Store) keep(fd int, key string, id [16]byte) *handle {
 	if it.h != nil {
 		return h
 	}
+	// The key outlives this call: never the caller's string, which may
+	// alias a buffer the caller reuses (the proxy's pooled key buffers),
+	// or the key check of later hits would compare a key with itself.
+	h.key = strings.Clone(key)
 	h.refs.Add(1)
 	it.h = h
 	h.el = s.kept.PushFront(it)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
@@ -177,8 +178,12 @@ func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bo
 		return nil, false
 	}
 	wait := min(copySlotWait, cfg.Coalescing.Timeout.Std())
+	// The copy outlives a request that leaves: it gets a key of its own,
+	// never one that aliases the request's pooled key buffer (the next
+	// request's key would name its file).
+	ck := strings.Clone(key)
 	ch := p.copies.DoChan(string(ref.ID[:]), func() (any, error) {
-		return nil, p.copyBody(key, detach(e), wait)
+		return nil, p.copyBody(ck, detach(e), wait)
 	})
 	select {
 	case res := <-ch:
