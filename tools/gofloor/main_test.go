@@ -1,0 +1,72 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestEveryPipelinedRequestGetsTheWholeBody sends three requests in one
+// write and reads three complete responses of the body file's bytes.
+func TestEveryPipelinedRequestGetsTheWholeBody(t *testing.T) {
+	const size = 300 << 10 // more than one socket buffer's worth
+	path := filepath.Join(t.TempDir(), "body")
+	if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, ln, int(f.Fd()), size) }()
+	defer func() {
+		cancel()
+		ln.Close()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || n != size || resp.StatusCode != 200 {
+			t.Fatalf("response %d: status %d, %d bytes (%v), want 200 and %d", i, resp.StatusCode, n, err, size)
+		}
+	}
+}
+
+func TestListenMustBeLoopback(t *testing.T) {
+	err := run(context.Background(), []string{"--listen", "0.0.0.0:0"}, io.Discard)
+	if err == nil {
+		t.Fatal("a non-loopback --listen was accepted")
+	}
+}
