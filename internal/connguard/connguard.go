@@ -1,5 +1,6 @@
 // Package connguard refuses HTTP/1.1 requests whose message framing is
-// ambiguous, the raw material of request smuggling (RFC 9112 §6.3, §11.2).
+// ambiguous, the raw material of request smuggling (RFC 9112 §6.3, §11.2),
+// and closes clients that stop reading their responses (SendTimeout).
 //
 // net/http cannot do this on its own terms: when a request carries both
 // Content-Length and Transfer-Encoding: chunked it silently drops
@@ -18,7 +19,8 @@
 //		Handler:     connguard.Middleware(h), // outermost, so RequestURI is untouched
 //		ConnContext: connguard.ConnContext,
 //	}
-//	srv.Serve(connguard.Listener(ln)) // ln is the plaintext TCP listener
+//	// ln is the plaintext TCP listener
+//	srv.Serve(connguard.Listener(ln, connguard.SendTimeout(60*time.Second)))
 //
 // The tracker inspects the caller's buffer in place and never copies it.
 // Whatever it cannot follow (malformed framing, an HTTP/2 preface) makes
@@ -28,11 +30,23 @@
 // queues stay bounded however many requests a client sends in one write
 // (see maxPending).
 //
-// Writes go straight through, with one exception a handler asks for:
+// Writes go straight through (but for the send timeout, below), with one
+// exception a handler asks for:
 // BodyFollows sends the response header it is about to flush with
 // MSG_MORE, so that the header leaves in one segment with the body that
 // sendfile sends next (ReadFrom stays the TCP connection's, or sends a
 // FileRegion itself), and Push sends a header that nothing followed.
+//
+// The connection also owns the one bound net/http lacks for a cache, the
+// send timeout (SendTimeout, nginx's send_timeout): a client that takes
+// no byte of a response for that long is closed, one that reads slowly
+// but steadily never is. net/http's WriteTimeout bounds a whole response
+// instead, which would cut a large download. Only the connection sees
+// each piece of progress (a partial write, a chunk of sendfile), so it
+// re-arms the write deadline there: Write, writeSteady for large writes,
+// sendRegion and sendFile for files handed to ReadFrom (which, under a
+// send timeout, sends files itself rather than through the TCP
+// connection's ReadFrom). Detach, for a hijacked connection, ends it.
 //
 // Listener must wrap a plaintext listener: wrapping a TLS listener would
 // hide the *tls.Conn from net/http (no r.TLS, no ALPN).
