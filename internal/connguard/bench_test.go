@@ -64,15 +64,18 @@ func BenchmarkTrackerCLBody(b *testing.B) {
 }
 
 // BenchmarkServerGET puts the tracker's cost next to the whole request
-// path: keep-alive GETs over loopback with and without the guard.
+// path: keep-alive GETs over loopback with and without the guard, and
+// with the sidecar's send timeout (an arming per write, a timer update at
+// most every 7.5 s).
 func BenchmarkServerGET(b *testing.B) {
 	req := getRequest1KiB()
-	for _, guarded := range []bool{false, true} {
-		name := "plain"
-		if guarded {
-			name = "guarded"
+	for _, mode := range []string{"plain", "guarded", "guarded+send"} {
+		guarded := mode != "plain"
+		var opts []Option
+		if mode == "guarded+send" {
+			opts = append(opts, SendTimeout(DefaultSendTimeout))
 		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(mode, func(b *testing.B) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
@@ -83,7 +86,7 @@ func BenchmarkServerGET(b *testing.B) {
 			srv := &http.Server{Handler: h}
 			if guarded {
 				srv.Handler, srv.ConnContext = Middleware(h), ConnContext
-				ln = Listener(ln)
+				ln = Listener(ln, opts...)
 			}
 			done := make(chan error, 1)
 			go func() { done <- srv.Serve(ln) }()

@@ -1,5 +1,6 @@
 // Package connguard refuses HTTP/1.1 requests whose message framing is
-// ambiguous, the raw material of request smuggling (RFC 9112 §6.3, §11.2).
+// ambiguous, the raw material of request smuggling (RFC 9112 §6.3, §11.2),
+// and closes clients that stop reading their responses (SendTimeout).
 //
 // net/http cannot do this on its own terms: when a request carries both
 // Content-Length and Transfer-Encoding: chunked it silently drops
@@ -18,7 +19,8 @@
 //		Handler:     connguard.Middleware(h), // outermost, so RequestURI is untouched
 //		ConnContext: connguard.ConnContext,
 //	}
-//	srv.Serve(connguard.Listener(ln)) // ln is the plaintext TCP listener
+//	// ln is the plaintext TCP listener
+//	srv.Serve(connguard.Listener(ln, connguard.SendTimeout(60*time.Second)))
 //
 // The tracker inspects the caller's buffer in place and never copies it.
 // Whatever it cannot follow (malformed framing, an HTTP/2 preface) makes
@@ -28,11 +30,23 @@
 // queues stay bounded however many requests a client sends in one write
 // (see maxPending).
 //
-// Writes go straight through, with one exception a handler asks for:
+// Writes go straight through (but for the send timeout, below), with one
+// exception a handler asks for:
 // BodyFollows sends the response header it is about to flush with
 // MSG_MORE, so that the header leaves in one segment with the body that
 // sendfile sends next (ReadFrom stays the TCP connection's, or sends a
 // FileRegion itself), and Push sends a header that nothing followed.
+//
+// The connection also owns the one bound net/http lacks for a cache, the
+// send timeout (SendTimeout, nginx's send_timeout): a client that takes
+// no byte of a response for that long is closed, one that reads slowly
+// but steadily never is. net/http's WriteTimeout bounds a whole response
+// instead, which would cut a large download. Only the connection sees
+// each piece of progress (a partial write, a chunk of sendfile), so it
+// re-arms the write deadline there: Write, writeSteady for large writes,
+// sendRegion and sendFile for files handed to ReadFrom (which, under a
+// send timeout, sends files itself rather than through the TCP
+// connection's ReadFrom). Detach, for a hijacked connection, ends it.
 //
 // Listener must wrap a plaintext listener: wrapping a TLS listener would
 // hide the *tls.Conn from net/http (no r.TLS, no ALPN).
@@ -42,17 +56,26 @@ import (
 	"context"
 	"io"
 	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
 )
 
 // Listener returns a listener whose connections pass every byte read
 // through a request-framing tracker. Use it with ConnContext and
-// Middleware; on its own it changes nothing a handler can see.
-func Listener(l net.Listener) net.Listener {
-	return &listener{Listener: l}
+// Middleware; on its own it changes nothing a handler can see. With
+// SendTimeout its connections also close a client that stops reading.
+func Listener(l net.Listener, opts ...Option) net.Listener {
+	gl := &listener{Listener: l}
+	for _, o := range opts {
+		o(gl)
+	}
+	return gl
 }
 
 type listener struct {
 	net.Listener
+	sendTimeout time.Duration
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -60,7 +83,12 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c, t: tracker{limit: noLimit}}, nil
+	gc := &conn{Conn: c, t: tracker{limit: noLimit}, sendTimeout: l.sendTimeout}
+	if sc, ok := c.(syscall.Conn); ok {
+		// Once per connection rather than per use: SyscallConn allocates.
+		gc.raw, _ = sc.SyscallConn()
+	}
+	return gc, nil
 }
 
 // conn is a net.Conn whose reads feed its tracker. Writes go straight
@@ -68,13 +96,24 @@ func (l *listener) Accept() (net.Conn, error) {
 type conn struct {
 	net.Conn
 	t tracker
+	// raw is the socket's, for writes net does not offer (MSG_MORE,
+	// sendfile from an offset, progress seen per partial write); nil when
+	// the connection has no socket.
+	raw syscall.RawConn
 	// more and unpushed: see BodyFollows. Only the goroutine that serves
 	// the connection's requests touches them (net/http writes a response
 	// from the handler's goroutine).
 	more, unpushed bool
+	// sendTimeout and rearm: see SendTimeout and arm. rearm is touched by
+	// the goroutine that writes the connection's responses only, and
+	// never after detached is set.
+	sendTimeout time.Duration
+	rearm       time.Time
+	detached    atomic.Bool
 }
 
 func (c *conn) Write(p []byte) (int, error) {
+	c.arm()
 	if c.more {
 		c.more = false
 		if n, ok, err := c.writeMore(p); ok {
@@ -83,6 +122,11 @@ func (c *conn) Write(p []byte) (int, error) {
 		}
 	}
 	c.unpushed = false // a write without MSG_MORE pushes what was held
+	if len(p) > steadyWrite && c.sending() {
+		if n, ok, err := c.writeSteady(p); ok {
+			return n, err
+		}
+	}
 	return c.Conn.Write(p)
 }
 
@@ -113,13 +157,30 @@ func (c *conn) CloseWrite() error {
 // which it sends itself from the region's offset
 // (TestAFileRegionIsSentWithSendfileFromItsOffset). It only writes, so
 // the tracker is not involved.
+//
+// Under a send timeout the connection sends files itself too (an
+// *os.File, or an *io.LimitedReader of one: what bodystore's
+// Follower.WriteTo hands over for each grown piece of a fill), with
+// sendfile from the file's own offset as net does, so that every chunk
+// of progress re-arms the deadline: a long sendfile to a steady reader is
+// never cut, a stalled one ends within the timeout. Any other reader is
+// copied through Write, which arms per write. Splice from a socket (a
+// source no response of the sidecar has) is then not used.
 func (c *conn) ReadFrom(r io.Reader) (n int64, err error) {
+	sending := c.sending()
+	if sending {
+		c.arm()
+	}
 	handled := false
 	if fr, ok := r.(FileRegion); ok {
-		n, handled, err = c.sendRegion(fr)
+		n, handled, err = c.sendRegion(fr, sending)
+	} else if sending {
+		n, handled, err = c.sendFile(r)
 	}
 	switch rf, ok := c.Conn.(io.ReaderFrom); {
 	case handled:
+	case sending:
+		n, err = io.Copy(writerOnly{c}, r)
 	case ok:
 		n, err = rf.ReadFrom(r)
 	default:
@@ -173,10 +234,21 @@ func connFrom(ctx context.Context) *conn {
 // after 101 Switching Protocols): its bytes are no longer HTTP requests,
 // and following them would only cost time. The connection is never handed
 // back to net/http, so nothing is refused that could have been served.
+//
+// Detach also ends the send timeout (SendTimeout): the new protocol keeps
+// its own time (the proxy's upgrade path closes a tunnel idle either
+// way), and a peer of a WebSocket may rightly take nothing for longer.
+// The write deadline is lifted (net/http's Hijack lifted it already), and
+// no write arms it again.
 func Detach(ctx context.Context) {
-	if t := trackerFrom(ctx); t != nil {
-		t.mu.Lock()
-		t.die()
-		t.mu.Unlock()
+	c := connFrom(ctx)
+	if c == nil {
+		return
+	}
+	c.t.mu.Lock()
+	c.t.die()
+	c.t.mu.Unlock()
+	if c.sendTimeout > 0 && !c.detached.Swap(true) {
+		_ = c.Conn.SetWriteDeadline(time.Time{})
 	}
 }

@@ -8,16 +8,11 @@ import (
 // writeMore writes p with MSG_MORE; ok is false when the connection has
 // no socket to do it on (nothing was written then).
 func (c *conn) writeMore(p []byte) (n int, ok bool, err error) {
-	sc, isSock := c.Conn.(syscall.Conn)
-	if !isSock {
-		return 0, false, nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	if c.raw == nil {
 		return 0, false, nil
 	}
 	var werr error
-	err = rc.Write(func(fd uintptr) bool {
+	err = c.raw.Write(func(fd uintptr) bool {
 		for n < len(p) {
 			m, err := syscall.SendmsgN(int(fd), p[n:], nil, nil, syscall.MSG_MORE|syscall.MSG_NOSIGNAL)
 			switch err {
@@ -42,15 +37,10 @@ func (c *conn) writeMore(p []byte) (n int, ok bool, err error) {
 // push sends what MSG_MORE held back: setting TCP_NODELAY (which net sets
 // on every TCP connection already) pushes the pending segments.
 func (c *conn) push() {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
+	if c.raw == nil {
 		return
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Control(func(fd uintptr) {
+	_ = c.raw.Control(func(fd uintptr) {
 		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
 	})
 }

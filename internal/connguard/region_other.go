@@ -2,4 +2,8 @@
 
 package connguard
 
-func (c *conn) sendRegion(FileRegion) (int64, bool, error) { return 0, false, nil }
+import "io"
+
+func (c *conn) sendRegion(FileRegion, bool) (int64, bool, error) { return 0, false, nil }
+
+func (c *conn) sendFile(io.Reader) (int64, bool, error) { return 0, false, nil }

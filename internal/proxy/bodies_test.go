@@ -84,7 +84,9 @@ func newFileFixture(t *testing.T, cfgYAML string, o *origin, bo bodystore.Option
 			}
 			return connguard.ConnContext(ctx, c)
 		}
-		srv.Listener = &recordingListener{Listener: connguard.Listener(srv.Listener), log: log}
+		// With the sidecar's default send timeout, so that file bodies
+		// take the path they take in production (re-armed sendfile).
+		srv.Listener = &recordingListener{Listener: connguard.Listener(srv.Listener, connguard.SendTimeout(connguard.DefaultSendTimeout)), log: log}
 		srv.Start()
 		return srv
 	})

@@ -70,6 +70,10 @@ type Options struct {
 	// Limits of upgraded (WebSocket) connections.
 	MaxUpgraded        int
 	UpgradeIdleTimeout time.Duration
+	// SendTimeout closes a client connection that takes no byte of a
+	// response for this long (connguard.SendTimeout; nginx's
+	// send_timeout).
+	SendTimeout time.Duration
 	// Rate limit of admin purges.
 	PurgeRate  float64
 	PurgeBurst int
@@ -121,6 +125,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
 	fs.IntVar(&o.MaxUpgraded, "max-upgraded-connections", proxy.DefaultMaxUpgraded, "most upgraded (WebSocket) connections open at once; more get 503")
 	fs.DurationVar(&o.UpgradeIdleTimeout, "upgrade-idle-timeout", proxy.DefaultUpgradeIdle, "close an upgraded (WebSocket) connection after this long without a byte either way")
+	fs.DurationVar(&o.SendTimeout, "send-timeout", connguard.DefaultSendTimeout, "close a client connection that takes no byte of a response for this long (between two writes, not for the whole response: a slow but steady download is served); at least 1s")
 	fs.Float64Var(&o.PurgeRate, "purge-rate", 10, "purges accepted per second, admin POST /purge and serving-port PURGE together (token bucket; 0 = no limit); a purge of everything takes the whole burst")
 	fs.IntVar(&o.PurgeBurst, "purge-burst", 50, "purges (both ports) accepted in a burst above --purge-rate")
 	fs.StringVar(&o.BodyDir, "body-dir", "", "directory for bodies above the tier's bodyStore.threshold, kept as files and served with sendfile (made 0700 when missing; in a pod the operator's emptyDir); none = bodies above l1.maxEntrySize stream through uncached")
@@ -187,6 +192,12 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	if o.UpgradeIdleTimeout < time.Second {
 		return o, errors.New("--upgrade-idle-timeout: must be >= 1s")
+	}
+	if o.SendTimeout < time.Second {
+		// nginx's send_timeout has no "off" either: a client that never
+		// reads must not hold a connection, a goroutine and a body
+		// file's descriptor for ever.
+		return o, fmt.Errorf("--send-timeout: must be >= 1s (got %s)", o.SendTimeout)
 	}
 	if o.PurgeRate < 0 {
 		return o, errors.New("--purge-rate: must be >= 0")
@@ -446,7 +457,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- serve.Serve(connguard.Listener(serveLn)) }()
+	go func() { errc <- serve.Serve(connguard.Listener(serveLn, connguard.SendTimeout(o.SendTimeout))) }()
 	go func() { errc <- admin.Serve(adminLn) }()
 
 	cpCtx, cpCancel := context.WithCancel(ctx)

@@ -44,6 +44,8 @@ func TestBadArgumentsAreErrorsThatNameTheirSource(t *testing.T) {
 		"a malformed env duration":    {[]string{"--upstream", "http://x:1"}, map[string]string{"TIERCACHE_SHUTDOWN_TIMEOUT": "soon"}, "TIERCACHE_SHUTDOWN_TIMEOUT"},
 		"a stray positional argument": {[]string{"--upstream", "http://x:1", "extra"}, nil, "unexpected arguments"},
 		"a tiny header limit":         {[]string{"--upstream", "http://x:1", "--max-header-bytes", "10"}, nil, "--max-header-bytes"},
+		"a send timeout under 1s":     {[]string{"--upstream", "http://x:1", "--send-timeout", "500ms"}, nil, "--send-timeout: must be >= 1s"},
+		"no send timeout":             {[]string{"--upstream", "http://x:1"}, map[string]string{"TIERCACHE_SEND_TIMEOUT": "0s"}, "--send-timeout: must be >= 1s"},
 	}
 	for name, c := range cases {
 		_, err := ParseArgs(c.args, func(k string) string { return c.env[k] }, io.Discard)
