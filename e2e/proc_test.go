@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -147,6 +150,12 @@ func containerEnv(ctx context.Context, c client.Client, pod *corev1.Pod, ctr *co
 				default:
 					return nil, fmt.Errorf("env %s: field %s not supported by the test's kubelet", e.Name, src.FieldRef.FieldPath)
 				}
+			case src.ResourceFieldRef != nil:
+				cpus, err := cpuLimit(pod, ctr, src.ResourceFieldRef)
+				if err != nil {
+					return nil, fmt.Errorf("env %s: %w", e.Name, err)
+				}
+				v = strconv.FormatInt(cpus, 10)
 			case src.SecretKeyRef != nil:
 				var s corev1.Secret
 				if err := c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: src.SecretKeyRef.Name}, &s); err != nil {
@@ -164,6 +173,35 @@ func containerEnv(ctx context.Context, c client.Client, pod *corev1.Pod, ctr *co
 		out = append(out, e.Name+"="+v)
 	}
 	return out, nil
+}
+
+// cpuLimit resolves a resourceFieldRef to limits.cpu with divisor 1 as
+// the kubelet does: the named container's CPU limit rounded up to whole
+// cores, or the machine's CPUs when it has none (the kubelet's node
+// allocatable).
+func cpuLimit(pod *corev1.Pod, ctr *corev1.Container, ref *corev1.ResourceFieldSelector) (int64, error) {
+	if ref.Resource != "limits.cpu" || (!ref.Divisor.IsZero() && ref.Divisor.Cmp(resource.MustParse("1")) != 0) {
+		return 0, fmt.Errorf("resource %s with divisor %s not supported by the test's kubelet", ref.Resource, ref.Divisor.String())
+	}
+	target := ctr
+	if ref.ContainerName != "" && ref.ContainerName != ctr.Name {
+		target = nil
+		for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for i := range list {
+				if list[i].Name == ref.ContainerName {
+					target = &list[i]
+				}
+			}
+		}
+		if target == nil {
+			return 0, fmt.Errorf("no container %s", ref.ContainerName)
+		}
+	}
+	limit, ok := target.Resources.Limits[corev1.ResourceCPU]
+	if !ok {
+		return int64(runtime.NumCPU()), nil
+	}
+	return (limit.MilliValue() + 999) / 1000, nil
 }
 
 // rewriteArgs replaces the values of the named --flag=value arguments,
@@ -190,4 +228,41 @@ func rewriteArgs(t *testing.T, args []string, repl map[string]string) []string {
 		}
 	}
 	return out
+}
+
+func TestTheTestKubeletResolvesTheCPULimitAsTheKubeletDoes(t *testing.T) {
+	limited := func(name, cpu string) corev1.Container {
+		c := corev1.Container{Name: name}
+		if cpu != "" {
+			c.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+		}
+		return c
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{limited("tiercache", "500m")},
+		Containers:     []corev1.Container{limited("app", "1500m"), limited("free", "")},
+	}}
+	one := resource.MustParse("1")
+	tests := map[string]struct {
+		ctr     *corev1.Container
+		ref     corev1.ResourceFieldSelector
+		want    int64
+		refused bool
+	}{
+		"half a core is one":                            {ctr: &pod.Spec.InitContainers[0], ref: corev1.ResourceFieldSelector{Resource: "limits.cpu", Divisor: one}, want: 1},
+		"a core and a half is two":                      {ctr: &pod.Spec.Containers[0], ref: corev1.ResourceFieldSelector{Resource: "limits.cpu"}, want: 2},
+		"a named container's limit is its own":          {ctr: &pod.Spec.Containers[0], ref: corev1.ResourceFieldSelector{ContainerName: "tiercache", Resource: "limits.cpu", Divisor: one}, want: 1},
+		"no limit is the machine's CPUs":                {ctr: &pod.Spec.Containers[1], ref: corev1.ResourceFieldSelector{Resource: "limits.cpu"}, want: int64(runtime.NumCPU())},
+		"a divisor of a millicore is not played":        {ctr: &pod.Spec.Containers[0], ref: corev1.ResourceFieldSelector{Resource: "limits.cpu", Divisor: resource.MustParse("1m")}, refused: true},
+		"memory is not played":                          {ctr: &pod.Spec.Containers[0], ref: corev1.ResourceFieldSelector{Resource: "limits.memory"}, refused: true},
+		"a container the pod does not have is an error": {ctr: &pod.Spec.Containers[0], ref: corev1.ResourceFieldSelector{ContainerName: "gone", Resource: "limits.cpu"}, refused: true},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := cpuLimit(pod, tt.ctr, &tt.ref)
+			if (err != nil) != tt.refused || (!tt.refused && got != tt.want) {
+				t.Fatalf("cpuLimit = %d, %v; want %d (refused: %v)", got, err, tt.want, tt.refused)
+			}
+		})
+	}
 }
