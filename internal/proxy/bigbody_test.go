@@ -73,7 +73,8 @@ func heapPeak(stop <-chan struct{}) <-chan uint64 {
 // TestA1GiBBodyIsFilledAndServedInBoundedMemory streams a generated 1 GiB
 // body (256 MiB under the race detector) through a fill and a hit and
 // checks that the heap of the whole test process (origin, proxy and
-// client) never grows by more than 32 MiB.
+// client) never grows by more than 32 MiB (64 MiB, a quarter of the body,
+// under the race detector).
 func TestA1GiBBodyIsFilledAndServedInBoundedMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("moves a 1 GiB body")
@@ -131,8 +132,16 @@ func TestA1GiBBodyIsFilledAndServedInBoundedMemory(t *testing.T) {
 	get("HIT; layer=l1")
 	grew := int64(done()) - int64(base.HeapInuse)
 	t.Logf("%d MiB filled and served; heap in use grew by at most %.1f MiB", n>>20, float64(grew)/(1<<20))
-	if grew > 32<<20 {
-		t.Fatalf("the heap grew by %d MiB moving a %d MiB body", grew>>20, n>>20)
+	// Under the race detector in a loaded make test run the collector
+	// lags by more than alone (39 and 41 MiB seen, 10-18 alone): the bound
+	// there is a quarter of the 256 MiB body, which a body held in memory,
+	// or a quarter of it, still exceeds.
+	bound := int64(32 << 20)
+	if raceEnabled {
+		bound = n / 4
+	}
+	if grew > bound {
+		t.Fatalf("the heap grew by %d MiB moving a %d MiB body (bound %d MiB)", grew>>20, n>>20, bound>>20)
 	}
 }
 
