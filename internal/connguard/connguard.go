@@ -84,6 +84,9 @@ func (l *listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	gc := &conn{Conn: c, t: tracker{limit: noLimit}, sendTimeout: l.sendTimeout}
+	if gc.sendTimeout > 0 {
+		gc.born = time.Now()
+	}
 	if sc, ok := c.(syscall.Conn); ok {
 		// Once per connection rather than per use: SyscallConn allocates.
 		gc.raw, _ = sc.SyscallConn()
@@ -104,11 +107,16 @@ type conn struct {
 	// the connection's requests touches them (net/http writes a response
 	// from the handler's goroutine).
 	more, unpushed bool
-	// sendTimeout and rearm: see SendTimeout and arm. rearm is touched by
-	// the goroutine that writes the connection's responses only, and
-	// never after detached is set.
+	// sendTimeout, born and rearm: see SendTimeout and arm. rearm is
+	// when (on the monotonic clock, since born) arm next sets the write
+	// deadline; arm moves it forward, and any other setting of the
+	// deadline (SetWriteDeadline, SetDeadline: net/http lifts it after
+	// every response) sets it back to 0, so that the next write arms.
+	// Atomic: a handler may set a deadline (http.ResponseController)
+	// from another goroutine than the one that writes.
 	sendTimeout time.Duration
-	rearm       time.Time
+	born        time.Time
+	rearm       atomic.Int64
 	detached    atomic.Bool
 }
 
