@@ -57,8 +57,8 @@ type copyResult struct {
 //   - /chunks: 32 KiB Writes, each flushed (a streamed pass-through);
 //
 // and reports every copy's outcome on results; /small is smallBody bytes
-// in one Write (a small hit), which reports nothing. timeout 0: no send
-// timeout.
+// in one Write (a small hit), and a POST is answered with its own body:
+// neither reports. timeout 0: no send timeout.
 func sendServer(t *testing.T, timeout time.Duration) (addr string, content []byte, results chan copyResult) {
 	t.Helper()
 	content = make([]byte, bigBody)
@@ -78,6 +78,16 @@ func sendServer(t *testing.T, timeout time.Duration) (addr string, content []byt
 	var reads atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/octet-stream")
+		if r.Method == http.MethodPost { // echoes its body (100-continue)
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			_, _ = w.Write(b)
+			return
+		}
 		if r.URL.Path == "/small" { // a response the socket buffers hold whole
 			w.Header().Set("Content-Length", strconv.Itoa(smallBody))
 			_, _ = w.Write(content[:smallBody])
