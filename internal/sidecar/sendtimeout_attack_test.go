@@ -194,3 +194,46 @@ func TestAStreamWhoseOriginIsIdleLongerThanTheSendTimeoutIsNotCut(t *testing.T) 
 		t.Fatalf("the stream took %s, less than the origin's pause: the test proves nothing", took)
 	}
 }
+
+// TestASlowlorisIsClosedByTheHeaderTimeout: a client that sends its
+// request header a byte a second is the read side's affair, which the
+// send timeout (a write deadline) does not touch: the serving port's
+// ReadHeaderTimeout (10 s) closes it, with no answer, and not before.
+func TestASlowlorisIsClosedByTheHeaderTimeout(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a request reached the origin: %s", r.URL)
+	}))
+	defer origin.Close()
+	s := start(t, origin.URL, "--send-timeout", "1s")
+	defer s.stop(t)
+	c, err := net.Dial("tcp", s.addrs.Serve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if _, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: "+testHost+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	header := strings.Repeat("X-Slow: loris\r\n", 2)
+	var b [1]byte
+	for i := 0; i < len(header); i++ {
+		// A read that waits a second paces the bytes and sees the close.
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := c.Read(b[:])
+		if n > 0 {
+			t.Fatalf("the sidecar answered a header still being sent (%q...)", b[:n])
+		}
+		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			took := time.Since(start)
+			if took < 9500*time.Millisecond || took > 15*time.Second {
+				t.Fatalf("the connection ended after %s (%v), want about 10 s (ReadHeaderTimeout)", took, err)
+			}
+			return
+		}
+		if _, err := c.Write([]byte{header[i]}); err != nil {
+			t.Fatalf("after %s: %v", time.Since(start), err)
+		}
+	}
+	t.Fatalf("the connection was still open after %s of a header sent a byte a second", time.Since(start))
+}
