@@ -46,7 +46,10 @@
 // re-arms the write deadline there: Write, writeSteady for large writes,
 // sendRegion and sendFile for files handed to ReadFrom (which, under a
 // send timeout, sends files itself rather than through the TCP
-// connection's ReadFrom). Detach, for a hijacked connection, ends it.
+// connection's ReadFrom). net/http lifts the write deadline after every
+// response (and at Hijack) through SetWriteDeadline and SetDeadline,
+// which the connection notes, so that the next response's first write
+// arms it afresh. Detach, for a hijacked connection, ends it.
 //
 // Listener must wrap a plaintext listener: wrapping a TLS listener would
 // hide the *tls.Conn from net/http (no r.TLS, no ALPN).
