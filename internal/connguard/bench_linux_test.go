@@ -102,7 +102,7 @@ func BenchmarkArm(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer nc.Close()
-	c := &conn{Conn: nc, sendTimeout: DefaultSendTimeout}
+	c := &conn{Conn: nc, sendTimeout: DefaultSendTimeout, born: time.Now()}
 	b.Run("throttled", func(b *testing.B) {
 		for b.Loop() {
 			c.arm()
@@ -110,7 +110,7 @@ func BenchmarkArm(b *testing.B) {
 	})
 	b.Run("every", func(b *testing.B) {
 		for b.Loop() {
-			c.rearm = time.Time{}
+			c.rearm.Store(0)
 			c.arm()
 		}
 	})

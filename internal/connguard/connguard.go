@@ -46,7 +46,10 @@
 // re-arms the write deadline there: Write, writeSteady for large writes,
 // sendRegion and sendFile for files handed to ReadFrom (which, under a
 // send timeout, sends files itself rather than through the TCP
-// connection's ReadFrom). Detach, for a hijacked connection, ends it.
+// connection's ReadFrom). net/http lifts the write deadline after every
+// response (and at Hijack) through SetWriteDeadline and SetDeadline,
+// which the connection notes, so that the next response's first write
+// arms it afresh. Detach, for a hijacked connection, ends it.
 //
 // Listener must wrap a plaintext listener: wrapping a TLS listener would
 // hide the *tls.Conn from net/http (no r.TLS, no ALPN).
@@ -84,6 +87,9 @@ func (l *listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	gc := &conn{Conn: c, t: tracker{limit: noLimit}, sendTimeout: l.sendTimeout}
+	if gc.sendTimeout > 0 {
+		gc.born = time.Now()
+	}
 	if sc, ok := c.(syscall.Conn); ok {
 		// Once per connection rather than per use: SyscallConn allocates.
 		gc.raw, _ = sc.SyscallConn()
@@ -104,11 +110,16 @@ type conn struct {
 	// the connection's requests touches them (net/http writes a response
 	// from the handler's goroutine).
 	more, unpushed bool
-	// sendTimeout and rearm: see SendTimeout and arm. rearm is touched by
-	// the goroutine that writes the connection's responses only, and
-	// never after detached is set.
+	// sendTimeout, born and rearm: see SendTimeout and arm. rearm is
+	// when (on the monotonic clock, since born) arm next sets the write
+	// deadline; arm moves it forward, and any other setting of the
+	// deadline (SetWriteDeadline, SetDeadline: net/http lifts it after
+	// every response) sets it back to 0, so that the next write arms.
+	// Atomic: a handler may set a deadline (http.ResponseController)
+	// from another goroutine than the one that writes.
 	sendTimeout time.Duration
-	rearm       time.Time
+	born        time.Time
+	rearm       atomic.Int64
 	detached    atomic.Bool
 }
 

@@ -42,19 +42,40 @@ func (c *conn) sending() bool {
 // timer update per call; so that a keep-alive connection answering many
 // small hits does not pay it per write, arm sets the deadline to now +
 // timeout + slack (slack = timeout/8) and skips re-arming while its last
-// arming is younger than slack. Whenever it skips, the deadline is still
-// more than timeout away; so a client that stops reading is closed after
-// between timeout and timeout + slack (60 s to 67.5 s by default). One
-// time.Now per call, none when the send timeout does not apply.
+// arming is younger than slack. Whenever it skips, the deadline it set
+// is still more than timeout away, unless someone else set the deadline
+// since: net/http lifts it after every response (and at Hijack), which
+// SetWriteDeadline and SetDeadline record, so that the next response's
+// first write arms again. So a client that stops reading is closed
+// after between timeout and timeout + slack (60 s to 67.5 s by
+// default). One time.Now per call, none when the send timeout does not
+// apply.
 func (c *conn) arm() {
 	if !c.sending() {
 		return
 	}
 	now := time.Now()
-	if now.Before(c.rearm) {
+	at := int64(now.Sub(c.born)) // monotonic: a step of the wall clock does not matter
+	if at < c.rearm.Load() {
 		return
 	}
 	slack := c.sendTimeout / armSlack
-	c.rearm = now.Add(slack)
+	c.rearm.Store(at + int64(slack))
 	_ = c.Conn.SetWriteDeadline(now.Add(c.sendTimeout + slack))
+}
+
+// SetWriteDeadline sets the connection's write deadline, which replaces
+// the send timeout's until the next write arms it again (see arm).
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	err := c.Conn.SetWriteDeadline(t)
+	c.rearm.Store(0)
+	return err
+}
+
+// SetDeadline sets both deadlines; as for SetWriteDeadline, the next
+// write arms the send timeout again.
+func (c *conn) SetDeadline(t time.Time) error {
+	err := c.Conn.SetDeadline(t)
+	c.rearm.Store(0)
+	return err
 }

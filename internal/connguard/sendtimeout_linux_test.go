@@ -21,6 +21,7 @@ const (
 	testSendTimeout = 300 * time.Millisecond
 	bigBody         = 4 << 20
 	smallSocketBuf  = 32 << 10
+	smallBody       = 1 << 10
 )
 
 // smallBufListener shrinks every accepted socket's send buffer (which
@@ -53,10 +54,11 @@ type copyResult struct {
 //   - /file: an *io.LimitedReader of an *os.File, as bodystore's
 //     Follower.WriteTo hands over a fill's file, to ReadFrom as well;
 //   - /mem: one Write of the whole body (an in-memory hit);
-//   - /chunks: 32 KiB Writes, each flushed (a streamed pass-through).
+//   - /chunks: 32 KiB Writes, each flushed (a streamed pass-through);
 //
-// and reports every copy's outcome on results. timeout 0: no send
-// timeout.
+// and reports every copy's outcome on results; /small is smallBody bytes
+// in one Write (a small hit), and a POST is answered with its own body:
+// neither reports. timeout 0: no send timeout.
 func sendServer(t *testing.T, timeout time.Duration) (addr string, content []byte, results chan copyResult) {
 	t.Helper()
 	content = make([]byte, bigBody)
@@ -76,6 +78,21 @@ func sendServer(t *testing.T, timeout time.Duration) (addr string, content []byt
 	var reads atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/octet-stream")
+		if r.Method == http.MethodPost { // echoes its body (100-continue)
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			_, _ = w.Write(b)
+			return
+		}
+		if r.URL.Path == "/small" { // a response the socket buffers hold whole
+			w.Header().Set("Content-Length", strconv.Itoa(smallBody))
+			_, _ = w.Write(content[:smallBody])
+			return
+		}
 		w.Header().Set("Content-Length", strconv.Itoa(bigBody))
 		w.WriteHeader(http.StatusOK)
 		start := time.Now()
