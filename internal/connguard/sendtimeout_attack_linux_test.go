@@ -239,16 +239,7 @@ func TestDetachDuringAWriteOnAnotherGoroutineLiftsItsDeadline(t *testing.T) {
 		Detach(r.Context())
 		written <- <-wrote
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: Middleware(h), ConnContext: ConnContext, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(Listener(smallBufListener{ln}, SendTimeout(testSendTimeout))) }()
-	defer shutdown(t, srv, done)
-
-	c := dialSmall(t, ln.Addr().String())
+	c := dialSmall(t, serveSmall(t, h, testSendTimeout))
 	br := bufio.NewReaderSize(c, 4096)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\nGET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n"); err != nil {

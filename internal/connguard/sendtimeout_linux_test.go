@@ -129,24 +129,29 @@ func sendServer(t *testing.T, timeout time.Duration) (addr string, content []byt
 		}
 		results <- copyResult{r.URL.Path, n, err, time.Since(start)}
 	})
+	addr = serveSmall(t, h, timeout)
+	t.Cleanup(func() { // before serveSmall's shutdown
+		if reads.Load() != 0 {
+			t.Errorf("the region was read %d times: not sent with sendfile", reads.Load())
+		}
+	})
+	return addr, content, results
+}
+
+// serveSmall serves h through a guarded listener with the send timeout
+// and small socket buffers (smallBufListener) until the test ends, and
+// returns its address.
+func serveSmall(t *testing.T, h http.Handler, timeout time.Duration) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{
-		Handler:           Middleware(h),
-		ConnContext:       ConnContext,
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	srv := &http.Server{Handler: Middleware(h), ConnContext: ConnContext, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(Listener(smallBufListener{ln}, SendTimeout(timeout))) }()
-	t.Cleanup(func() {
-		if reads.Load() != 0 {
-			t.Errorf("the region was read %d times: not sent with sendfile", reads.Load())
-		}
-		shutdown(t, srv, done)
-	})
-	return ln.Addr().String(), content, results
+	t.Cleanup(func() { shutdown(t, srv, done) })
+	return ln.Addr().String()
 }
 
 // dialSmall connects with a small receive buffer, so that little of a
@@ -311,16 +316,7 @@ func TestAHijackedConnectionIsNotBoundByTheSendTimeout(t *testing.T) {
 		_, err = conn.Write(payload)
 		written <- err
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: Middleware(h), ConnContext: ConnContext, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(Listener(smallBufListener{ln}, SendTimeout(testSendTimeout))) }()
-	defer shutdown(t, srv, done)
-
-	c := dialSmall(t, ln.Addr().String())
+	c := dialSmall(t, serveSmall(t, h, testSendTimeout))
 	resp, br := getHeader(t, c, "/plain") // arms the send timeout
 	if got, err := io.Copy(io.Discard, resp.Body); err != nil || got != 100<<10 {
 		t.Fatalf("plain response: %d bytes, %v", got, err)
@@ -328,7 +324,7 @@ func TestAHijackedConnectionIsNotBoundByTheSendTimeout(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = http.ReadResponse(br, nil)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade: %v, %v", resp, err)
 	}
