@@ -236,7 +236,8 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 		out.sent.status = status // fillFile counts the bytes
 		return miss.as(out)
 	}
-	data, held, n, complete, err := p.tee(bodyW, body, resp.ContentLength, limit, &wd.late, func() {
+	cw := newClientWriter(bodyW)
+	data, held, complete, err := p.tee(cw, body, resp.ContentLength, limit, &wd.late, func() {
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.
 		wd.stopStoring()
@@ -246,10 +247,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 	if err != nil {
 		p.bodyFailed(r, wd, err)
 		l.publish(shared{})
-		return miss.with(bodyW != nil, sent{status, n})
+		return miss.with(bodyW != nil, sent{status, cw.end(nil)})
 	}
 	if !complete {
-		return miss.with(false, sent{status, n})
+		return miss.with(false, sent{status, cw.end(nil)})
 	}
 	wd.stop()
 	e.Body = data
@@ -259,14 +260,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 	c.releaseLease()
 	// Stored and handed to the waiters: now the client may have its
 	// final bytes, and whatever it asks next finds the entry.
-	if len(held) > 0 {
-		k, err := bodyW.Write(held)
-		n += int64(k)
-		if err == nil {
-			_ = http.NewResponseController(bodyW).Flush()
-		}
-	}
-	return miss.with(false, sent{status, n})
+	return miss.with(false, sent{status, cw.end(held)})
 }
 
 // setMissAge sets in h, the header of a response the origin just sent in
@@ -559,44 +553,29 @@ func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call, fwdS
 // have stood in for it lost its body file.
 var errStaleBodyGone = errors.New("origin failed and the stored response's body file is gone")
 
-// tee streams body to w (nil: to nobody) while collecting it, up to limit
-// bytes, for the cache. Past the limit it calls overflow once and stops
-// collecting; once late is set it stops collecting too. It keeps reading
-// after the client has gone for as long as it is collecting, since the
-// fill serves everyone; with nobody left to serve it stops. complete is
-// true when the whole body was collected; written counts the bytes that
-// reached w (held is not written).
+// tee streams body to the client cw (nil: nobody) while collecting it,
+// up to limit bytes, for the cache. Past the limit it calls overflow once
+// and stops collecting; once late is set it stops collecting too. It keeps
+// reading after the client has gone for as long as it is collecting, since
+// the fill serves everyone; with nobody left to serve it stops. complete
+// is true when the whole body was collected. While it collects, the
+// client is written on cw's own goroutine and never paces it
+// (fillclient.go); the caller's cw.end waits for the client.
 //
 // A client that knows the body's length (hint, its Content-Length) has
 // the whole response with its final byte, and may ask again at once: so
-// the read that completes a collected body is not written to w but
-// returned as held, for the caller to send once the response is stored
-// and handed to the flight's waiters (read your own fill). A body of
-// unknown length ends for the client only when the handler returns, which
-// is after that anyway.
-func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, late *atomic.Bool, overflow func()) (data, held []byte, written int64, complete bool, err error) {
+// the read that completes a collected body is not written to the client
+// but returned as held, for the caller to send (cw.end) once the response
+// is stored and handed to the flight's waiters (read your own fill). A
+// body of unknown length ends for the client only when the handler
+// returns, which is after that anyway.
+func (p *Proxy) tee(cw *clientWriter, body io.Reader, hint, limit int64, late *atomic.Bool, overflow func()) (data, held []byte, complete bool, err error) {
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := *bp
 	collect := true
 	if hint >= 0 && hint <= limit {
 		data = make([]byte, 0, hint)
-	}
-	var rc *http.ResponseController
-	if w != nil {
-		rc = http.NewResponseController(w)
-	}
-	send := func(b []byte) {
-		if w == nil {
-			return
-		}
-		k, werr := w.Write(b)
-		written += int64(k)
-		if werr != nil {
-			w = nil
-		} else {
-			_ = rc.Flush()
-		}
 	}
 	for {
 		n, rerr := body.Read(buf)
@@ -606,7 +585,11 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, la
 		if held != nil && (n > 0 || !collect) {
 			// More than announced, or no longer stored: nothing to wait
 			// for before the client has them.
-			send(held)
+			if collect {
+				cw.stream(data)
+			} else {
+				cw.write(held)
+			}
 			held = nil
 		}
 		if n > 0 {
@@ -618,23 +601,26 @@ func (p *Proxy) tee(w http.ResponseWriter, body io.Reader, hint, limit int64, la
 					data = append(data, buf[:n]...)
 				}
 			}
-			if collect && w != nil && hint >= 0 && int64(len(data)) == hint {
+			switch {
+			case collect && !cw.left() && hint >= 0 && int64(len(data)) == hint:
 				held = data[len(data)-n:]
-			} else {
-				send(buf[:n])
+			case collect:
+				cw.stream(data)
+			default:
+				cw.write(buf[:n])
 			}
 		}
-		if w == nil && !collect {
-			return nil, nil, written, false, nil
+		if cw.left() && !collect {
+			return nil, nil, false, nil
 		}
 		if rerr == io.EOF {
 			if data == nil && collect {
 				data = []byte{}
 			}
-			return data, held, written, collect, nil
+			return data, held, collect, nil
 		}
 		if rerr != nil {
-			return nil, nil, written, false, rerr
+			return nil, nil, false, rerr
 		}
 	}
 }

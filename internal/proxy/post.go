@@ -93,13 +93,14 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	watch := p.inval.Watch(c.host, c.tgt)
 	defer watch.End()
 	wd.storeUntil(start.Add(cfg.Config.Origin.Timeout.Std()), func() {})
-	data, held, n, complete, err := p.tee(w, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
+	cw := newClientWriter(w)
+	data, held, complete, err := p.tee(cw, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
-		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: true, sent: sent{status, n}}
+		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: true, sent: sent{status, cw.end(nil)}}
 	}
 	if !complete {
-		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
+		return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false, sent: sent{status, cw.end(nil)}}
 	}
 	wd.stop()
 	e := responseEntry(c, resp, d, reqTime, respTime)
@@ -107,14 +108,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	p.keep(ctx, c, nil, e, p.place(ctx, c, resp.Header, r), watch)
 	// Stored: now the client may have its final bytes, and a GET it sends
 	// next finds the answer (read your own write).
-	if len(held) > 0 {
-		k, err := w.Write(held)
-		n += int64(k)
-		if err == nil {
-			_ = http.NewResponseController(w).Flush()
-		}
-	}
-	return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
+	return outcome{result: metrics.ResultBypass, layer: metrics.LayerOrigin, abort: false, sent: sent{status, cw.end(held)}}
 }
 
 // sentAsFill reports whether a request with header h sent the origin only
