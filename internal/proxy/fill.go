@@ -236,7 +236,8 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 		out.sent.status = status // fillFile counts the bytes
 		return miss.as(out)
 	}
-	cw := newClientWriter(bodyW)
+	cw := newClientWriter(bodyW, wd.clientTook)
+	defer cw.stop()
 	data, held, complete, err := p.tee(cw, body, resp.ContentLength, limit, &wd.late, func() {
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.

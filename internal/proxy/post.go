@@ -93,7 +93,8 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	watch := p.inval.Watch(c.host, c.tgt)
 	defer watch.End()
 	wd.storeUntil(start.Add(cfg.Config.Origin.Timeout.Std()), func() {})
-	cw := newClientWriter(w)
+	cw := newClientWriter(w, wd.clientTook)
+	defer cw.stop()
 	data, held, complete, err := p.tee(cw, body, resp.ContentLength, limit, &wd.late, wd.stopStoring)
 	if err != nil {
 		p.bodyFailed(r, wd, err)

@@ -182,6 +182,16 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// clientTook re-arms the idle timeout of a response body that is not
+// being read from the origin because the proxy waits for its client to
+// take what it already has (fillclient.go): a client that takes bytes
+// keeps the exchange moving, as when body and client go in step.
+func (wd *watchdog) clientTook() {
+	if phase(wd.phase.Load()) == phaseBody {
+		wd.timer.Reset(wd.idle)
+	}
+}
+
 // storeUntil bounds a fill being stored: at deadline, late is set and
 // giveUp runs (on the timer's goroutine) to release the fill's waiters.
 func (wd *watchdog) storeUntil(deadline time.Time, giveUp func()) {
