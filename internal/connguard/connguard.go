@@ -59,6 +59,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -69,7 +70,7 @@ import (
 // Middleware; on its own it changes nothing a handler can see. With
 // SendTimeout its connections also close a client that stops reading.
 func Listener(l net.Listener, opts ...Option) net.Listener {
-	gl := &listener{Listener: l}
+	gl := &listener{Listener: l, done: make(chan struct{})}
 	for _, o := range opts {
 		o(gl)
 	}
@@ -79,6 +80,9 @@ func Listener(l net.Listener, opts ...Option) net.Listener {
 type listener struct {
 	net.Listener
 	sendTimeout time.Duration
+	slots       *slots        // nil: no MaxConns
+	done        chan struct{} // closed by Close: a wait for a slot ends
+	closeOnce   sync.Once
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -86,7 +90,13 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	gc := &conn{Conn: c, t: tracker{limit: noLimit}, sendTimeout: l.sendTimeout}
+	gc := &conn{Conn: c, t: tracker{limit: noLimit}, sendTimeout: l.sendTimeout, slots: l.slots}
+	if l.slots != nil {
+		if err := l.slots.take(gc, l.done); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
 	if gc.sendTimeout > 0 {
 		gc.born = time.Now()
 	}
@@ -121,6 +131,12 @@ type conn struct {
 	born        time.Time
 	rearm       atomic.Int64
 	detached    atomic.Bool
+	// slots, closed and idleSince: see MaxConns. idleSince is when the
+	// connection turned idle between two requests (UnixNano), 0 while it
+	// is not.
+	slots     *slots
+	closed    atomic.Bool
+	idleSince atomic.Int64
 }
 
 func (c *conn) Write(p []byte) (int, error) {
@@ -212,6 +228,13 @@ var (
 
 // writerOnly hides every method but Write, so io.Copy cannot recurse into
 // conn.ReadFrom.
+// Close closes the listener; an Accept that waits for a slot (MaxConns)
+// returns.
+func (l *listener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
 type writerOnly struct{ io.Writer }
 
 type trackerKey struct{}

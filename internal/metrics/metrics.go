@@ -102,6 +102,12 @@ type Metrics struct {
 	upgrades     *prometheus.CounterVec
 	// purgeRequests counts purge requests (both ports) by outcome.
 	purgeRequests *prometheus.CounterVec
+	// Client connections on the serving port (connguard.MaxConns): open
+	// now, idle ones closed to make room, and accepted ones that waited
+	// for a slot.
+	ClientConns    prometheus.Gauge
+	connsReclaimed prometheus.Counter
+	connsWaited    prometheus.Counter
 
 	// The body store (package bodystore): committed bytes and files,
 	// files evicted for room, and failed operations by op
@@ -231,6 +237,18 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_purge_requests_total",
 			Help: "Purge requests (admin POST /purge, and PURGE on the serving port with purge.httpMethod), by result: purged, failed (applied here, L2 or fan-out failed), unauthorized, limited (rate limit, 429), invalid.",
 		}, []string{"result"}),
+		ClientConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tiercache_client_connections",
+			Help: "Client connections open on the serving port (upgraded ones included), at most --max-connections.",
+		}),
+		connsReclaimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_client_connections_reclaimed_total",
+			Help: "Idle keep-alive client connections closed to make room for a new one at --max-connections.",
+		}),
+		connsWaited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_client_connections_waited_total",
+			Help: "Client connections that waited for a slot at --max-connections (no idle connection to close): each is a sign the bound is too low, or of a flood.",
+		}),
 		BodyStoreBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tiercache_body_store_bytes",
 			Help: "Bytes of committed bodies in the body store (--body-dir).",
@@ -250,6 +268,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
 		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests,
+		m.ClientConns, m.connsReclaimed, m.connsWaited,
 		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {
 		cs = append(cs,
@@ -344,6 +363,33 @@ func (m *Metrics) PurgeRequest(result string) {
 		return
 	}
 	m.purgeRequests.WithLabelValues(result).Inc()
+}
+
+// ConnOpened, ConnClosed, ConnReclaimed and ConnWaited make Metrics a
+// connguard.ConnMeter: a client connection took a slot, gave it back, was
+// closed idle to make room, waited for a slot.
+func (m *Metrics) ConnOpened() {
+	if m != nil {
+		m.ClientConns.Inc()
+	}
+}
+
+func (m *Metrics) ConnClosed() {
+	if m != nil {
+		m.ClientConns.Dec()
+	}
+}
+
+func (m *Metrics) ConnReclaimed() {
+	if m != nil {
+		m.connsReclaimed.Inc()
+	}
+}
+
+func (m *Metrics) ConnWaited() {
+	if m != nil {
+		m.connsWaited.Inc()
+	}
 }
 
 // BodyStoreError counts one failed body store operation (the BodyOp constants).

@@ -69,6 +69,7 @@ type Options struct {
 	ControlPlaneTokenFile string
 	// Limits of upgraded (WebSocket) connections.
 	MaxUpgraded        int
+	MaxConns           int
 	UpgradeIdleTimeout time.Duration
 	// SendTimeout closes a client connection that takes no byte of a
 	// response for this long (connguard.SendTimeout; nginx's
@@ -123,6 +124,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 25*time.Second, "how long in-flight requests may take to finish on SIGTERM")
 	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz failing before draining (lets endpoints update first)")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
+	fs.IntVar(&o.MaxConns, "max-connections", connguard.DefaultMaxConns, "most client connections open at once on --listen, upgraded ones included (0: no bound); at the bound the longest-idle keep-alive connection is closed to make room, else new ones wait")
 	fs.IntVar(&o.MaxUpgraded, "max-upgraded-connections", proxy.DefaultMaxUpgraded, "most upgraded (WebSocket) connections open at once; more get 503")
 	fs.DurationVar(&o.UpgradeIdleTimeout, "upgrade-idle-timeout", proxy.DefaultUpgradeIdle, "close an upgraded (WebSocket) connection after this long without a byte either way")
 	fs.DurationVar(&o.SendTimeout, "send-timeout", connguard.DefaultSendTimeout, "close a client connection that takes no byte of a response for this long (between two writes, not for the whole response: a slow but steady download is served); at least 1s")
@@ -186,6 +188,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	}
 	if o.MaxHeaderBytes < 4096 {
 		return o, errors.New("--max-header-bytes: must be >= 4096")
+	}
+	if o.MaxConns < 0 {
+		return o, fmt.Errorf("--max-connections: must be >= 0 (0: no bound; got %d)", o.MaxConns)
 	}
 	if o.MaxUpgraded < 1 {
 		return o, errors.New("--max-upgraded-connections: must be >= 1")
@@ -446,6 +451,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	serve := &http.Server{
 		Handler:           connguard.Middleware(dp),
 		ConnContext:       connguard.ConnContext,
+		ConnState:         connguard.ConnState,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    o.MaxHeaderBytes,
@@ -457,7 +463,9 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- serve.Serve(connguard.Listener(serveLn, connguard.SendTimeout(o.SendTimeout))) }()
+	go func() {
+		errc <- serve.Serve(connguard.Listener(serveLn, connguard.SendTimeout(o.SendTimeout), connguard.MaxConns(o.MaxConns, dp.m)))
+	}()
 	go func() { errc <- admin.Serve(adminLn) }()
 
 	cpCtx, cpCancel := context.WithCancel(ctx)

@@ -46,6 +46,7 @@ func TestBadArgumentsAreErrorsThatNameTheirSource(t *testing.T) {
 		"a tiny header limit":         {[]string{"--upstream", "http://x:1", "--max-header-bytes", "10"}, nil, "--max-header-bytes"},
 		"a send timeout under 1s":     {[]string{"--upstream", "http://x:1", "--send-timeout", "500ms"}, nil, "--send-timeout: must be >= 1s"},
 		"no send timeout":             {[]string{"--upstream", "http://x:1"}, map[string]string{"TIERCACHE_SEND_TIMEOUT": "0s"}, "--send-timeout: must be >= 1s"},
+		"a negative connection bound": {[]string{"--upstream", "http://x:1", "--max-connections", "-1"}, nil, "--max-connections: must be >= 0"},
 	}
 	for name, c := range cases {
 		_, err := ParseArgs(c.args, func(k string) string { return c.env[k] }, io.Discard)

@@ -114,7 +114,10 @@ func TestAFillWhoseClientIsCutByTheSendTimeoutIsStoredForTheNext(t *testing.T) {
 	}
 	close(release)
 
-	for i, want := range []string{"MISS", "HIT"} {
+	// Request 2 joins the fill if it is still running (MISS; coalesced)
+	// or finds it stored (HIT): both depend only on how fast the origin's
+	// second half arrives after release. Request 3 finds it stored.
+	for i, want := range []string{"", "HIT"} {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+s.addrs.Serve+"/big", nil)
 		req.Host = testHost
 		r2, err := s.client.Do(req)
@@ -126,7 +129,7 @@ func TestAFillWhoseClientIsCutByTheSendTimeoutIsStoredForTheNext(t *testing.T) {
 		if err != nil || !bytes.Equal(got, body) {
 			t.Fatalf("request %d after the cut: %d bytes (%v), want the whole body", i+2, len(got), err)
 		}
-		if x := r2.Header.Get("X-Cache"); !strings.HasPrefix(x, want) {
+		if x := r2.Header.Get("X-Cache"); !strings.HasPrefix(x, want) || !strings.HasPrefix(x, "MISS") && !strings.HasPrefix(x, "HIT") {
 			t.Fatalf("request %d after the cut: X-Cache %q, want %s", i+2, x, want)
 		}
 	}
