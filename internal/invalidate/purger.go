@@ -93,14 +93,17 @@ type Purger struct {
 	// now is the clock soft purges are made at.
 	now func() time.Time
 	// OnPurge, when set, is called after every purge or invalidation (for
-	// metrics).
+	// metrics), not after their repeats.
 	OnPurge func()
+	// again repeats cluster-wide purges and invalidations (repeat.go).
+	again repeats
 }
 
 // NewPurger returns a Purger over local, shaping URLs with the tier config
 // in effect.
 func NewPurger(local Local, cfg *tierconfig.Holder) *Purger {
-	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches(), auth: newChannelAuth(Auth{}), now: time.Now}
+	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches(), auth: newChannelAuth(Auth{}), now: time.Now,
+		again: repeats{after: RepeatAfter}}
 }
 
 // SetAuth authenticates the channel: published messages are signed with
@@ -142,7 +145,17 @@ func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog
 // request that misses L1 meanwhile cannot read the old L2 copy after the
 // L1 delete and copy it back (the store skips promoting what it read
 // while L1 entries were being removed).
+//
+// With a Remote it is repeated after RepeatAfter (repeat.go).
 func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
+	p.invalidate(ctx, urls)
+	if p.remote != nil {
+		p.repeatInvalidate(urls)
+	}
+	p.purged()
+}
+
+func (p *Purger) invalidate(ctx context.Context, urls []*url.URL) {
 	keys := p.markInvalidated(urls)
 	if p.remote != nil {
 		ctx, cancel := context.WithTimeout(ctx, p.remoteTimeout)
@@ -163,7 +176,6 @@ func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
 		}
 		p.publish(ctx, message{Invalidate: raw})
 	}
-	p.purged()
 }
 
 // markInvalidated marks the fills in progress that urls concern, drops
@@ -228,8 +240,19 @@ type Result struct {
 // responses requested before then are marked stale (entry.Entry.Expire),
 // and fills in progress are not stored, as for a hard purge: they began
 // before the purge, so what they fetch may be what it marks.
+//
+// With a Remote it is repeated after RepeatAfter (repeat.go).
 func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 	at := p.now()
+	res, err := p.purge(ctx, r, at)
+	if p.remote != nil {
+		p.repeatPurge(r, at)
+	}
+	p.purged()
+	return res, err
+}
+
+func (p *Purger) purge(ctx context.Context, r Request, at time.Time) (Result, error) {
 	refs := p.markPurged(r)
 	res := Result{Soft: r.Soft}
 	var err error
@@ -248,7 +271,6 @@ func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 		res.Purged = max(res.Purged, *res.L2)
 		p.publish(ctx, message{Request: r})
 	}
-	p.purged()
 	return res, err
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
+	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/test/testredis"
 )
 
@@ -786,5 +787,56 @@ func TestTwoSidecarsShareARedisCluster(t *testing.T) {
 			}
 			t.Logf("cluster purge of %d entries: B had dropped them all within %s", len(c.paths), slowest)
 		})
+	}
+}
+
+// A purged response that another replica's fill writes back to L2 after
+// the purge deleted it (the fill began before the purge, and its replica
+// had not yet had the purge's message) is purged again by the sidecar
+// that purged, RepeatAfter later: from L2 and from every L1 that read it
+// back meanwhile. The late write is made here with the entry's own bytes
+// (DUMP before the purge, RESTORE after it): which replica writes it does
+// not matter to Redis.
+func TestAPurgedResponseWrittenBackToL2ByALateFillIsPurgedAgain(t *testing.T) {
+	rs := testredis.Start(t)
+	origin := newOrigin(t, 0)
+	cfg := writeConfig(t, smallL1)
+	a := startNode(t, origin.URL, "--redis-addr", rs.Addr(), "--config", cfg)
+	a.waitReady(t)
+	rdb := redisClient(t, rs.Addr())
+	ctx := t.Context()
+
+	a.expect(t, "/late", "MISS", "/late v1")
+	waitInL2(t, rdb, defaultPrefix, "/late")
+	name := entryName(defaultPrefix, "/late")
+	old, err := rdb.Dump(ctx, name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := a.purge(t, `{"urls":["http://shop.test/late"]}`); status != http.StatusOK {
+		t.Fatalf("purge: %d", status)
+	}
+	purged := time.Now()
+	if err := rdb.RestoreReplace(ctx, name, time.Hour, old).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The window: A's L1 has nothing, L2 has the purged response again.
+	a.expect(t, "/late", "HIT; layer=l2", "/late v1")
+
+	for {
+		r := a.get(t, "/late")
+		if r.body != "/late v1" {
+			if r.body != "/late v2" {
+				t.Fatalf("after the repeat: X-Cache %q body %q, want the origin's v2", r.xcache, r.body)
+			}
+			break
+		}
+		if time.Since(purged) > invalidate.RepeatAfter+5*time.Second {
+			t.Fatalf("the purged response is still served %s after the purge: nothing purged it again", time.Since(purged))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if since := time.Since(purged); since < invalidate.RepeatAfter/2 {
+		t.Fatalf("v1 stopped being served %s after the purge, before any repeat could run: the test did not open the window", since)
 	}
 }

@@ -403,8 +403,10 @@ func (dp *dataPlane) closeGeneration(g *generation) error {
 	err := g.px.Close(ctx)
 	g.cancel()
 	g.bg.Wait()
-	_ = g.store.Close()
 	// g's purger is idle now: no request, refresh or subscription uses it.
+	// The purges it was to repeat are applied now, while L2 is open.
+	g.purger.Close()
+	_ = g.store.Close()
 	if g.ownsL2 && g.client != nil {
 		if cerr := g.client.Close(); cerr != nil {
 			err = fmt.Errorf("l2: %w", cerr)
