@@ -3,6 +3,7 @@ package invalidate
 import (
 	"context"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
@@ -40,15 +41,20 @@ const repeatTimeout = 30 * time.Second
 type repeats struct {
 	after time.Duration // RepeatAfter; tests shorten it
 	mu    sync.Mutex
-	// pending maps each timer to the repeat it will run; closed: Close
-	// ran and no repeat is scheduled any more.
+	// pending maps each timer to the repeat it will run; keyed maps a
+	// repeat's key to its timer; closed: Close ran and no repeat is
+	// scheduled any more.
 	pending map[*time.Timer]func(context.Context)
+	keyed   map[string]*time.Timer
 	closed  bool
 	running sync.WaitGroup
 }
 
-// schedule runs f (bounded by repeatTimeout) after r.after.
-func (r *repeats) schedule(f func(context.Context)) {
+// schedule runs f (bounded by repeatTimeout) after r.after. A repeat
+// with the same key (not "") still waiting is dropped for this one: the
+// unsafe requests to a URL written many times a second cost one repeat,
+// made after the last of them (each of which applied itself at once).
+func (r *repeats) schedule(key string, f func(context.Context)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -56,6 +62,14 @@ func (r *repeats) schedule(f func(context.Context)) {
 	}
 	if r.pending == nil {
 		r.pending = make(map[*time.Timer]func(context.Context))
+		r.keyed = make(map[string]*time.Timer)
+	}
+	if t, ok := r.keyed[key]; ok && key != "" {
+		if _, waiting := r.pending[t]; waiting && t.Stop() {
+			delete(r.pending, t)
+			r.running.Done()
+		}
+		delete(r.keyed, key)
 	}
 	r.running.Add(1)
 	var t *time.Timer
@@ -64,12 +78,18 @@ func (r *repeats) schedule(f func(context.Context)) {
 		r.mu.Lock()
 		f, ok := r.pending[t]
 		delete(r.pending, t)
+		if r.keyed[key] == t {
+			delete(r.keyed, key)
+		}
 		r.mu.Unlock()
 		if ok {
 			run(f)
 		}
 	})
 	r.pending[t] = f
+	if key != "" {
+		r.keyed[key] = t
+	}
 }
 
 func run(f func(context.Context)) {
@@ -84,7 +104,7 @@ func (r *repeats) close() {
 	r.mu.Lock()
 	r.closed = true
 	pending := r.pending
-	r.pending = nil
+	r.pending, r.keyed = nil, nil
 	r.mu.Unlock()
 	for t, f := range pending {
 		if t.Stop() {
@@ -102,12 +122,17 @@ func (p *Purger) Close() { p.again.close() }
 
 // repeatInvalidate schedules Invalidate's repeat.
 func (p *Purger) repeatInvalidate(urls []*url.URL) {
-	p.again.schedule(func(ctx context.Context) { p.invalidate(ctx, urls) })
+	var key strings.Builder
+	for _, u := range urls {
+		key.WriteString(u.String())
+		key.WriteByte(' ')
+	}
+	p.again.schedule(key.String(), func(ctx context.Context) { p.invalidate(ctx, urls) })
 }
 
 // repeatPurge schedules Purge's repeat; a soft purge keeps at.
 func (p *Purger) repeatPurge(r Request, at time.Time) {
-	p.again.schedule(func(ctx context.Context) {
+	p.again.schedule("", func(ctx context.Context) {
 		if _, err := p.purge(ctx, r, at); err != nil {
 			p.log.Warn("repeating a purge: l2 failed", "err", err)
 		}

@@ -180,3 +180,22 @@ func TestALocalPurgeIsNotRepeated(t *testing.T) {
 		t.Fatal("a purge without L2 was repeated")
 	}
 }
+
+// A URL written many times a second costs one repeat, after the last
+// write: each invalidation deletes at once, and the repeat covers the
+// last of them.
+func TestInvalidationsOfOneURLShareOneRepeat(t *testing.T) {
+	p, _, _ := newPurger(t, "")
+	l2 := newSharedL2()
+	p.SetRemote(l2, "me", time.Second, nil)
+	p.again.after = time.Hour
+	u := []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}}
+	for range 5 {
+		p.Invalidate(context.Background(), u)
+	}
+	p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/y"}})
+	p.Close()
+	if n := len(l2.messages()); n != 6+2 {
+		t.Fatalf("%d messages, want 6 invalidations and 2 repeats (one per URL)", n)
+	}
+}
