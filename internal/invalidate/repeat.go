@@ -98,17 +98,25 @@ func run(f func(context.Context)) {
 	f(ctx)
 }
 
+// closeTimeout bounds Close's repeats as a whole: a sidecar stopping
+// while L2 is down must not wait a timeout per pending repeat.
+const closeTimeout = 5 * time.Second
+
 // close runs the repeats still pending at once and waits for those
-// running; none is scheduled after it.
+// running; none is scheduled after it. A timer that fired meanwhile
+// finds its repeat gone from pending: it is run here.
 func (r *repeats) close() {
 	r.mu.Lock()
 	r.closed = true
 	pending := r.pending
 	r.pending, r.keyed = nil, nil
 	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
 	for t, f := range pending {
-		if t.Stop() {
-			run(f)
+		stopped := t.Stop()
+		f(ctx)
+		if stopped {
 			r.running.Done()
 		}
 	}
