@@ -39,7 +39,10 @@ type ConnMeter interface {
 // work (a stream, a large download, a request in flight) are never cut
 // for a newcomer. Closing an idle connection races with a request that is
 // just arriving on it, as it does in nginx: the client sees the connection
-// closed before any answer, which HTTP clients retry on a fresh one.
+// closed before any answer, which HTTP clients retry on a fresh one. Such
+// a request is never served, even when net/http has read it whole (or had
+// it pipelined behind the last one) by the time of the close: Middleware
+// aborts it, so a retry never repeats what was done.
 //
 // m (may be nil) is told of each of these.
 func MaxConns(n int, m ConnMeter) Option {
@@ -54,23 +57,45 @@ func MaxConns(n int, m ConnMeter) Option {
 
 // ConnState is meant for http.Server.ConnState: it tells MaxConns which
 // connections are idle between two requests, the ones it may close to
-// make room. For a connection that did not come from a Listener with
-// MaxConns it does nothing. It is called twice per request, so it takes
-// no lock and allocates nothing: one atomic store.
+// make room. For a connection that did not come from a
+// Listener with MaxConns it does nothing. It is called twice per request,
+// so it takes no lock and allocates nothing: an atomic load and
+// compare-and-swap (and a clock read when the connection turns idle).
 func ConnState(c net.Conn, st http.ConnState) {
 	gc, ok := c.(*conn)
 	if !ok || gc.slots == nil {
 		return
 	}
-	if st != http.StateIdle {
-		gc.idleSince.Store(0)
-		return
+	var since int64
+	if st == http.StateIdle {
+		since = time.Now().UnixNano()
 	}
-	gc.idleSince.Store(time.Now().UnixNano())
-	// A connection that turns idle wakes an Accept that waits for a
-	// slot: it may close it.
-	gc.slots.poke()
+	for {
+		v := gc.idleSince.Load()
+		if v == reclaimed {
+			// Claimed by Accept, closed or about to be: a request read
+			// meanwhile must not be served (Middleware), nor the
+			// connection look idle or active again.
+			return
+		}
+		if gc.idleSince.CompareAndSwap(v, since) {
+			break
+		}
+	}
+	if st == http.StateIdle {
+		// A connection that turns idle wakes an Accept that waits for a
+		// slot: it may close it.
+		gc.slots.poke()
+	}
 }
+
+// reclaimed is the idleSince of a connection Accept claimed to close to
+// make room. It is final: whatever net/http read on the connection
+// before the close (a request that had just arrived, or one pipelined
+// behind the last) is never handed to a handler (Middleware aborts it),
+// so its client sees the connection closed before any answer, never a
+// request served whose answer it could not get.
+const reclaimed = -1
 
 // slots counts the open connections of one listener.
 type slots struct {
@@ -127,7 +152,8 @@ func (s *slots) take(c *conn, done <-chan struct{}) error {
 
 // longestIdle claims the connection idle longest, if any (s.mu held): a
 // scan, which only a full listener pays. A connection that turns active
-// meanwhile is not claimed.
+// meanwhile is not claimed; one claimed is marked reclaimed, in the same
+// compare-and-swap, so that it cannot turn active after.
 func (s *slots) longestIdle() *conn {
 	for {
 		var oldest *conn
@@ -137,7 +163,7 @@ func (s *slots) longestIdle() *conn {
 				oldest, since = c, t
 			}
 		}
-		if oldest == nil || oldest.idleSince.CompareAndSwap(since, 0) {
+		if oldest == nil || oldest.idleSince.CompareAndSwap(since, reclaimed) {
 			return oldest
 		}
 	}

@@ -1,0 +1,186 @@
+package connguard
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The attacker's and reviewer's tests of MaxConns: requests read on a
+// connection just as Accept reclaims it.
+
+// heldServer serves h behind Listener with MaxConns(n) and lets a test
+// stop the connection it names (hold) in net/http's ConnState hook, at
+// state at, after (StateIdle) or before (any other state) connguard's
+// ConnState saw it: the interleavings a busy server meets by chance.
+type heldServer struct {
+	addr   string
+	m      *meter
+	srv    *http.Server
+	done   <-chan error
+	idle   chan *conn    // each connection net/http marks idle
+	closed chan *conn    // each connection net/http marks closed
+	held   chan struct{} // the held connection reached the state
+	go_    chan struct{} // closed: it goes on
+
+	hold atomic.Pointer[conn]
+	at   http.ConnState
+}
+
+func newHeldServer(t *testing.T, n int, at http.ConnState, h http.Handler) *heldServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &heldServer{
+		m: newMeter(), at: at,
+		idle: make(chan *conn, 16), closed: make(chan *conn, 16),
+		held: make(chan struct{}, 1), go_: make(chan struct{}),
+	}
+	wait := func(c net.Conn, st http.ConnState) {
+		if gc, _ := c.(*conn); st == s.at && gc != nil && gc == s.hold.Load() {
+			s.held <- struct{}{}
+			<-s.go_
+		}
+	}
+	s.srv = &http.Server{
+		Handler:           Middleware(h),
+		ConnContext:       ConnContext,
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st != http.StateIdle {
+				wait(c, st)
+			}
+			ConnState(c, st)
+			if st == http.StateIdle {
+				wait(c, st)
+			}
+			switch st {
+			case http.StateIdle:
+				s.idle <- c.(*conn)
+			case http.StateClosed:
+				s.closed <- c.(*conn)
+			}
+		},
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Serve(Listener(ln, MaxConns(n, s.m))) }()
+	s.addr, s.done = ln.Addr().String(), done
+	return s
+}
+
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// untilReclaimed waits for the server's side of the held connection to
+// be closed (by Accept, reclaiming it), lets it go on, and waits for
+// net/http to be done with it.
+func (s *heldServer) untilReclaimed(t *testing.T, c *conn) {
+	t.Helper()
+	waitUntil(t, func() bool { return c.closed.Load() }, "the held connection to be reclaimed")
+	close(s.go_)
+	for {
+		if recv(t, s.closed, "net/http to close the reclaimed connection") == c {
+			return
+		}
+	}
+}
+
+// A request read in full on a keep-alive connection that Accept reclaims
+// before net/http marks it active (the window between readRequest and
+// ConnState(StateActive)) must not reach the handler: the client sees its
+// connection closed before any answer and may retry it elsewhere, which
+// is only safe if it was not served. Before the fix, the handler ran a
+// POST whose client was told nothing.
+func TestARequestReadAsItsConnectionIsReclaimedNeverReachesTheHandler(t *testing.T) {
+	var mu sync.Mutex
+	served := map[string]int{}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served[r.Method+" "+r.URL.Path]++
+		mu.Unlock()
+		ok(w, r)
+	})
+	s := newHeldServer(t, 1, http.StateActive, h)
+	t.Cleanup(func() { shutdown(t, s.srv, s.done) })
+
+	a := dial(t, s.addr)
+	a.getOK("/first")
+	sc := recv(t, s.idle, "the first connection to turn idle")
+	s.hold.Store(sc)
+	a.send("POST /order HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+	recv(t, s.held, "the POST to be read") // read, not yet marked active
+
+	b := dial(t, s.addr) // at the bound: reclaims a, still marked idle
+	b.send("GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+	s.untilReclaimed(t, sc)
+
+	a.closed() // no answer at all
+	if res, body := b.response(); res.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("the new client: %d %q", res.StatusCode, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := served["POST /order"]; n != 0 {
+		t.Errorf("the handler served the POST read on the reclaimed connection (%d times): its client saw only a closed connection", n)
+	}
+	if n := s.m.reclaimed.Load(); n != 1 {
+		t.Errorf("reclaimed: %d, want 1", n)
+	}
+}
+
+// A pipelined request already in net/http's read buffer when the
+// connection turns idle, and is reclaimed, is not served either: the
+// client gets the answer to the first request whole, then the close.
+func TestAPipelinedRequestOnAReclaimedConnectionNeverReachesTheHandler(t *testing.T) {
+	var mu sync.Mutex
+	served := map[string]int{}
+	var s *heldServer
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served[r.URL.Path]++
+		mu.Unlock()
+		if r.URL.Path == "/1" {
+			// Hold this connection when it turns idle after /1.
+			s.hold.Store(connFrom(r.Context()))
+		}
+		ok(w, r)
+	})
+	s = newHeldServer(t, 1, http.StateIdle, h)
+	t.Cleanup(func() { shutdown(t, s.srv, s.done) })
+
+	a := dial(t, s.addr)
+	// One write, so one read on the server: /2 waits in net/http's buffer.
+	a.send("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n")
+	recv(t, s.held, "the connection to turn idle after /1")
+	sc := s.hold.Load()
+
+	b := dial(t, s.addr) // at the bound: reclaims a
+	b.send("GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+	s.untilReclaimed(t, sc)
+
+	if res, body := a.response(); res.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("the first pipelined request: %d %q", res.StatusCode, body)
+	}
+	a.closed()
+	if res, body := b.response(); res.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("the new client: %d %q", res.StatusCode, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := served["/2"]; n != 0 {
+		t.Errorf("the handler served the pipelined request read on the reclaimed connection (%d times): its client saw only a closed connection", n)
+	}
+}
