@@ -131,12 +131,14 @@ type conn struct {
 	born        time.Time
 	rearm       atomic.Int64
 	detached    atomic.Bool
-	// slots, closed and idleSince: see MaxConns. idleSince is when the
-	// connection turned idle between two requests (UnixNano), 0 while it
-	// is not.
-	slots     *slots
-	closed    atomic.Bool
-	idleSince atomic.Int64
+	// slots, closed and reclaimableAt: see MaxConns. reclaimableAt is
+	// when (on the slots' clock) MaxConns may close the connection to
+	// make room: when it turned idle between two requests, or newGrace
+	// after it was accepted; 0 while it is at work, reclaimed once
+	// claimed.
+	slots         *slots
+	closed        atomic.Bool
+	reclaimableAt atomic.Int64
 }
 
 func (c *conn) Write(p []byte) (int, error) {

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// The attacker's and reviewer's tests of MaxConns: requests read on a
-// connection just as Accept reclaims it.
+// The attacker's and reviewer's tests of MaxConns: silent connections,
+// and requests read on a connection just as Accept reclaims it.
 
 // heldServer serves h behind Listener with MaxConns(n) and lets a test
 // stop the connection it names (hold) in net/http's ConnState hook, at
@@ -182,5 +182,79 @@ func TestAPipelinedRequestOnAReclaimedConnectionNeverReachesTheHandler(t *testin
 	defer mu.Unlock()
 	if n := served["/2"]; n != 0 {
 		t.Errorf("the handler served the pipelined request read on the reclaimed connection (%d times): its client saw only a closed connection", n)
+	}
+}
+
+// Silent connections (accepted, never a byte: StateNew until the header
+// timeout, 10 s in the sidecar) are reclaimable, oldest first, as nginx
+// reclaims a connection that waits for its first request
+// (ngx_http_init_connection marks it reusable). Before the fix they were
+// not: --max-connections of them, renewed every header timeout, kept
+// every honest new client in the backlog.
+func TestSilentConnectionsDoNotLockOutANewClient(t *testing.T) {
+	addr, m, _, srv, done := limited(t, 2, http.HandlerFunc(ok))
+	t.Cleanup(func() { shutdown(t, srv, done) })
+
+	s1 := dial(t, addr)
+	waitUntil(t, func() bool { return m.open.Load() == 1 }, "the first silent connection to take a slot")
+	s2 := dial(t, addr)
+	waitUntil(t, func() bool { return m.open.Load() == 2 }, "the second silent connection to take a slot")
+
+	c := dial(t, addr)
+	if err := c.c.SetDeadline(time.Now().Add(3 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c.getOK("/honest") // after newGrace (1 s); before the fix, the header timeout (10 s)
+	s1.closed()        // the oldest silent one made room
+	if n := m.reclaimed.Load(); n != 1 {
+		t.Errorf("reclaimed: %d, want 1", n)
+	}
+	_ = s2
+}
+
+// A new connection is reclaimable only once it has been silent for a
+// moment (newGrace): under load, with every other slot at work, a
+// connection accepted a moment ago whose request is on its way is not
+// closed for the next one accepted (each newcomer would close the one
+// before it, and a client whose fresh connection closes gets an error:
+// HTTP clients retry only on a reused one). The newcomer waits instead,
+// and gets the slot when that connection, served, turns idle.
+func TestANewConnectionIsNotReclaimedForTheNextBeforeItCouldSpeak(t *testing.T) {
+	release := make(chan struct{})
+	var served sync.Map
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Store(r.URL.Path, true)
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		ok(w, r)
+	})
+	addr, m, _, srv, done := limited(t, 2, h)
+	t.Cleanup(func() { shutdown(t, srv, done) })
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // first, on failure too
+
+	a := dial(t, addr)
+	a.send("GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+	waitUntil(t, func() bool { _, ok := served.Load("/hold"); return ok }, "the first request to reach the handler")
+
+	x := dial(t, addr) // accepted, its request not sent yet
+	waitUntil(t, func() bool { return m.open.Load() == 2 }, "the second connection to take a slot")
+	y := dial(t, addr)
+	y.send("GET /y HTTP/1.1\r\nHost: x\r\n\r\n")
+	select {
+	case <-m.waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the third connection did not wait: it closed the second, accepted a moment before it")
+	}
+	x.getOK("/x") // sent within the grace: served
+	if res, body := y.response(); res.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("the connection that waited: %d %q", res.StatusCode, body)
+	}
+	x.closed() // idle after its answer: it made room for y
+	free()
+	if res, body := a.response(); res.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("the connection at work: %d %q", res.StatusCode, body)
 	}
 }

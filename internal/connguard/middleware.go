@@ -18,7 +18,7 @@ func Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if c.idleSince.Load() == reclaimed {
+		if c.reclaimableAt.Load() == reclaimed {
 			// Read on a connection MaxConns closes to make room: no
 			// answer, no handler (the client sees the close and may
 			// retry); net/http closes the connection without a byte.
