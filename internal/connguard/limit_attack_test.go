@@ -1,8 +1,11 @@
 package connguard
 
 import (
+	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -256,5 +259,62 @@ func TestANewConnectionIsNotReclaimedForTheNextBeforeItCouldSpeak(t *testing.T) 
 	free()
 	if res, body := a.response(); res.StatusCode != http.StatusOK || body != "ok" {
 		t.Fatalf("the connection at work: %d %q", res.StatusCode, body)
+	}
+}
+
+// Each way a connection ends gives its slot back once: a handler that
+// panics (net/http recovers and closes), a request Middleware refuses
+// with Connection: close, a body the handler left unread (net/http's
+// closeWriteAndWait: half-close, linger, close), a hijacked connection
+// its hijacker closes. The count comes back to 0 after each, never
+// below.
+func TestSlotsAreGivenBackWhateverEndsAConnection(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/panic":
+			panic(http.ErrAbortHandler) // net/http's recovery, without the log
+		case "/unread":
+			ok(w, r) // the body is left unread
+		case "/hijack":
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			Detach(r.Context())
+			_ = c.Close()
+		default:
+			ok(w, r)
+		}
+	})
+	addr, m, _, srv, done := limited(t, 4, h)
+	t.Cleanup(func() { shutdown(t, srv, done) })
+
+	big := strings.Repeat("x", 1<<20)
+	cases := []struct {
+		name, raw string
+		answered  bool
+	}{
+		{"a handler that panics", "GET /panic HTTP/1.1\r\nHost: x\r\n\r\n", false},
+		{"a request refused by Middleware", "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", true},
+		{"a body left unread (closeWriteAndWait)", "POST /unread HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big, true},
+		{"a hijacked connection its hijacker closes", "GET /hijack HTTP/1.1\r\nHost: x\r\n\r\n", false},
+	}
+	for _, tc := range cases {
+		c := dial(t, addr)
+		go func() { _, _ = io.WriteString(c.c, tc.raw) }() // may be cut short by the close
+		if tc.answered {
+			if _, err := http.ReadResponse(c.br, nil); err != nil {
+				t.Fatalf("%s: no answer: %v", tc.name, err)
+			}
+			_, _ = io.Copy(io.Discard, c.br)
+		} else {
+			c.closed()
+		}
+		waitUntil(t, func() bool { return m.open.Load() == 0 }, tc.name+": the slot to be given back")
+		_ = c.c.Close()
+		if n := m.open.Load(); n != 0 {
+			t.Fatalf("%s: open connections %d after the client closed too, want 0", tc.name, n)
+		}
 	}
 }
