@@ -1,6 +1,9 @@
 package connguard
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -318,3 +321,111 @@ func TestSlotsAreGivenBackWhateverEndsAConnection(t *testing.T) {
 		}
 	}
 }
+
+// Many keep-alive clients over few slots, each sending its next request
+// as soon as it has the last answer: connections are reclaimed while
+// requests arrive on them, new ones wait, idle marks race the scan. No
+// client waits for ever, every answer is the one to its own request, and
+// a request whose client saw its connection close unanswered was not
+// served (so retrying it, as the client does here, repeats nothing).
+func TestUnderChurnEveryRequestIsAnsweredRightOrNotServed(t *testing.T) {
+	var mu sync.Mutex
+	served := map[string]int{}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served[r.URL.Path]++
+		mu.Unlock()
+		_, _ = io.WriteString(w, r.URL.Path)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &counts{}
+	srv := &http.Server{
+		Handler:           Middleware(h),
+		ConnContext:       ConnContext,
+		ConnState:         ConnState,
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(Listener(ln, MaxConns(3, m))) }()
+	t.Cleanup(func() { shutdown(t, srv, done) })
+	addr := ln.Addr().String()
+
+	const clients, requests = 8, 40
+	var wg sync.WaitGroup
+	unanswered := make(chan string, clients*requests*4)
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Go(func() {
+			var c net.Conn
+			var br *bufio.Reader
+			defer func() {
+				if c != nil {
+					c.Close()
+				}
+			}()
+			for j, tries := 0, 0; j < requests; tries++ {
+				if tries > requests*4 {
+					errs <- fmt.Errorf("client %d: %d tries for %d requests", i, tries, requests)
+					return
+				}
+				if c == nil {
+					var err error
+					if c, err = net.Dial("tcp", addr); err != nil {
+						errs <- err
+						return
+					}
+					_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+					br = bufio.NewReader(c)
+				}
+				path := fmt.Sprintf("/%d/%d/%d", i, j, tries)
+				_, werr := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+				res, err := http.ReadResponse(br, nil)
+				if werr != nil || err != nil {
+					var ne net.Error
+					if errors.As(err, &ne) && ne.Timeout() {
+						errs <- fmt.Errorf("client %d: no answer and no close for %s: %v", i, path, err)
+						return
+					}
+					unanswered <- path // closed before an answer: retry on a new one
+					c.Close()
+					c = nil
+					continue
+				}
+				b, err := io.ReadAll(res.Body)
+				res.Body.Close()
+				if err != nil || res.StatusCode != http.StatusOK || string(b) != path {
+					errs <- fmt.Errorf("client %d: %s answered %d %q (%v)", i, path, res.StatusCode, b, err)
+					return
+				}
+				j++
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	close(unanswered)
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for path := range unanswered {
+		n++
+		if served[path] != 0 {
+			t.Errorf("%s was served, but its client saw its connection close unanswered", path)
+		}
+	}
+	t.Logf("%d requests closed unanswered and retried; %d reclaimed, %d waited", n, m.reclaimed.Load(), m.waited.Load())
+}
+
+// counts is a ConnMeter that only counts.
+type counts struct{ open, reclaimed, waited atomic.Int64 }
+
+func (m *counts) ConnOpened()    { m.open.Add(1) }
+func (m *counts) ConnClosed()    { m.open.Add(-1) }
+func (m *counts) ConnReclaimed() { m.reclaimed.Add(1) }
+func (m *counts) ConnWaited()    { m.waited.Add(1) }
