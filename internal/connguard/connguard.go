@@ -18,9 +18,15 @@
 //	srv := &http.Server{
 //		Handler:     connguard.Middleware(h), // outermost, so RequestURI is untouched
 //		ConnContext: connguard.ConnContext,
+//		ConnState:   connguard.ConnState, // for MaxConns
 //	}
 //	// ln is the plaintext TCP listener
-//	srv.Serve(connguard.Listener(ln, connguard.SendTimeout(60*time.Second)))
+//	srv.Serve(connguard.Listener(ln, connguard.SendTimeout(60*time.Second),
+//		connguard.MaxConns(connguard.DefaultMaxConns, meter)))
+//
+// MaxConns bounds the connections open at once; at the bound it closes
+// the one that has waited longest for a request (see MaxConns), and
+// Middleware then aborts a request net/http read on it just before.
 //
 // The tracker inspects the caller's buffer in place and never copies it.
 // Whatever it cannot follow (malformed framing, an HTTP/2 preface) makes
