@@ -68,11 +68,11 @@ func MaxConns(n int, m ConnMeter) Option {
 // ConnState is meant for http.Server.ConnState: it tells MaxConns which
 // connections it may close to make room, the ones waiting for a request:
 // a keep-alive one between two requests, and a new one that has not sent
-// its first request within newGrace of being accepted. For a connection that did not come from a
-// Listener with MaxConns it does nothing. It is called twice per request,
-// so it takes no lock and allocates nothing: an atomic load and
-// compare-and-swap, and a monotonic clock read when the connection turns
-// idle.
+// its first request within newGrace of being accepted. For a connection
+// that did not come from a Listener with MaxConns it does nothing. It is
+// called twice per request, so it takes no lock and allocates nothing: an
+// atomic load and compare-and-swap, and a monotonic clock read when the
+// connection turns idle.
 func ConnState(c net.Conn, st http.ConnState) {
 	gc, ok := c.(*conn)
 	if !ok || gc.slots == nil {
@@ -114,8 +114,8 @@ func ConnState(c net.Conn, st http.ConnState) {
 // before it, whose request was on its way.
 const newGrace = time.Second
 
-// reclaimed is the reclaimableAt of a connection Accept claimed to close to
-// make room. It is final: whatever net/http read on the connection
+// reclaimed is the reclaimableAt of a connection Accept claimed to close
+// to make room. It is final: whatever net/http read on the connection
 // before the close (a request that had just arrived, or one pipelined
 // behind the last) is never handed to a handler (Middleware aborts it),
 // so its client sees the connection closed before any answer, never a
