@@ -18,9 +18,15 @@
 //	srv := &http.Server{
 //		Handler:     connguard.Middleware(h), // outermost, so RequestURI is untouched
 //		ConnContext: connguard.ConnContext,
+//		ConnState:   connguard.ConnState, // for MaxConns
 //	}
 //	// ln is the plaintext TCP listener
-//	srv.Serve(connguard.Listener(ln, connguard.SendTimeout(60*time.Second)))
+//	srv.Serve(connguard.Listener(ln, connguard.SendTimeout(60*time.Second),
+//		connguard.MaxConns(connguard.DefaultMaxConns, meter)))
+//
+// MaxConns bounds the connections open at once; at the bound it closes
+// the one that has waited longest for a request (see MaxConns), and
+// Middleware then aborts a request net/http read on it just before.
 //
 // The tracker inspects the caller's buffer in place and never copies it.
 // Whatever it cannot follow (malformed framing, an HTTP/2 preface) makes
@@ -131,12 +137,14 @@ type conn struct {
 	born        time.Time
 	rearm       atomic.Int64
 	detached    atomic.Bool
-	// slots, closed and idleSince: see MaxConns. idleSince is when the
-	// connection turned idle between two requests (UnixNano), 0 while it
-	// is not.
-	slots     *slots
-	closed    atomic.Bool
-	idleSince atomic.Int64
+	// slots, closed and reclaimableAt: see MaxConns. reclaimableAt is
+	// when (on the slots' clock) MaxConns may close the connection to
+	// make room: when it turned idle between two requests, or newGrace
+	// after it was accepted; 0 while it is at work, reclaimed once
+	// claimed.
+	slots         *slots
+	closed        atomic.Bool
+	reclaimableAt atomic.Int64
 }
 
 func (c *conn) Write(p []byte) (int, error) {

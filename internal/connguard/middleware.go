@@ -13,11 +13,18 @@ import "net/http"
 // header block by its request line, which an inner handler may rewrite.
 func Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := trackerFrom(r.Context())
-		if t == nil {
+		c := connFrom(r.Context())
+		if c == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if c.reclaimableAt.Load() == reclaimed {
+			// Read on a connection MaxConns closes to make room: no
+			// answer, no handler (the client sees the close and may
+			// retry); net/http closes the connection without a byte.
+			panic(http.ErrAbortHandler)
+		}
+		t := &c.t
 		v := t.take(r.ProtoMajor, requestLineHash(r.Method, r.RequestURI, r.Proto))
 		if v == allowed {
 			next.ServeHTTP(w, r)

@@ -243,11 +243,11 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		}),
 		connsReclaimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tiercache_client_connections_reclaimed_total",
-			Help: "Idle keep-alive client connections closed to make room for a new one at --max-connections.",
+			Help: "Client connections waiting for a request (idle keep-alive ones, and new ones silent for 1s) closed to make room for a new one at --max-connections.",
 		}),
 		connsWaited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tiercache_client_connections_waited_total",
-			Help: "Client connections that waited for a slot at --max-connections (no idle connection to close): each is a sign the bound is too low, or of a flood.",
+			Help: "Client connections that waited for a slot at --max-connections (none waiting for a request to close): each is a sign the bound is too low, or of a flood.",
 		}),
 		BodyStoreBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tiercache_body_store_bytes",

@@ -124,7 +124,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 25*time.Second, "how long in-flight requests may take to finish on SIGTERM")
 	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz failing before draining (lets endpoints update first)")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
-	fs.IntVar(&o.MaxConns, "max-connections", connguard.DefaultMaxConns, "most client connections open at once on --listen, upgraded ones included (0: no bound); at the bound the longest-idle keep-alive connection is closed to make room, else new ones wait")
+	fs.IntVar(&o.MaxConns, "max-connections", connguard.DefaultMaxConns, "most client connections open at once on --listen, upgraded ones included (0: no bound); at the bound the connection waiting longest for a request (idle keep-alive, or new and silent for 1s) is closed to make room, else new ones wait")
 	fs.IntVar(&o.MaxUpgraded, "max-upgraded-connections", proxy.DefaultMaxUpgraded, "most upgraded (WebSocket) connections open at once; more get 503")
 	fs.DurationVar(&o.UpgradeIdleTimeout, "upgrade-idle-timeout", proxy.DefaultUpgradeIdle, "close an upgraded (WebSocket) connection after this long without a byte either way")
 	fs.DurationVar(&o.SendTimeout, "send-timeout", connguard.DefaultSendTimeout, "close a client connection that takes no byte of a response for this long (between two writes, not for the whole response: a slow but steady download is served); at least 1s")
