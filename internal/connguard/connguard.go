@@ -258,13 +258,6 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, trackerKey{}, gc)
 }
 
-func trackerFrom(ctx context.Context) *tracker {
-	if c := connFrom(ctx); c != nil {
-		return &c.t
-	}
-	return nil
-}
-
 func connFrom(ctx context.Context) *conn {
 	c, _ := ctx.Value(trackerKey{}).(*conn)
 	return c

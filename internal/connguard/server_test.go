@@ -598,7 +598,7 @@ func TestServerBoundsTrackerOnHijackedConnection(t *testing.T) {
 	srv := &http.Server{
 		ConnContext: ConnContext,
 		Handler: Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			tr := trackerFrom(r.Context())
+			tr := &connFrom(r.Context()).t
 			conn, brw, err := http.NewResponseController(w).Hijack()
 			if err != nil {
 				t.Errorf("hijack: %v", err)
