@@ -226,15 +226,7 @@ func TestSilentConnectionsDoNotLockOutANewClient(t *testing.T) {
 // HTTP clients retry only on a reused one). The newcomer waits instead,
 // and gets the slot when that connection, served, turns idle.
 func TestANewConnectionIsNotReclaimedForTheNextBeforeItCouldSpeak(t *testing.T) {
-	release := make(chan struct{})
-	var served sync.Map
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Store(r.URL.Path, true)
-		if r.URL.Path == "/hold" {
-			<-release
-		}
-		ok(w, r)
-	})
+	h, release, served := holding()
 	addr, m, _, srv, done := limited(t, 2, h)
 	t.Cleanup(func() { shutdown(t, srv, done) })
 	var once sync.Once
@@ -249,11 +241,7 @@ func TestANewConnectionIsNotReclaimedForTheNextBeforeItCouldSpeak(t *testing.T) 
 	waitUntil(t, func() bool { return m.open.Load() == 2 }, "the second connection to take a slot")
 	y := dial(t, addr)
 	y.send("GET /y HTTP/1.1\r\nHost: x\r\n\r\n")
-	select {
-	case <-m.waited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the third connection did not wait: it closed the second, accepted a moment before it")
-	}
+	m.waits(t, "the third connection did not wait: it closed the second, accepted a moment before it")
 	x.getOK("/x") // sent within the grace: served
 	if res, body := y.response(); res.StatusCode != http.StatusOK || body != "ok" {
 		t.Fatalf("the connection that waited: %d %q", res.StatusCode, body)

@@ -88,15 +88,7 @@ func TestAtTheBoundTheLongestIdleConnectionMakesRoom(t *testing.T) {
 // With no idle connection to close, a new connection waits for a slot and
 // no connection at work is cut for it; it is served once one closes.
 func TestWithNoIdleConnectionANewOneWaitsForASlot(t *testing.T) {
-	release := make(chan struct{})
-	var served sync.Map
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Store(r.URL.Path, true)
-		if r.URL.Path == "/hold" {
-			<-release
-		}
-		ok(w, r)
-	})
+	h, release, served := holding()
 	addr, m, _, srv, done := limited(t, 1, h)
 	t.Cleanup(func() { shutdown(t, srv, done) })
 
@@ -106,11 +98,7 @@ func TestWithNoIdleConnectionANewOneWaitsForASlot(t *testing.T) {
 
 	b := dial(t, addr)
 	b.send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
-	select {
-	case <-m.waited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second connection did not wait for a slot: the bound did not hold")
-	}
+	m.waits(t, "the second connection did not wait for a slot: the bound did not hold")
 	if _, ok := served.Load("/next"); ok {
 		t.Fatal("the second request was served while the only slot was taken")
 	}
@@ -130,15 +118,7 @@ func TestWithNoIdleConnectionANewOneWaitsForASlot(t *testing.T) {
 // A connection that turns idle while a new one waits for a slot makes
 // room for it at once, not when it closes (120 s later in the sidecar).
 func TestAConnectionThatTurnsIdleMakesRoomForOneThatWaits(t *testing.T) {
-	release := make(chan struct{})
-	var served sync.Map
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Store(r.URL.Path, true)
-		if r.URL.Path == "/hold" {
-			<-release
-		}
-		ok(w, r)
-	})
+	h, release, served := holding()
 	addr, m, _, srv, done := limited(t, 1, h)
 	t.Cleanup(func() { shutdown(t, srv, done) })
 
@@ -147,11 +127,7 @@ func TestAConnectionThatTurnsIdleMakesRoomForOneThatWaits(t *testing.T) {
 	waitUntil(t, func() bool { _, ok := served.Load("/hold"); return ok }, "the first request to reach the handler")
 	b := dial(t, addr)
 	b.send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
-	select {
-	case <-m.waited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second connection did not wait for a slot")
-	}
+	m.waits(t, "the second connection did not wait for a slot")
 	close(release)
 	if res, body := a.response(); res.StatusCode != http.StatusOK || body != "ok" {
 		t.Fatalf("the connection at work: %d %q", res.StatusCode, body)
@@ -186,11 +162,7 @@ func TestAHijackedConnectionHoldsItsSlotUntilClosed(t *testing.T) {
 	hc := <-hijacked
 	b := dial(t, addr)
 	b.send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
-	select {
-	case <-m.waited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a new connection did not wait while the hijacked one held the only slot")
-	}
+	m.waits(t, "a new connection did not wait while the hijacked one held the only slot")
 	_ = hc.Close()
 	if res, body := b.response(); res.StatusCode != http.StatusOK || body != "ok" {
 		t.Fatalf("after the hijacked connection closed: %d %q", res.StatusCode, body)
@@ -235,11 +207,7 @@ func TestShutdownEndsAWaitForASlot(t *testing.T) {
 	a.send("GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
 	b := dial(t, addr)
 	b.send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
-	select {
-	case <-m.waited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second connection did not wait for a slot")
-	}
+	m.waits(t, "the second connection did not wait for a slot")
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +232,31 @@ func TestNoBoundWithMaxConnsZero(t *testing.T) {
 	}
 	if n := m.open.Load(); n != 0 {
 		t.Fatalf("the meter counted %d connections without a bound", n)
+	}
+}
+
+// holding answers "ok", but holds /hold until release is closed; served
+// records the paths that reached it.
+func holding() (h http.Handler, release chan struct{}, served *sync.Map) {
+	release, served = make(chan struct{}), &sync.Map{}
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Store(r.URL.Path, true)
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		ok(w, r)
+	})
+	return h, release, served
+}
+
+// waits expects an accepted connection to wait for a slot within 5s; why
+// says what it means if none does.
+func (m *meter) waits(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case <-m.waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal(why)
 	}
 }
 

@@ -29,16 +29,7 @@ import (
 // GET path without ever reading the answer: the slowest client there is.
 func dialSlowReader(t *testing.T, addr, path string) net.Conn {
 	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
+	d := tinyWindowDialer()
 	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +39,21 @@ func dialSlowReader(t *testing.T, addr, path string) net.Conn {
 		t.Fatal(err)
 	}
 	return conn
+}
+
+// tinyWindowDialer dials with a 4 KiB receive buffer: a client whose
+// kernel takes little at a time.
+func tinyWindowDialer() *net.Dialer {
+	return &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
 }
 
 // A slow-reading leader stalls no follower of its file fill.

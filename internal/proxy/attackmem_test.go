@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,17 +72,7 @@ func getSteadily(t *testing.T, addr, path string, rate int) (*http.Response, []b
 // askSteadily is getSteadily for any method (with an empty body).
 func askSteadily(t *testing.T, addr, method, path string, rate int) (*http.Response, []byte, error) {
 	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	conn, err := d.Dial("tcp", addr)
+	conn, err := tinyWindowDialer().Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
