@@ -95,6 +95,9 @@ type Purger struct {
 	// OnPurge, when set, is called after every purge or invalidation (for
 	// metrics), not after their repeats.
 	OnPurge func()
+	// OnRepeatDropped, when set, is called for every invalidation not
+	// repeated because too many repeats were pending (maxRepeats).
+	OnRepeatDropped func()
 	// again repeats cluster-wide purges and invalidations (repeat.go).
 	again repeats
 }
@@ -103,7 +106,7 @@ type Purger struct {
 // in effect.
 func NewPurger(local Local, cfg *tierconfig.Holder) *Purger {
 	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches(), auth: newChannelAuth(Auth{}), now: time.Now,
-		again: repeats{after: RepeatAfter}}
+		again: repeats{after: RepeatAfter, budget: closeTimeout}}
 }
 
 // SetAuth authenticates the channel: published messages are signed with

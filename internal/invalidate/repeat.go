@@ -37,96 +37,148 @@ const RepeatAfter = 2 * time.Second
 // repeatTimeout bounds one repeat (a purge by prefix scans L2).
 const repeatTimeout = 30 * time.Second
 
+// maxRepeats and maxRepeatBytes bound the invalidation repeats pending
+// at once, by count and by the bytes of their URLs. Any client can send
+// unsafe requests, each to a new URL (a query string will do) and as
+// long as the server takes: without a bound the sidecar would hold
+// RepeatAfter's worth of them, whatever their rate and size. Past the
+// bound an invalidation is applied at once as always, only not repeated
+// (Purger.OnRepeatDropped counts it): the repeat is a second chance
+// against a narrow race, and a sidecar under such a flood is better off
+// without it than out of memory. 10,000 is 5,000 unsafe requests a
+// second to distinct URLs. Purges are not bounded here: they need the
+// purge token and are rate-limited.
+const (
+	maxRepeats     = 10000
+	maxRepeatBytes = 4 << 20
+)
+
 // repeats holds the purges and invalidations to apply once more.
 type repeats struct {
 	after time.Duration // RepeatAfter; tests shorten it
-	mu    sync.Mutex
+	// budget is closeTimeout; tests shorten it.
+	budget time.Duration
+	mu     sync.Mutex
 	// pending maps each timer to the repeat it will run; keyed maps a
-	// repeat's key to its timer; closed: Close ran and no repeat is
-	// scheduled any more.
-	pending map[*time.Timer]func(context.Context)
+	// repeat's key to its timer; bytes are the keyed repeats' keys'
+	// bytes; closed: Close ran and no repeat is scheduled any more.
+	pending map[*time.Timer]repeat
 	keyed   map[string]*time.Timer
+	bytes   int
 	closed  bool
 	running sync.WaitGroup
+	// base is the context of every repeat; stop ends it, when Close's
+	// bound is spent.
+	base context.Context
+	stop context.CancelFunc
+}
+
+type repeat struct {
+	f    func(context.Context)
+	size int // len of its key
 }
 
 // schedule runs f (bounded by repeatTimeout) after r.after. A repeat
 // with the same key (not "") still waiting is dropped for this one: the
 // unsafe requests to a URL written many times a second cost one repeat,
 // made after the last of them (each of which applied itself at once).
-func (r *repeats) schedule(key string, f func(context.Context)) {
+// A keyed repeat past maxRepeats or maxRepeatBytes is not scheduled:
+// schedule reports false.
+func (r *repeats) schedule(key string, f func(context.Context)) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return
+		return true
 	}
 	if r.pending == nil {
-		r.pending = make(map[*time.Timer]func(context.Context))
+		r.pending = make(map[*time.Timer]repeat)
 		r.keyed = make(map[string]*time.Timer)
+		r.base, r.stop = context.WithCancel(context.Background())
 	}
 	if t, ok := r.keyed[key]; ok && key != "" {
-		if _, waiting := r.pending[t]; waiting && t.Stop() {
+		if rp, waiting := r.pending[t]; waiting && t.Stop() {
 			delete(r.pending, t)
+			r.bytes -= rp.size
 			r.running.Done()
 		}
 		delete(r.keyed, key)
+	}
+	if key != "" && (len(r.pending) >= maxRepeats || r.bytes+len(key) > maxRepeatBytes) {
+		return false
 	}
 	r.running.Add(1)
 	var t *time.Timer
 	t = time.AfterFunc(r.after, func() {
 		defer r.running.Done()
 		r.mu.Lock()
-		f, ok := r.pending[t]
+		rp, ok := r.pending[t]
 		delete(r.pending, t)
+		r.bytes -= rp.size
 		if r.keyed[key] == t {
 			delete(r.keyed, key)
 		}
+		base := r.base
 		r.mu.Unlock()
 		if ok {
-			run(f)
+			ctx, cancel := context.WithTimeout(base, repeatTimeout)
+			defer cancel()
+			rp.f(ctx)
 		}
 	})
-	r.pending[t] = f
+	r.pending[t] = repeat{f: f, size: len(key)}
 	if key != "" {
 		r.keyed[key] = t
+		r.bytes += len(key)
 	}
+	return true
 }
 
-func run(f func(context.Context)) {
-	ctx, cancel := context.WithTimeout(context.Background(), repeatTimeout)
-	defer cancel()
-	f(ctx)
-}
-
-// closeTimeout bounds Close's repeats as a whole: a sidecar stopping
-// while L2 is down must not wait a timeout per pending repeat.
+// closeTimeout bounds Close's repeats as a whole, those it runs and
+// those already running: a sidecar stopping while L2 is down must not
+// wait a timeout per pending repeat, nor a running one's repeatTimeout.
 const closeTimeout = 5 * time.Second
 
 // close runs the repeats still pending at once and waits for those
 // running; none is scheduled after it. A timer that fired meanwhile
-// finds its repeat gone from pending: it is run here.
-func (r *repeats) close() {
+// finds its repeat gone from pending: it is run here. Once closeTimeout
+// is spent, the running repeats are cancelled and the pending ones left
+// are not run: close returns how many.
+func (r *repeats) close() (skipped int) {
 	r.mu.Lock()
 	r.closed = true
-	pending := r.pending
-	r.pending, r.keyed = nil, nil
+	pending, stop := r.pending, r.stop
+	r.pending, r.keyed, r.bytes = nil, nil, 0
+	base := r.base
 	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	if stop == nil {
+		return 0 // nothing was ever scheduled
+	}
+	ctx, cancel := context.WithTimeout(base, r.budget)
 	defer cancel()
-	for t, f := range pending {
+	context.AfterFunc(ctx, stop)
+	for t, rp := range pending {
 		stopped := t.Stop()
-		f(ctx)
+		if ctx.Err() == nil {
+			rp.f(ctx)
+		} else {
+			skipped++
+		}
 		if stopped {
 			r.running.Done()
 		}
 	}
 	r.running.Wait()
+	return skipped
 }
 
 // Close applies at once the purges and invalidations waiting to be
 // repeated (RepeatAfter) and waits for those being repeated. Call it
 // before the Remote is closed; nothing is repeated after it.
-func (p *Purger) Close() { p.again.close() }
+func (p *Purger) Close() {
+	if n := p.again.close(); n > 0 {
+		p.log.Warn("stopping: purges and invalidations not repeated, the time allowed was spent", "repeats", n, "allowed", closeTimeout.String())
+	}
+}
 
 // repeatInvalidate schedules Invalidate's repeat.
 func (p *Purger) repeatInvalidate(urls []*url.URL) {
@@ -135,7 +187,9 @@ func (p *Purger) repeatInvalidate(urls []*url.URL) {
 		key.WriteString(u.String())
 		key.WriteByte(' ')
 	}
-	p.again.schedule(key.String(), func(ctx context.Context) { p.invalidate(ctx, urls) })
+	if !p.again.schedule(key.String(), func(ctx context.Context) { p.invalidate(ctx, urls) }) && p.OnRepeatDropped != nil {
+		p.OnRepeatDropped()
+	}
 }
 
 // repeatPurge schedules Purge's repeat; a soft purge keeps at.

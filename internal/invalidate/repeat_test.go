@@ -1,10 +1,15 @@
 package invalidate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,4 +203,143 @@ func TestInvalidationsOfOneURLShareOneRepeat(t *testing.T) {
 	if n := len(l2.messages()); n != 6+2 {
 		t.Fatalf("%d messages, want 6 invalidations and 2 repeats (one per URL)", n)
 	}
+}
+
+// pendingRepeats is how many repeats wait, and the bytes of URL text
+// they hold.
+func pendingRepeats(p *Purger) (n, size int) {
+	p.again.mu.Lock()
+	defer p.again.mu.Unlock()
+	for k := range p.again.keyed {
+		size += len(k)
+	}
+	return len(p.again.pending), size
+}
+
+// Any client may send unsafe requests: one to a new URL each time (a
+// query string will do), or with URLs as long as the server accepts,
+// must not make the sidecar hold repeats without bound. The unsafe
+// requests themselves still invalidate at once.
+func TestAFloodOfUnsafeRequestsToDistinctURLsHoldsBoundedRepeats(t *testing.T) {
+	for name, c := range map[string]struct {
+		n       int
+		pathLen int
+	}{
+		"many short URLs": {n: 3 * 10000, pathLen: 8},
+		"long URLs":       {n: 400, pathLen: 60 << 10},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, _, _ := newPurger(t, "")
+			l2 := newSharedL2()
+			p.SetRemote(l2, "me", time.Second, nil)
+			p.again.after = time.Hour
+			var dropped int
+			p.OnRepeatDropped = func() { dropped++ }
+			t.Cleanup(p.Close)
+			pad := strings.Repeat("a", c.pathLen)
+			for i := range c.n {
+				p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/" + pad, RawQuery: "n=" + strconv.Itoa(i)}})
+			}
+			n, bytes := pendingRepeats(p)
+			if n > 10000 || bytes > 4<<20 {
+				t.Fatalf("%d unsafe requests to distinct URLs left %d repeats pending holding %d bytes of URLs: an attacker sets the sidecar's memory", c.n, n, bytes)
+			}
+			if n == 0 {
+				t.Fatal("no repeat is pending at all")
+			}
+			if dropped != c.n-n {
+				t.Fatalf("%d repeats pending of %d invalidations, %d counted as dropped", n, c.n, dropped)
+			}
+			if got := len(l2.messages()); got != c.n {
+				t.Fatalf("%d invalidations published, want %d: each applies itself at once", got, c.n)
+			}
+		})
+	}
+}
+
+// hangingL2 is an L2 that, once hanging, stops answering deletes: each
+// waits until its context ends.
+type hangingL2 struct {
+	*sharedL2
+	hanging atomic.Bool
+	entered chan struct{}
+}
+
+func (h *hangingL2) Delete(ctx context.Context, keys ...string) (int, error) {
+	if !h.hanging.Load() {
+		return h.sharedL2.Delete(ctx, keys...)
+	}
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// Close is bounded as a whole (closeTimeout): a repeat already running
+// against an L2 that stopped answering does not hold a stopping sidecar
+// for the repeat's own timeout.
+func TestCloseDoesNotWaitARunningRepeatPastItsBound(t *testing.T) {
+	p, _, _ := newPurger(t, "")
+	l2 := &hangingL2{sharedL2: newSharedL2(), entered: make(chan struct{}, 1)}
+	p.SetRemote(l2, "me", time.Minute, nil)
+	p.again.after = time.Millisecond
+	p.again.budget = 200 * time.Millisecond
+	p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}})
+	l2.hanging.Store(true)
+	select {
+	case <-l2.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the repeat did not start within 5s")
+	}
+	start := time.Now()
+	p.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Close took %s, waiting on a repeat that L2 does not answer; its bound is %s", took, p.again.budget)
+	}
+}
+
+// A sidecar stopping while L2 does not answer applies what it can of
+// its pending repeats within Close's bound and says once how many it
+// left, instead of one failure per repeat for every repeat left.
+func TestRepeatsLeftWhenCloseRunsOutOfTimeAreLoggedOnce(t *testing.T) {
+	p, _, _ := newPurger(t, "")
+	l2 := &hangingL2{sharedL2: newSharedL2(), entered: make(chan struct{}, 1)}
+	var logged lineCounter
+	p.SetRemote(l2, "me", time.Minute, slog.New(slog.NewTextHandler(&logged, nil)))
+	p.again.after = time.Hour
+	p.again.budget = 100 * time.Millisecond
+	const n = 1000
+	for i := range n {
+		p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x", RawQuery: strconv.Itoa(i)}})
+	}
+	l2.hanging.Store(true)
+	before := logged.lines()
+	start := time.Now()
+	p.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Close took %s", took)
+	}
+	if got := logged.lines() - before; got > 3 {
+		t.Fatalf("Close logged %d lines for %d repeats it could not apply: one per repeat", got, n)
+	}
+}
+
+type lineCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *lineCounter) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += bytes.Count(b, []byte("\n"))
+	return len(b), nil
+}
+
+func (c *lineCounter) lines() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }

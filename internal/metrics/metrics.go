@@ -92,6 +92,9 @@ type Metrics struct {
 	L2Dropped         prometheus.Counter
 	L2CircuitOpen     prometheus.Gauge
 	Purges            prometheus.Counter
+	// RepeatsDropped counts unsafe-method invalidations not repeated
+	// because too many repeats were pending (invalidate.RepeatAfter).
+	RepeatsDropped prometheus.Counter
 	// InvalidationsRejected counts invalidation messages refused, by
 	// reason (invalidate.RejectReasons).
 	InvalidationsRejected *prometheus.CounterVec
@@ -217,6 +220,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_purges_total",
 			Help: "Purge requests and unsafe-method invalidations applied.",
 		}),
+		RepeatsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_invalidation_repeats_dropped_total",
+			Help: "Unsafe-method invalidations applied but not repeated 2 s later, because too many repeats were pending (a flood of unsafe requests to distinct URLs).",
+		}),
 		InvalidationsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_invalidations_rejected_total",
 			Help: "Invalidation messages from the tier's channel refused, by reason: malformed, unsigned, bad_mac, expired, future, replay.",
@@ -267,7 +274,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		}, []string{"op"}),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests,
+		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests,
 		m.ClientConns, m.connsReclaimed, m.connsWaited,
 		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {

@@ -272,6 +272,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	}
 	g.purger = invalidate.NewPurger(store.NewLocal(g.cache, dp.bodyRemover()), dp.holder)
 	g.purger.OnPurge = dp.m.Purges.Inc
+	g.purger.OnRepeatDropped = dp.m.RepeatsDropped.Inc
 	g.purger.UseWatches(dp.watches)
 	popts := proxy.Options{
 		Upstream:    dp.upstream,
