@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -292,7 +293,11 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 			Channel:  g.client.Channel(),
 			Rejected: func(reason string) { dp.m.InvalidationsRejected.WithLabelValues(reason).Inc() },
 		})
-		g.purger.SetRemote(remote{g.client, g.store, dp.m.L2Errors.WithLabelValues("publish")}, dp.id, cfg.L2.Timeout.Std(), dp.log)
+		// Each generation publishes as its own sender, so that the next
+		// one applies what this one publishes (the repeat of a purge made
+		// before a config change gave the next a new L1, say) as another
+		// sidecar's message.
+		g.purger.SetRemote(remote{g.client, g.store, dp.m.L2Errors.WithLabelValues("publish")}, dp.id+"/g"+strconv.FormatUint(g.number, 10), cfg.L2.Timeout.Std(), dp.log)
 		popts.Cluster = g.store
 	}
 	if g.px, err = proxy.New(popts); err != nil {
@@ -345,14 +350,15 @@ const subscribeHandover = 10 * time.Second
 
 // swap makes next the current generation and retires prev in the
 // background: once prev's requests have ended (bounded by
-// --shutdown-timeout), and, when next has a new L2 client, once next has
-// subscribed to invalidations (bounded by subscribeHandover: a message
-// published in between would otherwise reach neither, a password
-// rotation included), its proxy, subscription and store are closed, and
+// --shutdown-timeout), and, when both have L2, once next has subscribed
+// to invalidations (bounded by subscribeHandover: on a new L2 client, a
+// message published in between would otherwise reach neither, a password
+// rotation included; on the same one, the repeats prev's purger applies
+// as it closes would not reach next's L1), its proxy, subscription and store are closed, and
 // its L1 cache and L2 client unless next took them over. Only Apply's
 // goroutine calls swap.
 func (dp *dataPlane) swap(prev, next *generation) {
-	handover := prev.client != nil && next.client != nil && next.client != prev.client
+	handover := prev.client != nil && next.client != nil
 	if next.cache == prev.cache {
 		prev.ownsL1 = false
 	} else {
@@ -382,7 +388,7 @@ func (dp *dataPlane) swap(prev, next *generation) {
 			case <-next.subscribed:
 			case <-dp.stopRetire:
 			case <-h.C:
-				dp.log.Warn("config change: the new L2 client has not subscribed to invalidations yet; closing the previous subscription anyway",
+				dp.log.Warn("config change: the new data plane has not subscribed to invalidations yet; closing the previous one anyway",
 					"generation", prev.number, "waited", subscribeHandover.String())
 			}
 		}

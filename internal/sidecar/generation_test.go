@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tiercache/tiercache/internal/cachekey"
+	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
@@ -327,5 +329,48 @@ func TestAMessageSentWhileANewL2ClientSubscribesStillReachesTheSidecar(t *testin
 	waitNumSub(1)
 	if dp.cur.Load().client == nil || slow.Conns() == 0 {
 		t.Fatal("the new generation does not use the new address")
+	}
+}
+
+// A purge's repeat belongs to the generation that made it. When a config
+// change gives the next generation a new L1 on the same L2, the repeat
+// must still reach that L1: in the window it closes, this sidecar's new
+// L1 may have read back from L2 the response a late fill of another
+// replica wrote there after the purge.
+func TestAPurgesRepeatReachesTheNextGenerationsNewL1(t *testing.T) {
+	rs := testredis.Start(t)
+	cfg := func(l1 string) tierconfig.Config {
+		c, err := tierconfig.Parse([]byte(l1 + "l2: {addresses: ['" + rs.Addr() + "'], warmStart: {disabled: true}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dp := newTestDataPlane(t, Options{}, cfg(smallL1))
+	prev := dp.cur.Load()
+	if _, err := prev.purger.Purge(context.Background(), invalidate.Request{URLs: []string{"http://" + testHost + "/x"}}); err != nil {
+		t.Fatal(err)
+	}
+	// A new L1 size: a new L1, the same L2 client.
+	if err := dp.Apply(context.Background(), cfg("l1: {maxSize: 64Mi, shards: 32}\n"), "v2"); err != nil {
+		t.Fatal(err)
+	}
+	next := dp.cur.Load()
+	if next == prev || next.cache == prev.cache || next.client != prev.client {
+		t.Fatal("the config change did not build a generation with a new L1 on the same L2 client")
+	}
+	// The new L1 read back what a late fill wrote to L2 after the purge.
+	key := string(cachekey.AppendPrimary(nil, "http", testHost, "/x"))
+	if err := next.cache.Set(key, &entry.Entry{Kind: entry.KindResponse, Host: testHost, Target: "/x", Status: 200,
+		Body: []byte("purged"), ResponseTime: time.Now(), Lifetime: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(invalidate.RepeatAfter + 5*time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := next.cache.Get(key); err != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the purged response read back into the new L1 is still there: the purge's repeat did not reach it")
+		}
 	}
 }
