@@ -151,14 +151,15 @@ func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog
 //
 // With a Remote it is repeated after RepeatAfter (repeat.go).
 func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
-	p.invalidate(ctx, urls)
+	p.invalidate(ctx, urls, false)
 	if p.remote != nil {
 		p.repeatInvalidate(urls)
 	}
 	p.purged()
 }
 
-func (p *Purger) invalidate(ctx context.Context, urls []*url.URL) {
+// invalidate applies Invalidate; repeat: it is Invalidate's repeat.
+func (p *Purger) invalidate(ctx context.Context, urls []*url.URL, repeat bool) {
 	keys := p.markInvalidated(urls)
 	if p.remote != nil {
 		ctx, cancel := context.WithTimeout(ctx, p.remoteTimeout)
@@ -177,7 +178,7 @@ func (p *Purger) invalidate(ctx context.Context, urls []*url.URL) {
 		for i, u := range urls {
 			raw[i] = u.String()
 		}
-		p.publish(ctx, message{Invalidate: raw})
+		p.publish(ctx, message{Invalidate: raw, Repeat: repeat})
 	}
 }
 
@@ -247,7 +248,7 @@ type Result struct {
 // With a Remote it is repeated after RepeatAfter (repeat.go).
 func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 	at := p.now()
-	res, err := p.purge(ctx, r, at)
+	res, err := p.purge(ctx, r, at, false)
 	if p.remote != nil {
 		p.repeatPurge(r, at)
 	}
@@ -255,7 +256,8 @@ func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 	return res, err
 }
 
-func (p *Purger) purge(ctx context.Context, r Request, at time.Time) (Result, error) {
+// purge applies Purge made at at; repeat: it is Purge's repeat.
+func (p *Purger) purge(ctx context.Context, r Request, at time.Time, repeat bool) (Result, error) {
 	refs := p.markPurged(r)
 	res := Result{Soft: r.Soft}
 	var err error
@@ -272,7 +274,7 @@ func (p *Purger) purge(ctx context.Context, r Request, at time.Time) (Result, er
 	res.L1, res.Bodies, res.Purged = l.responses, l.files, l.responses+l.filesOnly
 	if p.remote != nil {
 		res.Purged = max(res.Purged, *res.L2)
-		p.publish(ctx, message{Request: r})
+		p.publish(ctx, message{Request: r, Repeat: repeat})
 	}
 	return res, err
 }
@@ -345,6 +347,9 @@ type message struct {
 	Request
 	// Invalidate lists absolute URLs changed by unsafe requests.
 	Invalidate []string `json:"invalidate,omitempty"`
+	// Repeat marks a purge or invalidation applied again (RepeatAfter):
+	// it is applied as the first time, but not counted again.
+	Repeat bool `json:"repeat,omitempty"`
 }
 
 func (p *Purger) publish(ctx context.Context, m message) {
@@ -414,7 +419,9 @@ func (p *Purger) HandleMessage(b []byte) {
 			p.purgeLocal(m.Request, p.markPurged(m.Request), at)
 		}
 	}
-	p.purged()
+	if !m.Repeat {
+		p.purged()
+	}
 }
 
 // Subscribed is called after every (re)subscription to the tier's

@@ -187,7 +187,7 @@ func (p *Purger) repeatInvalidate(urls []*url.URL) {
 		key.WriteString(u.String())
 		key.WriteByte(' ')
 	}
-	if !p.again.schedule(key.String(), func(ctx context.Context) { p.invalidate(ctx, urls) }) && p.OnRepeatDropped != nil {
+	if !p.again.schedule(key.String(), func(ctx context.Context) { p.invalidate(ctx, urls, true) }) && p.OnRepeatDropped != nil {
 		p.OnRepeatDropped()
 	}
 }
@@ -195,7 +195,7 @@ func (p *Purger) repeatInvalidate(urls []*url.URL) {
 // repeatPurge schedules Purge's repeat; a soft purge keeps at.
 func (p *Purger) repeatPurge(r Request, at time.Time) {
 	p.again.schedule("", func(ctx context.Context) {
-		if _, err := p.purge(ctx, r, at); err != nil {
+		if _, err := p.purge(ctx, r, at, true); err != nil {
 			p.log.Warn("repeating a purge: l2 failed", "err", err)
 		}
 	})

@@ -24,6 +24,7 @@ type sharedL2 struct {
 	mu        sync.Mutex
 	keys      map[string]bool
 	published []message
+	raw       [][]byte // published, as sent
 	softAt    []time.Time
 }
 
@@ -71,6 +72,7 @@ func (s *sharedL2) Publish(_ context.Context, b []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.published = append(s.published, m)
+	s.raw = append(s.raw, b)
 	return nil
 }
 func (s *sharedL2) NextSeq(context.Context) (uint64, error) {
@@ -342,4 +344,48 @@ func (c *lineCounter) lines() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n
+}
+
+// A repeat is the same purge or invalidation again: the replicas that
+// apply its message do not count it in tiercache_purges_total (OnPurge)
+// any more than the sidecar that repeats it.
+func TestARepeatIsNotCountedAsAPurgeByTheReplicasThatApplyIt(t *testing.T) {
+	for name, purge := range map[string]func(p *Purger){
+		"a purge": func(p *Purger) {
+			_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
+		},
+		"an unsafe request": func(p *Purger) {
+			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sender, _, _ := newPurger(t, "")
+			l2 := newSharedL2()
+			sender.SetRemote(l2, "sender", time.Second, nil)
+			sender.again.after = time.Hour
+			var sent int
+			sender.OnPurge = func() { sent++ }
+			purge(sender)
+			sender.Close()
+
+			replica, cache, _ := newPurger(t, "")
+			var applied int
+			replica.OnPurge = func() { applied++ }
+			l2.mu.Lock()
+			raw := append([][]byte(nil), l2.raw...)
+			l2.mu.Unlock()
+			if len(raw) != 2 {
+				t.Fatalf("%d messages, want the purge and its repeat", len(raw))
+			}
+			replica.HandleMessage(raw[0])
+			key := put(t, cache, "http", "a.example", "/x")
+			replica.HandleMessage(raw[1])
+			if present(cache, key) {
+				t.Fatal("the replica did not apply the repeat")
+			}
+			if sent != 1 || applied != 1 {
+				t.Fatalf("counted %d purges where it was made and %d where it was applied, want 1 and 1", sent, applied)
+			}
+		})
+	}
 }
