@@ -389,3 +389,49 @@ func TestARepeatIsNotCountedAsAPurgeByTheReplicasThatApplyIt(t *testing.T) {
 		})
 	}
 }
+
+// Invalidations of the same URLs from many goroutines, with timers
+// firing while a repeat is replaced and while Close takes them: every
+// URL is repeated at least once after its last invalidation, and Close
+// returns (a repeat counted twice or never would panic or hang its
+// WaitGroup). Run under -race.
+func TestRepeatsReplacedAndClosedWhileTheirTimersFire(t *testing.T) {
+	p, _, _ := newPurger(t, "")
+	l2 := newSharedL2()
+	p.SetRemote(l2, "me", time.Second, nil)
+	p.again.after = 20 * time.Microsecond
+	urls := []string{"/a", "/b", "/c"}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				path := urls[(g+i)%len(urls)]
+				p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: path}})
+			}
+		})
+	}
+	wg.Wait()
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return within 10s")
+	}
+	// Whether a repeat was published after the last invalidation of
+	// each URL.
+	repeated := map[string]bool{}
+	for _, m := range l2.messages() {
+		for _, u := range m.Invalidate {
+			repeated[u] = m.Repeat
+		}
+	}
+	for _, path := range urls {
+		if u := "http://a.example" + path; !repeated[u] {
+			t.Errorf("%s was not repeated after its last invalidation", u)
+		}
+	}
+	if n, _ := pendingRepeats(p); n != 0 {
+		t.Fatalf("%d repeats pending after Close", n)
+	}
+}
