@@ -143,8 +143,13 @@ type dataPlane struct {
 
 	retiring   sync.WaitGroup
 	stopRetire chan struct{} // closed at shutdown: retirements stop waiting
-	closeOnce  sync.Once
-	closeErr   error
+	// retired is closed once the last generation retired so far is
+	// closed: generations close in the order they retire, since one may
+	// own the L2 client that an earlier one, still retiring, shares (and
+	// whose purger's repeats still go to L2). Apply's goroutine only.
+	retired   chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // l1Stats feeds the L1 gauges from the current generation.
@@ -355,8 +360,9 @@ const subscribeHandover = 10 * time.Second
 // message published in between would otherwise reach neither, a password
 // rotation included; on the same one, the repeats prev's purger applies
 // as it closes would not reach next's L1), its proxy, subscription and store are closed, and
-// its L1 cache and L2 client unless next took them over. Only Apply's
-// goroutine calls swap.
+// its L1 cache and L2 client unless next took them over, after the
+// generations retired before it are closed. Only Apply's goroutine calls
+// swap.
 func (dp *dataPlane) swap(prev, next *generation) {
 	handover := prev.client != nil && next.client != nil
 	if next.cache == prev.cache {
@@ -370,8 +376,11 @@ func (dp *dataPlane) swap(prev, next *generation) {
 	dp.cur.Store(next)
 	prev.retire()
 	dp.retiring.Add(1)
+	before, done := dp.retired, make(chan struct{})
+	dp.retired = done
 	go func() {
 		defer dp.retiring.Done()
+		defer close(done)
 		t := time.NewTimer(dp.o.ShutdownTimeout)
 		defer t.Stop()
 		select {
@@ -391,6 +400,9 @@ func (dp *dataPlane) swap(prev, next *generation) {
 				dp.log.Warn("config change: the new data plane has not subscribed to invalidations yet; closing the previous one anyway",
 					"generation", prev.number, "waited", subscribeHandover.String())
 			}
+		}
+		if before != nil {
+			<-before // bounded: its own waits are
 		}
 		if err := dp.closeGeneration(prev); err != nil {
 			dp.log.Warn("config change: closing the previous data plane", "generation", prev.number, "err", err)

@@ -374,3 +374,66 @@ func TestAPurgesRepeatReachesTheNextGenerationsNewL1(t *testing.T) {
 		}
 	}
 }
+
+// Two config changes in a row, the first keeping the L2 client and the
+// second replacing it: the middle generation owns the client it shares
+// with the first, which may still be retiring (a long request). The
+// first's purger must still apply its pending repeats to L2 when it
+// closes, so the client must not be closed before it.
+func TestARetiringGenerationsRepeatsRunBeforeItsSharedL2ClientCloses(t *testing.T) {
+	rs := testredis.Start(t)
+	cfg := func(yaml string) tierconfig.Config {
+		c, err := tierconfig.Parse([]byte(yaml + "l2: {addresses: ['" + rs.Addr() + "'], warmStart: {disabled: true}" + "}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dp := newTestDataPlane(t, Options{ShutdownTimeout: time.Minute}, cfg(smallL1))
+	first := dp.acquire() // a long request keeps the first generation
+	released := false
+	defer func() {
+		if !released {
+			first.release()
+		}
+	}()
+	rdb := redisClient(t, rs.Addr())
+	name := entryName(defaultPrefix, "/x")
+	if _, err := first.purger.Purge(context.Background(), invalidate.Request{URLs: []string{"http://" + testHost + "/x"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Another replica's late fill writes the purged response back.
+	if err := rdb.Set(context.Background(), name, "late", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := dp.Apply(context.Background(), cfg("l1: {maxSize: 64Mi, shards: 32}\n"), "v2"); err != nil {
+		t.Fatal(err)
+	}
+	middle := dp.cur.Load()
+	timeout := cfg("l1: {maxSize: 64Mi, shards: 32}\n")
+	timeout.L2.Timeout = tierconfig.Duration(time.Second)
+	if err := dp.Apply(context.Background(), timeout, "v3"); err != nil {
+		t.Fatal(err)
+	}
+	if last := dp.cur.Load(); middle.client != first.client || last.client == first.client {
+		t.Fatal("the config changes did not share the first L2 client with the middle generation and replace it in the last")
+	}
+	// Give the middle generation's retirement the time to close the
+	// client (it needs the last generation subscribed, a few ms): it
+	// must not while the first still uses it.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := first.client.Ping(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	first.release()
+	released = true
+	dp.retiring.Wait()
+	if n, err := rdb.Exists(context.Background(), name).Result(); err != nil || n != 0 {
+		t.Fatalf("the late write is still in L2 (exists %d, %v): the first generation's repeat did not run against an open client", n, err)
+	}
+}
