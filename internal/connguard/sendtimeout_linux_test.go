@@ -223,13 +223,7 @@ func TestAClientThatStopsReadingIsClosedAfterTheSendTimeout(t *testing.T) {
 			c := dialSmall(t, addr)
 			resp, _ := getHeader(t, c, path)
 			// The client reads nothing more until the handler is done.
-			res := waitResult(t, results, 10*time.Second, path)
-			if !errors.Is(res.err, os.ErrDeadlineExceeded) || res.n >= bigBody {
-				t.Fatalf("the copy = %d bytes, %v; want fewer than %d and the deadline's error", res.n, res.err, bigBody)
-			}
-			if res.took < testSendTimeout {
-				t.Fatalf("the copy gave up after %s, before the send timeout (%s)", res.took, testSendTimeout)
-			}
+			expectDeadlineCut(t, results, path, testSendTimeout)
 			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 			expectShortBody(t, resp.Body, bigBody)
 		})
@@ -355,6 +349,19 @@ func TestAHijackedConnectionIsNotBoundByTheSendTimeout(t *testing.T) {
 // expectShortBody reads the rest of a response of size bytes that the server
 // gave up on: it must end short, with an error, and not by the client's
 // own read deadline (the connection was closed, not left open).
+// expectDeadlineCut waits for path's copy to end, and expects it cut by
+// the write deadline, short of the body, no sooner than timeout.
+func expectDeadlineCut(t *testing.T, results <-chan copyResult, path string, timeout time.Duration) {
+	t.Helper()
+	res := waitResult(t, results, 10*time.Second, path)
+	if !errors.Is(res.err, os.ErrDeadlineExceeded) || res.n >= bigBody {
+		t.Fatalf("the copy = %d bytes, %v; want fewer than %d and the deadline's error", res.n, res.err, bigBody)
+	}
+	if res.took < timeout {
+		t.Fatalf("the copy gave up after %s, before the send timeout (%s)", res.took, timeout)
+	}
+}
+
 func expectShortBody(t *testing.T, body io.Reader, size int64) {
 	t.Helper()
 	got, err := io.Copy(io.Discard, body)

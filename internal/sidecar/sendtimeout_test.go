@@ -82,12 +82,20 @@ func TestAClientThatStopsReadingIsClosedAtTheSendTimeout(t *testing.T) {
 	if took := time.Since(start); took < time.Second {
 		t.Fatalf("the sidecar gave up after %s, before --send-timeout", took)
 	}
+	expectCutShort(t, c, resp.Body, size)
+}
+
+// expectCutShort reads body, of a response of size bytes the sidecar gave
+// up on, from c: a short body, then the end of the connection (not a
+// wait for more).
+func expectCutShort(t *testing.T, c net.Conn, body io.Reader, size int64) {
+	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	got, err := io.Copy(io.Discard, resp.Body)
+	got, err := io.Copy(io.Discard, body)
 	if err == nil || got >= size {
-		t.Fatalf("the client read %d bytes (%v), want a short body and an error", got, err)
+		t.Fatalf("the cut client read %d bytes (%v), want a short body and an error", got, err)
 	}
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatalf("the client waited for more after %d bytes: the sidecar did not close the connection", got)
+		t.Fatalf("the cut client waited for more after %d bytes: the sidecar did not close the connection", got)
 	}
 }
