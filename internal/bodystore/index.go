@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
@@ -38,6 +39,9 @@ type ident struct {
 	// piece: the file is a piece of a partial response (its entry is
 	// version 4), never a complete body.
 	piece bool
+	// requested is the entry's RequestTime as the file records it (a
+	// purge's repeat keeps what was requested after the purge).
+	requested time.Time
 }
 
 // shortHash is the index's hash of a key.
@@ -49,7 +53,7 @@ func shortHash(key string) uint64 {
 // identOf copies e's identity (Decode aliases its input, which must not be
 // kept alive by the index).
 func identOf(e *entry.Entry) ident {
-	who := ident{host: strings.Clone(e.Host), target: strings.Clone(e.Target), piece: e.Kind == entry.KindPartial}
+	who := ident{host: strings.Clone(e.Host), target: strings.Clone(e.Target), piece: e.Kind == entry.KindPartial, requested: e.RequestTime}
 	if len(e.Tags) > 0 {
 		who.tags = make([]string, len(e.Tags))
 		for i, t := range e.Tags {
@@ -99,6 +103,7 @@ func (it *item) identity() *entry.Entry {
 	return &entry.Entry{
 		Kind: kind, Host: it.who.host, Target: it.who.target,
 		Tags: slices.Clone(it.who.tags), File: &entry.BodyFile{ID: it.id},
+		RequestTime: it.who.requested,
 	}
 }
 
@@ -109,7 +114,12 @@ func (it *item) identity() *entry.Entry {
 // still holds their entries. Readers that have them open keep reading;
 // fills in progress are not affected (their entries do not exist yet: a
 // purge overtakes them through its watches).
-func (s *Store) RemoveKey(key string) {
+func (s *Store) RemoveKey(key string) { s.RemoveKeyMatching(key, nil) }
+
+// RemoveKeyMatching is RemoveKey for the bodies whose entries match
+// selects (given as RemoveMatching gives them; nil selects all), and
+// returns how many it deleted.
+func (s *Store) RemoveKeyMatching(key string, match func(e *entry.Entry) bool) int {
 	prim := cachekey.Primary(key)
 	all := len(prim) == len(key)
 	h, ph := shortHash(key), shortHash(prim)
@@ -120,20 +130,33 @@ func (s *Store) RemoveKey(key string) {
 			hit = append(hit, it)
 		}
 	}
+	s.mu.Unlock()
+	if match != nil {
+		hit = slices.DeleteFunc(hit, func(it *item) bool { return !match(it.identity()) })
+	}
+	if len(hit) == 0 {
+		return 0
+	}
 	paths := make([]string, 0, len(hit))
+	s.mu.Lock()
 	for _, it := range hit {
-		s.forgetLocked(s.items[it.id])
-		paths = append(paths, s.path(it.id, bodySuffix))
+		// Ids are never reused: one still indexed is the one found.
+		if el, ok := s.items[it.id]; ok {
+			s.forgetLocked(el)
+			paths = append(paths, s.path(it.id, bodySuffix))
+		}
 	}
 	s.mu.Unlock()
 	s.unlink(paths)
+	return len(paths)
 }
 
 // RemoveMatching deletes every committed body whose entry match selects,
 // and returns how many it deleted. match is given an entry of Kind
 // KindResponse (KindPartial for a piece file) holding only the identity
-// of the body's entry (Host, Target, Tags) and File with the body's ID:
-// what purges select by (internal/invalidate). match runs without the store's lock held, on a
+// of the body's entry (Host, Target, Tags), the RequestTime its file
+// records and File with the body's ID: what purges select by
+// (internal/invalidate). match runs without the store's lock held, on a
 // fresh entry every call (it may keep it). Bodies committed while it runs
 // may or may not be seen.
 func (s *Store) RemoveMatching(match func(e *entry.Entry) bool) int {

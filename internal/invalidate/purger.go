@@ -34,6 +34,9 @@ import (
 // Local is the store a Purger removes entries from: this sidecar's L1.
 type Local interface {
 	Delete(key string)
+	// PurgeIf deletes the entry under key when match selects it (a
+	// repeat's condition, repeat.go) and reports whether it did.
+	PurgeIf(key string, match func(e *entry.Entry) bool) bool
 	DeleteMatching(match func(e *entry.Entry) bool) int
 	// ExpireMatching applies a soft purge made at at to the entries match
 	// selects (entry.Entry.Expire) and returns how many stored responses
@@ -49,6 +52,12 @@ type Remote interface {
 	Delete(ctx context.Context, keys ...string) (int, error)
 	PurgeTags(ctx context.Context, tags []string) (int, error)
 	PurgeMatching(ctx context.Context, match func(key string, e *entry.Entry) bool) (int, error)
+	// DeleteKeysIf and PurgeTagsIf are Delete and PurgeTags for the
+	// entries match selects (a repeat's condition, repeat.go): each is
+	// deleted only if it is still the value match saw, and they report
+	// how many they deleted.
+	DeleteKeysIf(ctx context.Context, keys []string, match func(key string, e *entry.Entry) bool) (int, error)
+	PurgeTagsIf(ctx context.Context, tags []string, match func(key string, e *entry.Entry) bool) (int, error)
 	Publish(ctx context.Context, msg []byte) error
 	// NextSeq takes the next number of the tier's invalidation sequence,
 	// for a message about to be published.
@@ -151,34 +160,57 @@ func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog
 //
 // With a Remote it is repeated after RepeatAfter (repeat.go).
 func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
-	p.invalidate(ctx, urls, false)
+	at := p.now()
+	p.invalidate(ctx, urls, time.Time{})
 	if p.remote != nil {
-		p.repeatInvalidate(urls)
+		p.repeatInvalidate(urls, at.Add(repeatMargin))
 	}
 	p.purged()
 }
 
-// invalidate applies Invalidate; repeat: it is Invalidate's repeat.
-func (p *Purger) invalidate(ctx context.Context, urls []*url.URL, repeat bool) {
-	keys := p.markInvalidated(urls)
+// invalidate applies Invalidate; with before set it is Invalidate's
+// repeat, which removes only what was requested before before.
+func (p *Purger) invalidate(ctx context.Context, urls []*url.URL, before time.Time) {
+	var keys []string
+	if before.IsZero() {
+		keys = p.markInvalidated(urls)
+	} else {
+		keys = p.primaryKeys(urls)
+	}
 	if p.remote != nil {
 		ctx, cancel := context.WithTimeout(ctx, p.remoteTimeout)
 		defer cancel()
 		if len(keys) > 0 {
-			if _, err := p.remote.Delete(ctx, keys...); err != nil {
-				p.log.Warn("invalidation: deleting from l2 failed", "err", err)
+			var err error
+			if before.IsZero() {
+				_, err = p.remote.Delete(ctx, keys...)
+			} else {
+				_, err = p.remote.DeleteKeysIf(ctx, keys, func(_ string, e *entry.Entry) bool { return older(e, before) })
+			}
+			if err != nil {
+				p.log.Warn("invalidation: deleting from l2 failed", "err", err, "repeat", !before.IsZero())
 			}
 		}
 	}
-	for _, k := range keys {
-		p.local.Delete(k)
-	}
+	p.deleteLocal(keys, before)
 	if p.remote != nil {
 		raw := make([]string, len(urls))
 		for i, u := range urls {
 			raw[i] = u.String()
 		}
-		p.publish(ctx, message{Invalidate: raw, Repeat: repeat})
+		p.publish(ctx, message{Invalidate: raw, Repeat: !before.IsZero(), Before: before})
+	}
+}
+
+// deleteLocal deletes keys from this sidecar's L1, with before set only
+// what was requested before it.
+func (p *Purger) deleteLocal(keys []string, before time.Time) {
+	for _, k := range keys {
+		if before.IsZero() {
+			p.local.Delete(k)
+		} else {
+			p.local.PurgeIf(k, func(e *entry.Entry) bool { return older(e, before) })
+		}
 	}
 }
 
@@ -194,12 +226,19 @@ func (p *Purger) markInvalidated(urls []*url.URL) []string {
 		refs = append(refs, p.refOf(cfg, u.Host, u.EscapedPath(), u.RawQuery))
 	}
 	p.watches.mark(refs, "", nil, false)
+	all := p.primaryKeys(urls)
+	if p.remote != nil {
+		p.remote.Forget(all...)
+	}
+	return all
+}
+
+// primaryKeys returns the primary keys of urls.
+func (p *Purger) primaryKeys(urls []*url.URL) []string {
+	cfg := p.cfg.Load()
 	var all []string
 	for _, u := range urls {
 		all = append(all, cachekey.PrimaryKeys(&cfg.StoredRule(u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery)...)
-	}
-	if p.remote != nil {
-		p.remote.Forget(all...)
 	}
 	return all
 }
@@ -248,17 +287,24 @@ type Result struct {
 // With a Remote it is repeated after RepeatAfter (repeat.go).
 func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 	at := p.now()
-	res, err := p.purge(ctx, r, at, false)
+	res, err := p.purge(ctx, r, at, time.Time{})
 	if p.remote != nil {
-		p.repeatPurge(r, at)
+		p.repeatPurge(r, at.Add(repeatMargin))
 	}
 	p.purged()
 	return res, err
 }
 
-// purge applies Purge made at at; repeat: it is Purge's repeat.
-func (p *Purger) purge(ctx context.Context, r Request, at time.Time, repeat bool) (Result, error) {
-	refs := p.markPurged(r)
+// purge applies Purge made at at. With before set it is Purge's repeat:
+// it removes (or, soft, marks as of before) only what was requested
+// before before, and marks no fill and drops no queued write.
+func (p *Purger) purge(ctx context.Context, r Request, at, before time.Time) (Result, error) {
+	var refs []ref
+	if before.IsZero() {
+		refs = p.markPurged(r)
+	} else {
+		refs, at = p.refsOf(p.cfg.Load(), r.URLs), before
+	}
 	res := Result{Soft: r.Soft}
 	var err error
 	if p.remote != nil {
@@ -266,15 +312,15 @@ func (p *Purger) purge(ctx context.Context, r Request, at time.Time, repeat bool
 		if r.Soft {
 			n2, err = p.expireRemote(ctx, r, at)
 		} else {
-			n2, err = p.purgeRemote(ctx, r)
+			n2, err = p.purgeRemote(ctx, r, before)
 		}
 		res.L2 = &n2
 	}
-	l := p.purgeLocal(r, refs, at)
+	l := p.purgeLocal(r, refs, at, before)
 	res.L1, res.Bodies, res.Purged = l.responses, l.files, l.responses+l.filesOnly
 	if p.remote != nil {
 		res.Purged = max(res.Purged, *res.L2)
-		p.publish(ctx, message{Request: r, Repeat: repeat})
+		p.publish(ctx, message{Request: r, Repeat: !before.IsZero(), Before: before})
 	}
 	return res, err
 }
@@ -294,10 +340,12 @@ func (p *Purger) markPurged(r Request) []ref {
 
 // purgeRemote applies r to L2: exact keys for absolute URLs whose rule
 // allows it, the tags' sets for tags, and one scan for everything else
-// (prefixes and origin-form URLs, which name every host).
-func (p *Purger) purgeRemote(ctx context.Context, r Request) (int, error) {
+// (prefixes and origin-form URLs, which name every host). With before
+// set (a repeat) only what was requested before it.
+func (p *Purger) purgeRemote(ctx context.Context, r Request, before time.Time) (int, error) {
+	cond := func(_ string, e *entry.Entry) bool { return before.IsZero() || older(e, before) }
 	if r.All {
-		return p.remote.PurgeMatching(ctx, func(string, *entry.Entry) bool { return true })
+		return p.remote.PurgeMatching(ctx, cond)
 	}
 	cfg := p.cfg.Load()
 	var keys []string
@@ -316,19 +364,31 @@ func (p *Purger) purgeRemote(ctx context.Context, r Request) (int, error) {
 	total := 0
 	var errs []error
 	if len(keys) > 0 {
-		n, err := p.remote.Delete(ctx, keys...)
+		var n int
+		var err error
+		if before.IsZero() {
+			n, err = p.remote.Delete(ctx, keys...)
+		} else {
+			n, err = p.remote.DeleteKeysIf(ctx, keys, cond)
+		}
 		total += n
 		errs = append(errs, err)
 	}
 	if len(r.Tags) > 0 {
-		n, err := p.remote.PurgeTags(ctx, r.Tags)
+		var n int
+		var err error
+		if before.IsZero() {
+			n, err = p.remote.PurgeTags(ctx, r.Tags)
+		} else {
+			n, err = p.remote.PurgeTagsIf(ctx, r.Tags, cond)
+		}
 		total += n
 		errs = append(errs, err)
 	}
 	if len(scanURLs) > 0 || r.Prefix != "" {
 		refs := p.refsOf(cfg, scanURLs)
-		n, err := p.remote.PurgeMatching(ctx, func(_ string, e *entry.Entry) bool {
-			return matches(e, refs, r.Prefix, nil)
+		n, err := p.remote.PurgeMatching(ctx, func(key string, e *entry.Entry) bool {
+			return matches(e, refs, r.Prefix, nil) && cond(key, e)
 		})
 		total += n
 		errs = append(errs, err)
@@ -348,8 +408,14 @@ type message struct {
 	// Invalidate lists absolute URLs changed by unsafe requests.
 	Invalidate []string `json:"invalidate,omitempty"`
 	// Repeat marks a purge or invalidation applied again (RepeatAfter):
-	// it is applied as the first time, but not counted again.
+	// it is not counted again.
 	Repeat bool `json:"repeat,omitempty"`
+	// Before, on a repeat, limits it to what was requested before this
+	// time (the sender's clock, repeatMargin added): entries fetched
+	// after the purge are kept, no fill is marked and no queued write
+	// dropped (repeat.go). A repeat without it (a sidecar of an earlier
+	// version) is applied as the first time.
+	Before time.Time `json:"before,omitzero"`
 }
 
 func (p *Purger) publish(ctx context.Context, m message) {
@@ -399,6 +465,16 @@ func (p *Purger) HandleMessage(b []byte) {
 	if m.From == p.id {
 		return
 	}
+	// A repeat limited to what was requested before m.Before: never
+	// later than now (a sender's clock ahead of ours takes no more than
+	// everything so far).
+	var before time.Time
+	if m.Repeat && !m.Before.IsZero() {
+		before = m.Before
+		if now := p.now(); now.Before(before) {
+			before = now
+		}
+	}
 	if len(m.Invalidate) > 0 {
 		urls := make([]*url.URL, 0, len(m.Invalidate))
 		for _, raw := range m.Invalidate {
@@ -407,8 +483,10 @@ func (p *Purger) HandleMessage(b []byte) {
 			}
 		}
 		// The sender cleared L2 before publishing.
-		for _, k := range p.markInvalidated(urls) {
-			p.local.Delete(k)
+		if before.IsZero() {
+			p.deleteLocal(p.markInvalidated(urls), before)
+		} else {
+			p.deleteLocal(p.primaryKeys(urls), before)
 		}
 	}
 	if len(m.URLs) > 0 || m.Prefix != "" || len(m.Tags) > 0 || m.All {
@@ -416,7 +494,11 @@ func (p *Purger) HandleMessage(b []byte) {
 			// A soft purge is marked at its arrival here: the sender's
 			// clock may differ, and marking a little more is safe.
 			at := p.now()
-			p.purgeLocal(m.Request, p.markPurged(m.Request), at)
+			if before.IsZero() {
+				p.purgeLocal(m.Request, p.markPurged(m.Request), at, before)
+			} else {
+				p.purgeLocal(m.Request, p.refsOf(p.cfg.Load(), m.URLs), before, before)
+			}
 		}
 	}
 	if !m.Repeat {

@@ -276,6 +276,14 @@ func (r recordingL2) PurgeTags(context.Context, []string) (int, error) {
 	r.s.got = append(r.s.got, "l2")
 	return 0, nil
 }
+func (r recordingL2) DeleteKeysIf(context.Context, []string, func(string, *entry.Entry) bool) (int, error) {
+	r.s.got = append(r.s.got, "l2")
+	return 0, nil
+}
+func (r recordingL2) PurgeTagsIf(context.Context, []string, func(string, *entry.Entry) bool) (int, error) {
+	r.s.got = append(r.s.got, "l2")
+	return 0, nil
+}
 func (r recordingL2) PurgeMatching(context.Context, func(string, *entry.Entry) bool) (int, error) {
 	r.s.got = append(r.s.got, "l2")
 	return 0, nil

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tiercache/tiercache/internal/entry"
 )
 
 // RepeatAfter is how long after a cluster-wide purge or invalidation this
@@ -25,12 +27,26 @@ import (
 // close it in cluster mode (the entry and any tombstone live in different
 // slots), so the purge is repeated, as CDN operators purge twice: the
 // repeat removes what such a write put back, and tells every replica to
-// drop its copy. What it also removes, a response fetched afresh after
-// the purge, costs one more miss. A soft purge is repeated as made at its
-// first time, so that it marks stale only what was requested before it.
+// drop its copy.
+//
+// The repeat takes only what was requested before the purge, as a
+// Varnish ban only takes objects older than itself: entries whose
+// RequestTime is before the purge's time plus repeatMargin (Vary markers
+// and hit-for-miss records, which record no request, always), each
+// deleted from L2 only if it is still the value read. A response fetched
+// afresh after the purge stays, in L2, in every L1 and in the body
+// store, so a purge costs a hot key one miss, not two, and a purge of
+// everything does not empty the tier a second time. The repeat marks no
+// fill and drops no queued L2 write: every fill that began before the
+// purge was marked by the purge itself, where it ran and where its
+// message arrived, and every write queued before it dropped. A soft
+// purge is repeated as made at its first time (and the margin), so that
+// it marks stale only what was requested before it.
 //
 // What is left: a write that lands more than RepeatAfter after the purge
-// (a message delayed that long), and the repeats still pending when a
+// (a message delayed that long), a response from a fill that began
+// before the purge on a sidecar whose clock runs more than repeatMargin
+// ahead of the purging one's, and the repeats still pending when a
 // sidecar stops or its L2 changes (Close runs them at once).
 const RepeatAfter = 2 * time.Second
 
@@ -180,23 +196,38 @@ func (p *Purger) Close() {
 	}
 }
 
-// repeatInvalidate schedules Invalidate's repeat.
-func (p *Purger) repeatInvalidate(urls []*url.URL) {
+// repeatInvalidate schedules Invalidate's repeat, limited to what was
+// requested before before.
+func (p *Purger) repeatInvalidate(urls []*url.URL, before time.Time) {
 	var key strings.Builder
 	for _, u := range urls {
 		key.WriteString(u.String())
 		key.WriteByte(' ')
 	}
-	if !p.again.schedule(key.String(), func(ctx context.Context) { p.invalidate(ctx, urls, true) }) && p.OnRepeatDropped != nil {
+	if !p.again.schedule(key.String(), func(ctx context.Context) { p.invalidate(ctx, urls, before) }) && p.OnRepeatDropped != nil {
 		p.OnRepeatDropped()
 	}
 }
 
-// repeatPurge schedules Purge's repeat; a soft purge keeps at.
-func (p *Purger) repeatPurge(r Request, at time.Time) {
+// repeatPurge schedules Purge's repeat, limited to what was requested
+// before before (a soft purge's repeat marks as of before).
+func (p *Purger) repeatPurge(r Request, before time.Time) {
 	p.again.schedule("", func(ctx context.Context) {
-		if _, err := p.purge(ctx, r, at, true); err != nil {
+		if _, err := p.purge(ctx, r, before, before); err != nil {
 			p.log.Warn("repeating a purge: l2 failed", "err", err)
 		}
 	})
 }
+
+// repeatMargin is added to a purge's time to make its repeat's limit:
+// the entries compared with it carry the clock of the sidecar that
+// fetched them (entry.Entry.RequestTime), which may run ahead of this
+// one's. A response fetched within it after the purge is removed by the
+// repeat too (one more miss); one from a fill that began before the
+// purge on a sidecar whose clock runs more than this ahead survives it.
+const repeatMargin = time.Second
+
+// older reports whether e was requested before before: what a repeat
+// removes. An entry that records no request (a Vary marker, which also
+// retires every variant under it, or a hit-for-miss record) always is.
+func older(e *entry.Entry, before time.Time) bool { return e.RequestTime.Before(before) }

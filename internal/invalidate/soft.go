@@ -47,10 +47,13 @@ func stored(e *entry.Entry) bool {
 type localCount struct{ responses, files, filesOnly int }
 
 // purgeLocal removes what r names from this sidecar's L1 and body files,
-// or with r.Soft marks it stale as of at, and counts what it did.
-func (p *Purger) purgeLocal(r Request, refs []ref, at time.Time) localCount {
+// or with r.Soft marks it stale as of at, and counts what it did. With
+// before set (a repeat) it removes only what was requested before it.
+func (p *Purger) purgeLocal(r Request, refs []ref, at, before time.Time) localCount {
 	tags := tagSet(r.Tags)
-	match := func(e *entry.Entry) bool { return r.All || matches(e, refs, r.Prefix, tags) }
+	match := func(e *entry.Entry) bool {
+		return (r.All || matches(e, refs, r.Prefix, tags)) && (before.IsZero() || older(e, before))
+	}
 	var c localCount
 	if l, ok := p.local.(LocalFiles); ok {
 		if r.Soft {

@@ -840,3 +840,62 @@ func TestAPurgedResponseWrittenBackToL2ByALateFillIsPurgedAgain(t *testing.T) {
 		t.Fatalf("v1 stopped being served %s after the purge, before any repeat could run: the test did not open the window", since)
 	}
 }
+
+// The repeat removes only what was requested before the purge (and
+// within the clock margin after it): a response fetched afresh after
+// that stays in L1 and L2, so a purge costs a hot key one miss, not two.
+func TestAPurgesRepeatKeepsWhatWasFetchedAfterThePurge(t *testing.T) {
+	rs := testredis.Start(t)
+	origin := newOrigin(t, 0)
+	cfg := writeConfig(t, smallL1)
+	a := startNode(t, origin.URL, "--redis-addr", rs.Addr(), "--config", cfg)
+	a.waitReady(t)
+	rdb := redisClient(t, rs.Addr())
+	ctx := t.Context()
+
+	// The fetch must land between the margin's end (1 s after the
+	// purge) and the repeat (2 s after it); a machine too slow for that
+	// window gets another try.
+	for try := 1; ; try++ {
+		late, fresh := fmt.Sprintf("/late%d", try), fmt.Sprintf("/fresh%d", try)
+		a.expect(t, late, "MISS", late+" v1")
+		a.expect(t, fresh, "MISS", fresh+" v1")
+		waitInL2(t, rdb, defaultPrefix, late)
+		name := entryName(defaultPrefix, late)
+		old, err := rdb.Dump(ctx, name).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status, _ := a.purge(t, `{"urls":["http://shop.test`+late+`","http://shop.test`+fresh+`"]}`); status != http.StatusOK {
+			t.Fatalf("purge: %d", status)
+		}
+		purged := time.Now()
+		// A late fill's write-back, and a fetch after the margin.
+		if err := rdb.RestoreReplace(ctx, name, time.Hour, old).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(purged.Add(time.Second + 50*time.Millisecond))) // a time to pass, not a barrier
+		a.expect(t, fresh, "MISS", fresh+" v2")
+		if a.get(t, late).body != late+" v1" {
+			if try == 3 {
+				t.Fatal("three times the repeat ran before the fetch 1 s after the purge was answered")
+			}
+			continue
+		}
+		waitInL2(t, rdb, defaultPrefix, fresh)
+
+		// The write-back going is the sign that the repeat ran.
+		for a.get(t, late).body == late+" v1" {
+			if time.Since(purged) > invalidate.RepeatAfter+5*time.Second {
+				t.Fatalf("the purged response is still served %s after the purge: nothing purged it again", time.Since(purged))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		a.expect(t, fresh, "HIT; layer=l1", fresh+" v2")
+		n, err := rdb.Exists(ctx, entryName(defaultPrefix, fresh)).Result()
+		if err != nil || n != 1 {
+			t.Fatalf("the response fetched after the purge is gone from L2 (EXISTS %d, %v): the repeat removed it", n, err)
+		}
+		return
+	}
+}

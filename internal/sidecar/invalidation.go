@@ -33,6 +33,12 @@ func (r remote) PurgeTags(ctx context.Context, tags []string) (int, error) {
 func (r remote) PurgeMatching(ctx context.Context, match func(string, *entry.Entry) bool) (int, error) {
 	return r.c.PurgeMatching(ctx, match)
 }
+func (r remote) DeleteKeysIf(ctx context.Context, keys []string, match func(string, *entry.Entry) bool) (int, error) {
+	return r.st.DeleteL2KeysIf(ctx, keys, match)
+}
+func (r remote) PurgeTagsIf(ctx context.Context, tags []string, match func(string, *entry.Entry) bool) (int, error) {
+	return r.st.DeleteL2TagsIf(ctx, tags, match)
+}
 func (r remote) ExpireKeys(ctx context.Context, at time.Time, keys []string, match func(string, *entry.Entry) bool) (int, error) {
 	return r.st.ExpireL2Keys(ctx, at, keys, match)
 }

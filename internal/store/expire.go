@@ -51,7 +51,7 @@ func (s *Layered) ExpireL2Matching(ctx context.Context, at time.Time, match func
 // expire is the rewrite of a soft purge at at of what match accepts.
 func (s *Layered) expire(at time.Time, match func(key string, e *entry.Entry) bool) l2.Rewrite {
 	return func(key string, e *entry.Entry) l2.Rewritten {
-		if !match(key, e) {
+		if e == nil || !match(key, e) {
 			return l2.Rewritten{}
 		}
 		concerned, changed := e.Expire(at)
@@ -59,5 +59,41 @@ func (s *Layered) expire(at time.Time, match func(key string, e *entry.Entry) bo
 			return l2.Rewritten{Counted: concerned}
 		}
 		return l2.Rewritten{Counted: true, Changed: true, TTL: l2TTL(e, s.now(), s.grace)}
+	}
+}
+
+// A purge's repeat (internal/invalidate) deletes only what was requested
+// before the purge: the rewrites below delete the entries match selects,
+// each only if it is still the value read (a response stored in between
+// is kept), with their bodies' chunks, and keep the rest as they are.
+
+// DeleteL2KeysIf deletes the entries stored for keys that match selects
+// and returns how many it deleted.
+func (s *Layered) DeleteL2KeysIf(ctx context.Context, keys []string, match func(key string, e *entry.Entry) bool) (int, error) {
+	if s.l2 == nil {
+		return 0, errNoL2
+	}
+	return s.l2.RewriteKeys(ctx, keys, deleteIf(match))
+}
+
+// DeleteL2TagsIf is DeleteL2KeysIf for the entries stored with any of
+// tags.
+func (s *Layered) DeleteL2TagsIf(ctx context.Context, tags []string, match func(key string, e *entry.Entry) bool) (int, error) {
+	if s.l2 == nil {
+		return 0, errNoL2
+	}
+	return s.l2.RewriteTags(ctx, tags, deleteIf(match))
+}
+
+// deleteIf deletes what match selects, and every value under the keys
+// read that is not an entry this sidecar reads: the purge deleted
+// whatever the key held, and a repeat cannot tell when such a value was
+// requested (a later version's write-back during a rolling upgrade).
+func deleteIf(match func(key string, e *entry.Entry) bool) l2.Rewrite {
+	return func(key string, e *entry.Entry) l2.Rewritten {
+		if e != nil && !match(key, e) {
+			return l2.Rewritten{}
+		}
+		return l2.Rewritten{Counted: e != nil, Changed: true}
 	}
 }

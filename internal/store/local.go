@@ -18,8 +18,12 @@ type BodyRemover interface {
 	// RemoveKey deletes the body stored under key and, key being a
 	// primary key, those stored under its variants.
 	RemoveKey(key string)
+	// RemoveKeyMatching is RemoveKey for the bodies whose entries match
+	// selects (given as RemoveMatching gives them, with RequestTime).
+	RemoveKeyMatching(key string, match func(e *entry.Entry) bool) int
 	// RemoveMatching deletes the bodies whose entries match selects
-	// (given an entry with Kind, Host, Target, Tags and File.ID only).
+	// (given an entry with Kind, Host, Target, Tags, File.ID and the
+	// RequestTime the file records only).
 	RemoveMatching(match func(e *entry.Entry) bool) int
 	// ExpireMatching applies a soft purge made at at to the entries
 	// recorded with the bodies match selects (given as RemoveMatching
@@ -56,6 +60,44 @@ func (l *Local) Delete(key string) {
 	if l.bodies != nil {
 		l.bodies.RemoveKey(key)
 	}
+}
+
+// PurgeIf deletes the entry under key when match selects it (reporting
+// whether it did), and the
+// body files stored under key that match selects: the file of the entry
+// L1 holds as match decided for that entry, every other as match decides
+// for what the body store recorded of its entry (identity and
+// RequestTime), and, when match took a Vary marker, every file of the
+// variants it retired. It is a purge's repeat (internal/invalidate),
+// which keeps what was requested after the purge.
+func (l *Local) PurgeIf(key string, match func(e *entry.Entry) bool) bool {
+	var (
+		file   *[16]byte
+		hit    bool
+		marker bool
+	)
+	deleted := l.l1.PurgeIf(key, func(e *entry.Entry) bool {
+		hit = match(e)
+		if e.File != nil {
+			id := e.File.ID
+			file = &id
+		}
+		marker = hit && e.Kind == entry.KindVary
+		return hit
+	})
+	switch {
+	case l.bodies == nil:
+	case marker:
+		l.bodies.RemoveKey(key)
+	default:
+		l.bodies.RemoveKeyMatching(key, func(e *entry.Entry) bool {
+			if file != nil && e.File.ID == *file {
+				return hit
+			}
+			return match(e)
+		})
+	}
+	return deleted
 }
 
 // DeleteMatching deletes every entry match selects, and the body files of

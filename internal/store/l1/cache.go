@@ -248,8 +248,15 @@ func (c *Cache) DeleteIf(key string, match func(e *entry.Entry) bool) bool {
 	return c.deleteStored(sk)
 }
 
+// PurgeIf is DeleteIf for a purge: Removals counts it, so that an L2 hit
+// read before it is not copied into L1 after it.
+func (c *Cache) PurgeIf(key string, match func(e *entry.Entry) bool) bool {
+	c.removals.Add(1)
+	return c.DeleteIf(key, match)
+}
+
 // Removals counts the calls that removed entries on purpose (Delete,
-// DeleteMatching, Reset), not evictions. A caller that read an entry from
+// PurgeIf, DeleteMatching, Reset), not evictions. A caller that read an entry from
 // elsewhere to copy it here compares it before and after: a change means
 // the entry may have been purged meanwhile.
 func (c *Cache) Removals() uint64 { return c.removals.Load() }

@@ -31,7 +31,9 @@ type Rewritten struct {
 
 // Rewrite decides what becomes of the entry stored for key; it may change
 // e in place. e is valid only during the call. Calls come from one
-// goroutine at a time.
+// goroutine at a time. A value under an entry key that is not an entry
+// this sidecar reads (damaged, or written by a later version) is given
+// as key "" and e nil: it can only be left or deleted (Changed, TTL 0).
 type Rewrite func(key string, e *entry.Entry) Rewritten
 
 // casScript writes back or deletes an entry only when it still holds the
@@ -178,36 +180,38 @@ func (c *Client) rewrite(ctx context.Context, node *redis.Client, names []string
 			return n, err
 		}
 		var (
-			calls  []*scriptCall
-			chunks [][]string // per call: the chunks to delete once it applied
-			e      entry.Entry
+			calls   []*scriptCall
+			chunks  [][]string // per call: the chunks to delete once it applied
+			counted []bool     // per call: whether it counts once applied
+			e       entry.Entry
 		)
 		for i, v := range vals {
 			if v == nil || !c.k.isEntryKey(batch[i]) {
 				continue
 			}
 			key, err := unwrap(v, c.k.prefix, &e)
+			ep := &e
 			if err != nil {
-				continue
+				key, ep = "", nil
 			}
-			d := fn(key, &e)
-			switch {
-			case !d.Counted:
-				continue
-			case !d.Changed:
-				n++
+			d := fn(key, ep)
+			if !d.Changed {
+				if d.Counted {
+					n++
+				}
 				continue
 			}
 			sum := sha1.Sum(v)
 			args := []any{hex.EncodeToString(sum[:]), "", 0}
 			var gone []string
-			if d.TTL > 0 {
+			if d.TTL > 0 && ep != nil {
 				args[1], args[2] = wrap(c.k.prefix, key, &e), max(d.TTL, time.Millisecond).Milliseconds()
-			} else if e.File != nil && e.File.Chunks > 0 && e.File.Chunks <= MaxChunks {
+			} else if ep != nil && e.File != nil && e.File.Chunks > 0 && e.File.Chunks <= MaxChunks {
 				gone = c.k.chunkKeys(nil, e.File.ID, e.File.Chunks)
 			}
 			calls = append(calls, &scriptCall{s: casScript, keys: []string{batch[i]}, args: args})
 			chunks = append(chunks, gone)
+			counted = append(counted, d.Counted)
 		}
 		if len(calls) == 0 {
 			continue
@@ -222,7 +226,9 @@ func (c *Client) rewrite(ctx context.Context, node *redis.Client, names []string
 		var doomed []string
 		for i, sc := range calls {
 			if v, _ := sc.cmd.Val().(int64); v == 1 {
-				n++
+				if counted[i] {
+					n++
+				}
 				doomed = append(doomed, chunks[i]...)
 			}
 		}
