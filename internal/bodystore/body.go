@@ -25,7 +25,8 @@ type Body struct {
 // header magic, id and sha256(key), the file's size, and the body size
 // and CRC its trailer records equal to ref's. A file that is gone gives an
 // error matching fs.ErrNotExist (and the index forgets it); any other
-// mismatch an error wrapping ErrMismatch. Open counts as a use for the
+// mismatch an error wrapping ErrMismatch; a shortage of descriptors or
+// memory an error for which Transient is true, and the file stays. Open counts as a use for the
 // LRU. A file served before is not opened again: its kept descriptor is
 // checked with fstat (handle.go). Open does not retain key: the caller
 // may reuse its bytes.
@@ -48,6 +49,9 @@ func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
 	// and sendfile, which take it as it is.
 	path := s.path(ref.ID, bodySuffix)
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	for i := 0; err == syscall.EINTR && i < 3; i++ {
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		if err == syscall.ENOENT {
 			s.forget(ref.ID)
@@ -65,6 +69,25 @@ func (s *Store) open(key string, ref entry.BodyFile) (*Body, error) {
 	}
 	b.h = s.keep(fd, key, ref.ID)
 	return b, nil
+}
+
+// Transient reports whether err, from Open or Create, is a failure of the
+// moment rather than of the file: the process or the system is out of
+// file descriptors (EMFILE, ENFILE) or the kernel out of memory (ENOMEM,
+// ENOBUFS), or a call was interrupted or would block (EINTR, EAGAIN). The
+// file may well be intact: its entry is kept, and a later Open, once
+// descriptors are free again, serves it. Every other error (gone,
+// damaged, another key's, EIO, EACCES) is about the file or the disk.
+func Transient(err error) bool {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return false
+	}
+	switch errno {
+	case syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.ENOBUFS, syscall.EINTR, syscall.EAGAIN:
+		return true
+	}
+	return false
 }
 
 // errDamaged marks a mismatch that makes the file useless to everyone

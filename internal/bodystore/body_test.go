@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/tiercache/tiercache/internal/entry"
@@ -271,4 +273,32 @@ func TestAReaderKeepsReadingAFileDeletedUnderIt(t *testing.T) {
 // builds its paths in Store.path without this allocation).
 func fileName(id [16]byte, suffix string) string {
 	return hex.EncodeToString(id[:]) + suffix
+}
+
+func TestTransientTellsAShortageFromAFileThatIsBad(t *testing.T) {
+	openErr := func(errno syscall.Errno) error {
+		return fmt.Errorf("bodystore: opening a body: %w", &fs.PathError{Op: "open", Path: "x.body", Err: errno})
+	}
+	tests := map[string]struct {
+		err  error
+		want bool
+	}{
+		"the process out of descriptors keeps the file":    {openErr(syscall.EMFILE), true},
+		"the system out of descriptors keeps the file":     {openErr(syscall.ENFILE), true},
+		"the kernel out of memory keeps the file":          {openErr(syscall.ENOMEM), true},
+		"an interrupted open keeps the file":               {openErr(syscall.EINTR), true},
+		"a read that would block keeps the file":           {fmt.Errorf("pread: %w", syscall.EAGAIN), true},
+		"a file that is gone is not transient":             {openErr(syscall.ENOENT), false},
+		"an unreadable disk is not transient":              {fmt.Errorf("pread: %w", syscall.EIO), false},
+		"a file the sidecar may not read is not transient": {openErr(syscall.EACCES), false},
+		"another key's file is not transient":              {fmt.Errorf("body: %w", ErrMismatch), false},
+		"no error is not transient":                        {nil, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := Transient(tc.err); got != tc.want {
+				t.Fatalf("Transient(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
 }

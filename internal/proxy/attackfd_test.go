@@ -92,7 +92,7 @@ func TestATTACK_ACopyFromL2ThatOutlivesItsRequestKeepsTheRequestsKey(t *testing.
 	buf := []byte(keyX) // the request's pooled key buffer
 	gone, cancel := context.WithCancel(t.Context())
 	cancel()
-	if body, ok := b.px.openShared(gone, unsafe.String(&buf[0], len(buf)), &e); ok {
+	if body, st := b.px.openShared(gone, unsafe.String(&buf[0], len(buf)), &e); st == bodyOpened {
 		_ = body.Close()
 		t.Fatal("a request that has left was served")
 	}
@@ -101,8 +101,8 @@ func TestATTACK_ACopyFromL2ThatOutlivesItsRequestKeepsTheRequestsKey(t *testing.
 
 	// A request for /x now waits for that copy (one per body id) and is
 	// served from its file.
-	body, ok := b.px.openShared(t.Context(), keyX, &e)
-	if !ok {
+	body, st := b.px.openShared(t.Context(), keyX, &e)
+	if st != bodyOpened {
 		t.Fatal("the file the copy wrote is not /x's: /x is a miss")
 	}
 	got, err := io.ReadAll(body.Section(0, body.Size()))

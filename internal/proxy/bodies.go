@@ -9,6 +9,7 @@ import (
 	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -33,21 +34,46 @@ func bodyLimits(cfg *tierconfig.Compiled) (threshold, maxObject int64) {
 	return int64(cfg.Config.BodyThreshold()), int64(cfg.Config.BodyMaxObjectSize())
 }
 
+// bodyState is what openBody made of an entry's body file.
+type bodyState uint8
+
+const (
+	// bodyOpened: the file is open, or the request needs none.
+	bodyOpened bodyState = iota
+	// bodyMissing: the file is gone, damaged or not the entry's, and
+	// nothing brought it back: a miss, filled and stored anew.
+	bodyMissing
+	// bodyBusy: the file could not be opened for a reason of the moment
+	// (bodystore.Transient: out of file descriptors or memory). The entry
+	// and its file stay, to be served once that passes; this request
+	// passes to the origin and nothing is stored, since a fill would
+	// replace a valid entry and needs descriptors too.
+	bodyBusy
+)
+
 // openBody opens the body file of e, stored under key, when r needs its
-// body: a GET that is not answered 304. It returns nil (and ok) for an
-// entry with an inline body and for a request that needs none: HEAD and
-// 304 never open a file. A file that is gone or is not e's body (another
-// key's, a replaced one) makes e unusable here: bodyLost copies the body
-// back from L2 when it is there, else the request goes on as a miss (ok
-// false).
-func (p *Proxy) openBody(r *http.Request, key string, e *entry.Entry) (body *bodystore.Body, ok bool) {
+// body: a GET that is not answered 304. It returns nil (and bodyOpened)
+// for an entry with an inline body and for a request that needs none:
+// HEAD and 304 never open a file. A file that is gone or is not e's body
+// (another key's, a replaced one) makes e unusable here: bodyLost copies
+// the body back from L2 when it is there, else the request goes on as a
+// miss (bodyMissing). A file that cannot be opened for now (bodyBusy)
+// loses nothing.
+func (p *Proxy) openBody(r *http.Request, key string, e *entry.Entry) (*bodystore.Body, bodyState) {
 	if e.File == nil || r.Method != http.MethodGet || httpcache.NotModified(r.Header, e.Status, e) {
-		return nil, true
+		return nil, bodyOpened
 	}
 	if p.bodies != nil {
 		b, err := p.bodies.Open(key, *e.File)
 		if err == nil {
-			return b, true
+			return b, bodyOpened
+		}
+		if bodystore.Transient(err) {
+			// Counted by the body store (body_store_errors_total{op="open"});
+			// under a flood of connections every hit may land here, so
+			// not at a level that logs per request.
+			p.log.Debug("stored body file not opened for now; passed to the origin", "key", key, "err", err)
+			return nil, bodyBusy
 		}
 		if isGone(err) && e.File.Chunks > 0 && p.shb != nil {
 			// Another replica's fill, with its body in L2.
@@ -57,6 +83,15 @@ func (p *Proxy) openBody(r *http.Request, key string, e *entry.Entry) (body *bod
 		p.log.Debug("stored body file unusable", "key", key, "err", err)
 	}
 	return p.bodyLost(r.Context(), key, e)
+}
+
+// passBusy answers r from the origin, storing nothing, when the body file
+// of its stored response could not be opened for now (bodyBusy).
+func (p *Proxy) passBusy(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo) outcome {
+	if dbg != nil {
+		dbg.why = whyBodyBusy
+	}
+	return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: fwdMiss, dbg: dbg}, metrics.ResultMiss)
 }
 
 // serveFile writes the body of a file-backed entry, whose header is in

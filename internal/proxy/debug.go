@@ -22,6 +22,7 @@ const (
 	whyTooLarge    = "too-large"    // larger than the tier stores
 	whyEventStream = "event-stream" // text/event-stream is never stored
 	whyHead        = "head"         // a HEAD miss is passed, its answer not stored
+	whyBodyBusy    = "body-busy"    // the stored body file could not be opened for now (out of descriptors): passed
 )
 
 // debugInfo is what a debug request is told about the cache's decision.

@@ -136,13 +136,19 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 			// meanwhile, perhaps after its own write, fetches afresh.
 			l.publish(shared{overtaken: true})
 		}
-		body, ok := c.body, true
+		body := c.body
 		if body == nil {
-			if body, ok = p.openBody(r, c.key, e); !ok {
+			var st bodyState
+			switch body, st = p.openBody(r, c.key, e); st {
+			case bodyMissing:
 				// The stored body file went meanwhile: fetch it whole.
 				resp.Body.Close()
 				c.stale, c.mark = nil, nil
 				return p.fill(w, r, c, nil)
+			case bodyBusy:
+				// It is there, but cannot be opened for now.
+				resp.Body.Close()
+				return p.passBusy(w, r, c.cfg, c.rule, c.dbg)
 			}
 			if body != nil {
 				defer body.Close()
@@ -535,9 +541,10 @@ func (p *Proxy) staleIfUnreachable(c *call, err error) bool {
 // serveStale serves c's stored response in place of the origin's answer:
 // fwdStatus is the origin's status (a 5xx), 0 when it could not be asked.
 func (p *Proxy) serveStale(w http.ResponseWriter, r *http.Request, c *call, fwdStatus int) outcome {
-	body, ok := c.body, true
+	body := c.body
 	if body == nil {
-		if body, ok = p.openBody(r, c.key, c.stale); !ok {
+		var st bodyState
+		if body, st = p.openBody(r, c.key, c.stale); st != bodyOpened {
 			sn := p.originError(w, r, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, errStaleBodyGone)
 			return outcome{result: metrics.ResultError, layer: metrics.LayerOrigin, abort: false, sent: sn}
 		}

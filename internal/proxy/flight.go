@@ -233,15 +233,22 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, l *l
 	if use != httpcache.UseFresh {
 		return outcome{}, false
 	}
-	body, ok := p.openBody(r, kb.Key(), got.e)
-	if !ok {
+	body, st := p.openBody(r, kb.Key(), got.e)
+	if st == bodyMissing {
 		return outcome{}, false
+	}
+	v := hitVerdict(pick(got.layer, xHitL1, xHitL2), c.rule, nil)
+	out := outcome{result: metrics.ResultHit, layer: got.layer, abort: false}
+	if st == bodyBusy {
+		// The entry is fine; its file cannot be opened for now. The
+		// waiters try it for themselves (wait), and pass while it
+		// cannot be: nobody fills over it.
+		l.publish(shared{e: detach(got.e), v: v, out: out})
+		return p.passBusy(w, r, c.cfg, c.rule, c.dbg), true
 	}
 	if body != nil {
 		defer body.Close()
 	}
-	v := hitVerdict(pick(got.layer, xHitL1, xHitL2), c.rule, nil)
-	out := outcome{result: metrics.ResultHit, layer: got.layer, abort: false}
 	l.publish(shared{e: detach(got.e), v: v, out: out})
 	v.dbg = c.dbg
 	out.sent = p.serveEntry(w, r, got.e, age, v, body)
@@ -340,10 +347,13 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight)
 	if res.e == nil || !sameVariant(res.vary, res.varyKey, r, c.rule.Policy.Vary) {
 		return p.fill(w, r, c, nil)
 	}
-	body, ok := p.openBody(r, c.key, res.e)
-	if !ok {
+	body, st := p.openBody(r, c.key, res.e)
+	switch st {
+	case bodyMissing:
 		// Its body file went between the fill and now.
 		return p.fill(w, r, c, nil)
+	case bodyBusy:
+		return p.passBusy(w, r, c.cfg, c.rule, c.dbg)
 	}
 	if body != nil {
 		defer body.Close()

@@ -131,7 +131,7 @@ var errNotShareable = errors.New("body reference above l2.maxBodySize")
 
 // bodyLost handles e, whose body file this replica cannot use (gone: the
 // body store evicted it, it was deleted under the sidecar; damaged; not
-// this key's). ok false means a miss.
+// this key's): bodyMissing unless the body is copied back.
 //
 // Whatever happened to the file happened on this replica only, so nothing
 // is deleted from L2: the shared entry and its chunks serve the other
@@ -142,20 +142,20 @@ var errNotShareable = errors.New("body reference above l2.maxBodySize")
 // chunks it wrote to L2 after storing it) leaves L1, but only if L1 still
 // holds that very body (never a newer entry stored meanwhile), and its
 // body is copied back from L2's entry when that names the same body.
-func (p *Proxy) bodyLost(ctx context.Context, key string, e *entry.Entry) (*bodystore.Body, bool) {
+func (p *Proxy) bodyLost(ctx context.Context, key string, e *entry.Entry) (*bodystore.Body, bodyState) {
 	if e.File.Chunks > 0 {
-		return nil, false
+		return nil, bodyMissing
 	}
 	p.store.DropLocal(key, e.File.ID)
 	if p.shb == nil {
-		return nil, false
+		return nil, bodyMissing
 	}
 	// L1 has no entry for key now (or a newer one, which is not e's body):
 	// this looks in L2, and promotes what it finds into L1.
 	var in2 entry.Entry
 	if _, err := p.store.Get(ctx, key, &in2); err != nil || in2.Kind != entry.KindResponse ||
 		in2.File == nil || in2.File.ID != e.File.ID || in2.File.Chunks == 0 {
-		return nil, false
+		return nil, bodyMissing
 	}
 	c := detach(e)
 	c.File.Chunks = in2.File.Chunks
@@ -169,13 +169,15 @@ func (p *Proxy) bodyLost(ctx context.Context, key string, e *entry.Entry) (*body
 // copies at once (a copy that finds every slot taken for copySlotWait is
 // not made: a miss). A reference larger than the tier's l2.maxBodySize is
 // refused before anything is read or reserved: no replica writes such a
-// body to L2. ok false means a miss.
-func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bodystore.Body, bool) {
+// body to L2. A local file that cannot be created or opened for now
+// (bodystore.Transient: out of descriptors) is bodyBusy: the request
+// passes, and the entry stays for the next one to copy.
+func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bodystore.Body, bodyState) {
 	ref := *e.File
 	cfg := p.cfg.Load().Config
 	if ref.Size <= 0 || ref.Size > int64(cfg.L2MaxBodySize()) {
 		p.log.Debug("body in L2 not copied; treated as a miss", "key", key, "size", ref.Size, "err", errNotShareable)
-		return nil, false
+		return nil, bodyMissing
 	}
 	wait := min(copySlotWait, cfg.Coalescing.Timeout.Std())
 	// The copy outlives a request that leaves: it gets a key of its own,
@@ -187,18 +189,25 @@ func (p *Proxy) openShared(ctx context.Context, key string, e *entry.Entry) (*bo
 	})
 	select {
 	case res := <-ch:
+		if bodystore.Transient(res.Err) {
+			p.log.Debug("body not copied from L2 for now; passed to the origin", "key", key, "err", res.Err)
+			return nil, bodyBusy
+		}
 		if res.Err != nil && !errors.Is(res.Err, bodystore.ErrExists) {
 			p.log.Debug("body not copied from L2; treated as a miss", "key", key, "err", res.Err)
-			return nil, false
+			return nil, bodyMissing
 		}
 	case <-ctx.Done():
-		return nil, false
+		return nil, bodyMissing
 	}
 	b, err := p.bodies.Open(key, ref)
-	if err != nil {
-		return nil, false
+	switch {
+	case err == nil:
+		return b, bodyOpened
+	case bodystore.Transient(err):
+		return nil, bodyBusy
 	}
-	return b, true
+	return nil, bodyMissing
 }
 
 // copyBody copies the body of e (stored under key, in L2 chunks) into a

@@ -409,7 +409,7 @@ const (
 	fwdMethod                  // the method is not cacheable
 	fwdURIMiss                 // nothing stored for the URI
 	fwdVaryMiss                // stored variants, none for this request
-	fwdMiss                    // only a hit-for-miss marker stored
+	fwdMiss                    // only a hit-for-miss marker stored, or a body file that cannot be opened for now
 	fwdRequest                 // the request's directives forbade a stored response
 	fwdStale                   // the stored response was stale
 	fwdPartial                 // part of the response was stored, the rest asked for

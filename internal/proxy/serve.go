@@ -121,11 +121,17 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	var body *bodystore.Body // the open body file of a file-backed entry, when one is served
 	if f.ok && f.e.File != nil {
 		// A body file is opened before anything is written: a file that
-		// is gone or is not this entry's makes the entry a miss.
-		var ok bool
-		if body, ok = p.openBody(r, kb.Key(), f.e); !ok {
+		// is gone or is not this entry's makes the entry a miss; one that
+		// cannot be opened for now (out of descriptors) keeps the entry,
+		// and this request passes to the origin.
+		var st bodyState
+		body, st = p.openBody(r, kb.Key(), f.e)
+		switch {
+		case st == bodyBusy:
+			return p.passBusy(w, r, cfg, rule, dbg)
+		case st == bodyMissing:
 			f.e, f.ok = nil, false
-		} else if body != nil {
+		case body != nil:
 			defer body.Close()
 		}
 	}
