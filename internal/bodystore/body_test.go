@@ -131,7 +131,7 @@ func TestOpenDecisions(t *testing.T) {
 		"a file with a foreign magic is removed": {want: ErrMismatch, removed: true, inPlace: true,
 			damage: func(t *testing.T, p string) { patch(t, p, 0, []byte("XXXX")) }},
 		"a file with another id in its header is removed": {want: ErrMismatch, removed: true, inPlace: true,
-			damage: func(t *testing.T, p string) { patch(t, p, offHdrID, []byte{0xee}) }},
+			damage: func(t *testing.T, p string) { flip(t, p, offHdrID) }},
 		"a file with a byte inserted into the body is removed": {want: ErrMismatch, removed: true,
 			damage: func(t *testing.T, p string) {
 				b, err := os.ReadFile(p)
@@ -246,6 +246,16 @@ func patch(t *testing.T, p string, off int64, b []byte) {
 	_, err = f.WriteAt(b, off)
 	must(t, err)
 	must(t, f.Close())
+}
+
+// flip inverts the byte at off of the file at p: a change whatever the
+// byte was (a fixed byte written there would leave a random id that
+// already held it, one time in 256, unchanged).
+func flip(t *testing.T, p string, off int64) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	must(t, err)
+	patch(t, p, off, []byte{^b[off]})
 }
 
 func TestAReaderKeepsReadingAFileDeletedUnderIt(t *testing.T) {

@@ -92,7 +92,7 @@ func TestRestartRemovesWhatDoesNotVerify(t *testing.T) {
 	const key = "GET h/bad"
 	tests := map[string]func(t *testing.T, dir, path string){
 		"a flipped body byte": func(t *testing.T, _, p string) {
-			patch(t, p, headerSize+1000, []byte{0x5a ^ 0xff})
+			flip(t, p, headerSize+1000)
 		},
 		"a truncated trailer": func(t *testing.T, _, p string) {
 			must(t, os.Truncate(p, fileLen(t, p)-1))
@@ -101,7 +101,7 @@ func TestRestartRemovesWhatDoesNotVerify(t *testing.T) {
 			must(t, os.Truncate(p, headerSize+5000))
 		},
 		"a damaged entry in the trailer": func(t *testing.T, _, p string) {
-			patch(t, p, headerSize+5000+4+int64(len(key))+20, []byte{0xff})
+			flip(t, p, headerSize+5000+4+int64(len(key))+20)
 		},
 		"a damaged header magic": func(t *testing.T, _, p string) {
 			patch(t, p, 0, []byte("X"))
