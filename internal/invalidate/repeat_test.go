@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/store/l1"
 )
 
 // sharedL2 stands for L2 as the repeats see it: keys that exist, the
@@ -48,6 +49,13 @@ func (s *sharedL2) has(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.keys[key]
+}
+
+// raws is what was published, as sent.
+func (s *sharedL2) raws() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([][]byte(nil), s.raw...)
 }
 
 func (s *sharedL2) messages() []message {
@@ -133,10 +141,7 @@ func TestAClusterWidePurgeIsAppliedAgainAfterItsDelay(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p, cache, _ := newPurger(t, "")
-			l2 := newSharedL2()
-			p.SetRemote(l2, "me", time.Second, nil)
-			p.again.after = time.Hour // Close runs it: no timing in this test
+			p, cache, l2 := repeatingPurger(t, "me") // Close runs it: no timing in this test
 			key := put(t, cache, "http", "a.example", "/x")
 			l2.put(key)
 
@@ -184,10 +189,7 @@ func TestThePurgesRepeatComesAfterItsDelay(t *testing.T) {
 // margin): it marks stale only what was requested before then, not what
 // was fetched afresh since.
 func TestASoftPurgeIsRepeatedAsMadeAtItsFirstTime(t *testing.T) {
-	p, _, _ := newPurger(t, "")
-	l2 := newSharedL2()
-	p.SetRemote(l2, "me", time.Second, nil)
-	p.again.after = time.Hour
+	p, _, l2 := repeatingPurger(t, "me")
 	first := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
 	now := first
 	p.now = func() time.Time { return now }
@@ -216,10 +218,7 @@ func TestALocalPurgeIsNotRepeated(t *testing.T) {
 // write: each invalidation deletes at once, and the repeat covers the
 // last of them.
 func TestInvalidationsOfOneURLShareOneRepeat(t *testing.T) {
-	p, _, _ := newPurger(t, "")
-	l2 := newSharedL2()
-	p.SetRemote(l2, "me", time.Second, nil)
-	p.again.after = time.Hour
+	p, _, l2 := repeatingPurger(t, "me")
 	u := []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}}
 	for range 5 {
 		p.Invalidate(context.Background(), u)
@@ -255,10 +254,7 @@ func TestAFloodOfUnsafeRequestsToDistinctURLsHoldsBoundedRepeats(t *testing.T) {
 		"long URLs":       {n: 400, pathLen: 60 << 10},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p, _, _ := newPurger(t, "")
-			l2 := newSharedL2()
-			p.SetRemote(l2, "me", time.Second, nil)
-			p.again.after = time.Hour
+			p, _, l2 := repeatingPurger(t, "me")
 			var dropped int
 			p.OnRepeatDropped = func() { dropped++ }
 			t.Cleanup(p.Close)
@@ -281,6 +277,29 @@ func TestAFloodOfUnsafeRequestsToDistinctURLsHoldsBoundedRepeats(t *testing.T) {
 			}
 		})
 	}
+}
+
+// repeatingPurger is a purger with L2 (a sharedL2), named id in its
+// messages, whose repeats wait an hour: Close runs them, so that no test
+// depends on their timing.
+func repeatingPurger(t *testing.T, id string) (*Purger, *l1.Cache, *sharedL2) {
+	t.Helper()
+	p, cache, _ := newPurger(t, "")
+	l2 := newSharedL2()
+	p.SetRemote(l2, id, time.Second, nil)
+	p.again.after = time.Hour
+	return p, cache, l2
+}
+
+// purgesOfX are the two ways http://a.example/x is removed cluster-wide,
+// each repeated.
+var purgesOfX = map[string]func(p *Purger){
+	"a purge": func(p *Purger) {
+		_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
+	},
+	"an unsafe request": func(p *Purger) {
+		p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}})
+	},
 }
 
 // hangingL2 is an L2 that, once hanging, stops answering deletes: each
@@ -385,19 +404,9 @@ func (c *lineCounter) lines() int {
 // apply its message do not count it in tiercache_purges_total (OnPurge)
 // any more than the sidecar that repeats it.
 func TestARepeatIsNotCountedAsAPurgeByTheReplicasThatApplyIt(t *testing.T) {
-	for name, purge := range map[string]func(p *Purger){
-		"a purge": func(p *Purger) {
-			_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
-		},
-		"an unsafe request": func(p *Purger) {
-			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}})
-		},
-	} {
+	for name, purge := range purgesOfX {
 		t.Run(name, func(t *testing.T) {
-			sender, _, _ := newPurger(t, "")
-			l2 := newSharedL2()
-			sender.SetRemote(l2, "sender", time.Second, nil)
-			sender.again.after = time.Hour
+			sender, _, l2 := repeatingPurger(t, "sender")
 			var sent int
 			sender.OnPurge = func() { sent++ }
 			purge(sender)
@@ -406,9 +415,7 @@ func TestARepeatIsNotCountedAsAPurgeByTheReplicasThatApplyIt(t *testing.T) {
 			replica, cache, _ := newPurger(t, "")
 			var applied int
 			replica.OnPurge = func() { applied++ }
-			l2.mu.Lock()
-			raw := append([][]byte(nil), l2.raw...)
-			l2.mu.Unlock()
+			raw := l2.raws()
 			if len(raw) != 2 {
 				t.Fatalf("%d messages, want the purge and its repeat", len(raw))
 			}

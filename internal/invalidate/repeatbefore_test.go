@@ -3,6 +3,7 @@ package invalidate
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/url"
 	"testing"
 	"time"
@@ -43,23 +44,12 @@ var repeatCases = []struct {
 // The sidecar that made a purge or an invalidation repeats it on L2 and
 // its own L1 for what was requested before it only.
 func TestARepeatRemovesOnlyWhatWasRequestedBeforeThePurge(t *testing.T) {
-	for name, purge := range map[string]func(p *Purger){
-		"a purge by URL": func(p *Purger) {
-			_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
-		},
-		"a purge by prefix": func(p *Purger) {
-			_, _ = p.Purge(context.Background(), Request{Prefix: "/x"})
-		},
-		"an unsafe request": func(p *Purger) {
-			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}})
-		},
-	} {
+	purges := maps.Clone(purgesOfX)
+	purges["a purge by prefix"] = func(p *Purger) { _, _ = p.Purge(context.Background(), Request{Prefix: "/x"}) }
+	for name, purge := range purges {
 		for _, c := range repeatCases {
 			t.Run(name+"/"+c.name, func(t *testing.T) {
-				p, cache, _ := newPurger(t, "")
-				l2 := newSharedL2()
-				p.SetRemote(l2, "me", time.Second, nil)
-				p.again.after = time.Hour // Close runs it
+				p, cache, l2 := repeatingPurger(t, "me") // Close runs it
 				purged := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
 				p.now = func() time.Time { return purged }
 				putRequested(t, cache, "a.example", "/x", purged.Add(-time.Minute))
@@ -91,26 +81,14 @@ func TestARepeatRemovesOnlyWhatWasRequestedBeforeThePurge(t *testing.T) {
 // everything it names, as before.
 func TestAReplicaAppliesARepeatToWhatWasRequestedBeforeItsLimit(t *testing.T) {
 	purged := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
-	for name, purge := range map[string]func(p *Purger){
-		"a purge": func(p *Purger) {
-			_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
-		},
-		"an unsafe request": func(p *Purger) {
-			p.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/x"}})
-		},
-	} {
+	for name, purge := range purgesOfX {
 		for _, c := range repeatCases {
 			t.Run(name+"/"+c.name, func(t *testing.T) {
-				sender, _, _ := newPurger(t, "")
-				l2 := newSharedL2()
-				sender.SetRemote(l2, "sender", time.Second, nil)
-				sender.again.after = time.Hour
+				sender, _, l2 := repeatingPurger(t, "sender")
 				sender.now = func() time.Time { return purged }
 				purge(sender)
 				sender.Close()
-				l2.mu.Lock()
-				raw := append([][]byte(nil), l2.raw...)
-				l2.mu.Unlock()
+				raw := l2.raws()
 				if len(raw) != 2 {
 					t.Fatalf("%d messages, want the purge and its repeat", len(raw))
 				}
@@ -153,17 +131,12 @@ func TestAReplicaAppliesARepeatToWhatWasRequestedBeforeItsLimit(t *testing.T) {
 // response, where the repeat runs and where its message arrives. (Every
 // fill that began before the purge was marked by the purge itself.)
 func TestARepeatMarksNoFill(t *testing.T) {
-	sender, _, _ := newPurger(t, "")
-	l2 := newSharedL2()
-	sender.SetRemote(l2, "sender", time.Second, nil)
-	sender.again.after = time.Hour
+	sender, _, l2 := repeatingPurger(t, "sender")
 	_, _ = sender.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
 	sender.Invalidate(context.Background(), []*url.URL{{Scheme: "http", Host: "a.example", Path: "/y"}})
 
 	replica, _, _ := newPurger(t, "")
-	l2.mu.Lock()
-	first := append([][]byte(nil), l2.raw...)
-	l2.mu.Unlock()
+	first := l2.raws()
 	for _, b := range first {
 		replica.HandleMessage(b)
 	}
@@ -172,9 +145,7 @@ func TestARepeatMarksNoFill(t *testing.T) {
 		replica.Watch("a.example", "/x"), replica.Watch("a.example", "/y"),
 	}
 	sender.Close()
-	l2.mu.Lock()
-	repeats := append([][]byte(nil), l2.raw[len(first):]...)
-	l2.mu.Unlock()
+	repeats := l2.raws()[len(first):]
 	if len(repeats) != 2 {
 		t.Fatalf("%d repeat messages, want 2", len(repeats))
 	}

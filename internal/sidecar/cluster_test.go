@@ -798,28 +798,15 @@ func TestTwoSidecarsShareARedisCluster(t *testing.T) {
 // (DUMP before the purge, RESTORE after it): which replica writes it does
 // not matter to Redis.
 func TestAPurgedResponseWrittenBackToL2ByALateFillIsPurgedAgain(t *testing.T) {
-	rs := testredis.Start(t)
-	origin := newOrigin(t, 0)
-	cfg := writeConfig(t, smallL1)
-	a := startNode(t, origin.URL, "--redis-addr", rs.Addr(), "--config", cfg)
-	a.waitReady(t)
-	rdb := redisClient(t, rs.Addr())
-	ctx := t.Context()
+	a, rdb := nodeWithRedis(t)
 
 	a.expect(t, "/late", "MISS", "/late v1")
-	waitInL2(t, rdb, defaultPrefix, "/late")
-	name := entryName(defaultPrefix, "/late")
-	old, err := rdb.Dump(ctx, name).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	writeBack := lateWriteBack(t, rdb, "/late")
 	if status, _ := a.purge(t, `{"urls":["http://shop.test/late"]}`); status != http.StatusOK {
 		t.Fatalf("purge: %d", status)
 	}
 	purged := time.Now()
-	if err := rdb.RestoreReplace(ctx, name, time.Hour, old).Err(); err != nil {
-		t.Fatal(err)
-	}
+	writeBack()
 	// The window: A's L1 has nothing, L2 has the purged response again.
 	a.expect(t, "/late", "HIT; layer=l2", "/late v1")
 
@@ -845,12 +832,7 @@ func TestAPurgedResponseWrittenBackToL2ByALateFillIsPurgedAgain(t *testing.T) {
 // within the clock margin after it): a response fetched afresh after
 // that stays in L1 and L2, so a purge costs a hot key one miss, not two.
 func TestAPurgesRepeatKeepsWhatWasFetchedAfterThePurge(t *testing.T) {
-	rs := testredis.Start(t)
-	origin := newOrigin(t, 0)
-	cfg := writeConfig(t, smallL1)
-	a := startNode(t, origin.URL, "--redis-addr", rs.Addr(), "--config", cfg)
-	a.waitReady(t)
-	rdb := redisClient(t, rs.Addr())
+	a, rdb := nodeWithRedis(t)
 	ctx := t.Context()
 
 	// The fetch must land between the margin's end (1 s after the
@@ -860,20 +842,13 @@ func TestAPurgesRepeatKeepsWhatWasFetchedAfterThePurge(t *testing.T) {
 		late, fresh := fmt.Sprintf("/late%d", try), fmt.Sprintf("/fresh%d", try)
 		a.expect(t, late, "MISS", late+" v1")
 		a.expect(t, fresh, "MISS", fresh+" v1")
-		waitInL2(t, rdb, defaultPrefix, late)
-		name := entryName(defaultPrefix, late)
-		old, err := rdb.Dump(ctx, name).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		writeBack := lateWriteBack(t, rdb, late)
 		if status, _ := a.purge(t, `{"urls":["http://shop.test`+late+`","http://shop.test`+fresh+`"]}`); status != http.StatusOK {
 			t.Fatalf("purge: %d", status)
 		}
 		purged := time.Now()
 		// A late fill's write-back, and a fetch after the margin.
-		if err := rdb.RestoreReplace(ctx, name, time.Hour, old).Err(); err != nil {
-			t.Fatal(err)
-		}
+		writeBack()
 		time.Sleep(time.Until(purged.Add(time.Second + 50*time.Millisecond))) // a time to pass, not a barrier
 		a.expect(t, fresh, "MISS", fresh+" v2")
 		if a.get(t, late).body != late+" v1" {
@@ -898,4 +873,34 @@ func TestAPurgesRepeatKeepsWhatWasFetchedAfterThePurge(t *testing.T) {
 		}
 		return
 	}
+}
+
+// lateWriteBack returns what writes path's L2 entry, as it is now, back
+// into L2: another replica's late fill writing a purged response back
+// (which replica writes it does not matter to Redis).
+func lateWriteBack(t *testing.T, rdb redis.UniversalClient, path string) (writeBack func()) {
+	t.Helper()
+	waitInL2(t, rdb, defaultPrefix, path)
+	name := entryName(defaultPrefix, path)
+	old, err := rdb.Dump(t.Context(), name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := rdb.RestoreReplace(t.Context(), name, time.Hour, old).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// nodeWithRedis is a ready sidecar with a small L1 and an L2 on a Redis
+// of its own, in front of a versioning origin, and a client of that
+// Redis.
+func nodeWithRedis(t *testing.T) (*node, redis.UniversalClient) {
+	t.Helper()
+	rs := testredis.Start(t)
+	a := startNode(t, newOrigin(t, 0).URL, "--redis-addr", rs.Addr(), "--config", writeConfig(t, smallL1))
+	a.waitReady(t)
+	return a, redisClient(t, rs.Addr())
 }

@@ -26,9 +26,15 @@ import (
 // stored under key.
 func fileEntry(t *testing.T, bodies *bodystore.Store, key, host, target string, tags ...string) *entry.Entry {
 	t.Helper()
-	e := &entry.Entry{Kind: entry.KindResponse, Host: host, Target: target, Tags: tags, Status: 200,
-		ResponseTime: time.Now(), Lifetime: time.Hour}
-	body := []byte("the body of " + host + target)
+	return committedFile(t, bodies, key, &entry.Entry{Kind: entry.KindResponse, Host: host, Target: target, Tags: tags,
+		Status: 200, ResponseTime: time.Now(), Lifetime: time.Hour})
+}
+
+// committedFile commits a body for e, stored under key, into bodies and
+// returns e referring to it.
+func committedFile(t *testing.T, bodies *bodystore.Store, key string, e *entry.Entry) *entry.Entry {
+	t.Helper()
+	body := []byte("the body of " + e.Host + e.Target)
 	w, err := bodies.Create(key, int64(len(body)))
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
@@ -16,26 +18,16 @@ import (
 // fileEntryAt is fileEntry for a response requested at at.
 func fileEntryAt(t *testing.T, bodies *bodystore.Store, key, target string, at time.Time) *entry.Entry {
 	t.Helper()
-	e := &entry.Entry{Kind: entry.KindResponse, Host: "shop.example", Target: target, Status: 200,
-		RequestTime: at, ResponseTime: at, Lifetime: time.Hour}
-	body := []byte("the body of " + target)
-	w, err := bodies.Create(key, int64(len(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(body); err != nil {
-		t.Fatal(err)
-	}
-	ref, err := w.Commit(func(ref entry.BodyFile) []byte {
-		m := *e
-		m.File = &ref
-		return entry.Encode(nil, &m)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.File = &ref
-	return e
+	return committedFile(t, bodies, key, &entry.Entry{Kind: entry.KindResponse, Host: "shop.example", Target: target,
+		Status: 200, RequestTime: at, ResponseTime: at, Lifetime: time.Hour})
+}
+
+// redisFixture is a fixture with L2 on a Redis of its own, its key
+// prefix and a client that inspects it.
+func redisFixture(t *testing.T) (*fixture, string, *redis.Client) {
+	t.Helper()
+	srv := testredis.Start(t)
+	return newFixture(t, storeOpts{addr: srv.Addr()}), testPrefix(t), rawClient(t, srv.Addr())
 }
 
 // A purge's repeat (PurgeIf with the repeat's condition) removes from L1
@@ -96,10 +88,7 @@ func TestARepeatKeepsTheEntriesAndFilesOfWhatWasFetchedAfterThePurge(t *testing.
 // DeleteL2KeysIf and DeleteL2TagsIf delete from Redis only what match
 // selects: a purge's repeat keeps what was fetched after the purge.
 func TestARepeatDeletesFromL2OnlyWhatItsConditionSelects(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, storeOpts{addr: srv.Addr()})
-	prefix := testPrefix(t)
-	rc := rawClient(t, srv.Addr())
+	f, prefix, rc := redisFixture(t)
 	ctx := testCtx(t)
 	purged := time.Now() // the store's clock: what it writes to L2 is fresh
 	before := purged.Add(time.Second)
@@ -139,10 +128,7 @@ func TestARepeatDeletesFromL2OnlyWhatItsConditionSelects(t *testing.T) {
 // deleted by the repeat, as the purge deleted whatever the key held; a
 // soft purge leaves it.
 func TestARepeatDeletesAValueItCannotReadUnderItsKeys(t *testing.T) {
-	srv := testredis.Start(t)
-	f := newFixture(t, storeOpts{addr: srv.Addr()})
-	prefix := testPrefix(t)
-	rc := rawClient(t, srv.Addr())
+	f, prefix, rc := redisFixture(t)
 	ctx := testCtx(t)
 	k := keyFor("/unreadable")
 	if err := rc.Set(ctx, entryName(prefix, k), "not an entry", time.Hour).Err(); err != nil {
