@@ -50,6 +50,10 @@
 //     at Commit and the reservation is trued up to the file's real size.
 //     Room is made by evicting committed files, least recently used first
 //     (Open counts as a use); files being written are never evicted.
+//     Nothing is evicted or reserved for a writer before its temp file
+//     exists: a Create that cannot create it (EMFILE under a flood of
+//     connections) leaves the store as it was, and one whose file exists
+//     but whose budget cannot be met removes the file (ErrFull).
 //     MaxBytes 0 means 90% of the space available at start (what the
 //     filesystem reports free plus what the recovered files hold).
 //   - Eviction and Remove unlink: readers with an open fd keep reading.

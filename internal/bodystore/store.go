@@ -99,6 +99,11 @@ type Store struct {
 
 	// expireMu serializes soft purges' rewrites of trailers (expire.go).
 	expireMu sync.Mutex
+
+	// opened, when set (by tests, before any Create), runs in create
+	// once the writer's file exists and before anything is reserved for
+	// it: the store may change in between.
+	opened func()
 }
 
 // item is a committed file in the index. body and crc are what its
@@ -130,9 +135,11 @@ func (s *Store) path(id [16]byte, suffix string) string {
 
 // Create starts a body for key. sizeHint is the body's length when known
 // (Content-Length), else -1: then the reservation grows as Write is
-// called. It reserves the budget, evicting least recently used committed
-// files; ErrTooLarge when sizeHint exceeds MaxObject, ErrFull when the
-// budget cannot be met.
+// called. Once its temp file is created, it reserves the budget, evicting
+// least recently used committed files: a Create that cannot create its
+// file (out of descriptors) evicts nothing. ErrTooLarge when sizeHint
+// exceeds MaxObject, ErrFull when the budget cannot be met (the file is
+// then removed).
 func (s *Store) Create(key string, sizeHint int64) (*Writer, error) {
 	var id [16]byte
 	for range 3 {
@@ -168,43 +175,77 @@ func (s *Store) create(id [16]byte, key string, hint int64) (*Writer, error) {
 	w := &Writer{s: s, id: id, key: key, hint: hint}
 	w.cond.L = &w.mu
 
+	// What refuses the fill without touching the disk is checked first;
+	// checkLocked runs again once the file exists, since the store may
+	// have changed meanwhile.
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if _, ok := s.items[id]; ok {
-		s.mu.Unlock()
-		return nil, ErrExists
-	}
-	if _, ok := s.writers[id]; ok {
-		s.mu.Unlock()
-		return nil, ErrExists
-	}
-	victims, err := s.reserveLocked(reserve)
+	err := s.checkLocked(id, reserve)
+	s.mu.Unlock()
 	if err != nil {
-		s.mu.Unlock()
-		s.unlink(victims)
-		s.m.BodyStoreError(metrics.BodyOpCreate)
+		if errors.Is(err, ErrFull) {
+			s.m.BodyStoreError(metrics.BodyOpCreate)
+		}
 		return nil, err
 	}
-	w.reserved = reserve
-	s.writers[id] = w
-	s.mu.Unlock()
-	s.unlink(victims)
 
+	// The file is created before anything is evicted for it: a fill that
+	// cannot create it (out of descriptors under a flood of connections,
+	// EMFILE) serves its client from the origin stream, and must not have
+	// emptied part of the cache for nothing. Until it is registered, the
+	// writer is the caller's alone (Close does not see it); two creates of
+	// one id are kept apart by O_EXCL and by the check below.
 	if err := w.open(); err != nil {
-		s.mu.Lock()
-		s.reserved -= w.reserved
-		delete(s.writers, id)
-		s.mu.Unlock()
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("%w: %v", ErrExists, err)
 		}
 		s.m.BodyStoreError(metrics.BodyOpCreate)
 		return nil, err
 	}
+	if s.opened != nil {
+		s.opened()
+	}
+	s.mu.Lock()
+	var victims []string
+	err = s.checkLocked(id, reserve)
+	if err == nil {
+		victims, err = s.reserveLocked(reserve)
+	}
+	if err == nil {
+		w.reserved = reserve
+		s.writers[id] = w
+	}
+	s.mu.Unlock()
+	s.unlink(victims)
+	if err != nil {
+		_ = w.f.Close()
+		_ = os.Remove(w.tmpPath()) // ours: the open created it
+		if errors.Is(err, ErrFull) {
+			s.m.BodyStoreError(metrics.BodyOpCreate)
+		}
+		return nil, err
+	}
 	return w, nil
+}
+
+// checkLocked refuses a fill of id reserving n bytes when the store is
+// closed, id is committed or being written, or n could not fit even by
+// evicting every committed file (the rest is reserved by fills in
+// progress).
+func (s *Store) checkLocked(id [16]byte, n int64) error {
+	if s.closed {
+		return ErrClosed
+	}
+	if _, ok := s.items[id]; ok {
+		return ErrExists
+	}
+	if _, ok := s.writers[id]; ok {
+		return ErrExists
+	}
+	if n > s.maxBytes-s.reserved {
+		return fmt.Errorf("%w: %d bytes wanted, %d of %d reserved by fills in progress",
+			ErrFull, n, s.reserved, s.maxBytes)
+	}
+	return nil
 }
 
 // reserveLocked adds n to the reservations, evicting least recently used

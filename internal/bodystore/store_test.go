@@ -273,6 +273,18 @@ func TestCreateDecisions(t *testing.T) {
 			if _, _, reserved := s.Usage(); reserved != wantReserved {
 				t.Fatalf("%d bytes reserved after the new fill ended, want %d", reserved, wantReserved)
 			}
+			// The busy fill's temp file and the old body unless evicted:
+			// a refused Create leaves no file of its own.
+			wantFiles := 0
+			if tt.busy > 0 {
+				wantFiles++
+			}
+			if tt.stored > 0 && !tt.evicted {
+				wantFiles++
+			}
+			if names := files(t, s.dir); len(names) != wantFiles {
+				t.Fatalf("files after the new fill ended: %q, want %d", names, wantFiles)
+			}
 		})
 	}
 }

@@ -183,3 +183,60 @@ func TestOutOfDescriptorsAFillServesTheOriginsStream(t *testing.T) {
 		expectBody(t, f.get("/new"), 200, "HIT; layer=l1", want)
 	})
 }
+
+// TestOutOfDescriptorsAFillIntoAFullStoreEvictsNothing: a fill that
+// cannot create its temp file for lack of descriptors, while the body
+// store is full, serves its client the origin's stream and evicts
+// nothing: under a flood of connections, every miss of a large object
+// would otherwise empty part of the cache for a file it never gets. Once
+// descriptors are free again, the bodies stored before are hits from
+// their files, and the next fill makes its room as usual.
+func TestOutOfDescriptorsAFillIntoAFullStoreEvictsNothing(t *testing.T) {
+	inDescriptorChild(t, func(t *testing.T) {
+		// Room for two files (a body, its header and trailer), not three.
+		const budget = 2 * (fileSize + 16<<10)
+		f := newFileFixture(t, "", newOrigin(t, bodies(fileSize)), bodystore.Options{MaxBytes: budget})
+		paths := []string{"/a", "/b"}
+		for _, p := range paths {
+			expectBody(t, f.get(p), 200, "MISS", bodyFor(p, fileSize))
+			f.waitStored(t, p)
+		}
+		committed, files, _ := f.bodies.Usage()
+		if files != 2 || committed+fileSize <= budget {
+			t.Fatalf("usage %d bytes in %d files of a %d budget: not full with /a and /b", committed, files, budget)
+		}
+		origin, creates := f.origin.count(), f.bodyErrors(metrics.BodyOpCreate)
+
+		release := exhaustDescriptors(t)
+		expectBody(t, f.get("/new"), 200, "MISS", bodyFor("/new", fileSize))
+		stored := f.stored("/new")
+		release()
+
+		if stored != nil {
+			t.Fatalf("a fill without a file stored %+v", stored)
+		}
+		if got := f.bodyErrors(metrics.BodyOpCreate); got != creates+1 {
+			t.Fatalf("body_store_errors_total{op=create} rose by %v, want 1", got-creates)
+		}
+		if c, n, r := f.bodies.Usage(); c != committed || n != files || r != 0 {
+			t.Fatalf("after the fill without a file: %d bytes in %d files, %d reserved; want %d in %d, none reserved",
+				c, n, r, committed, files)
+		}
+		if b, tmp := f.files(); len(b) != 2 || len(tmp) != 0 {
+			t.Fatalf("%d body files and %d temp files, want /a's and /b's", len(b), len(tmp))
+		}
+		for _, p := range paths {
+			expectBody(t, f.get(p), 200, "HIT; layer=l1", bodyFor(p, fileSize))
+		}
+		if n := f.origin.count(); n != origin+1 {
+			t.Fatalf("the origin saw %d requests since the store filled, want 1 (the pass)", n-origin)
+		}
+
+		expectBody(t, f.get("/new"), 200, "MISS", bodyFor("/new", fileSize))
+		f.waitStored(t, "/new")
+		if c, n, r := f.bodies.Usage(); n != 2 || c+r > budget {
+			t.Fatalf("after a fill into the full store: %d bytes in %d files, %d reserved; want 2 files within %d",
+				c, n, r, budget)
+		}
+	})
+}
