@@ -465,15 +465,15 @@ func (p *Purger) HandleMessage(b []byte) {
 	if m.From == p.id {
 		return
 	}
-	// A repeat limited to what was requested before m.Before: never
-	// later than now (a sender's clock ahead of ours takes no more than
-	// everything so far).
+	// A repeat limited to what was requested before m.Before, on the
+	// sender's clock, never clamped to ours: the copies here carry the
+	// clock of whichever replica fetched them (promoted from L2), so a
+	// limit cut to our now, when our clock runs behind, kept what another
+	// replica requested before the purge. A limit however far ahead takes
+	// no more than a repeat without one.
 	var before time.Time
 	if m.Repeat && !m.Before.IsZero() {
 		before = m.Before
-		if now := p.now(); now.Before(before) {
-			before = now
-		}
 	}
 	if len(m.Invalidate) > 0 {
 		urls := make([]*url.URL, 0, len(m.Invalidate))
