@@ -465,15 +465,15 @@ func (p *Purger) HandleMessage(b []byte) {
 	if m.From == p.id {
 		return
 	}
-	// A repeat limited to what was requested before m.Before: never
-	// later than now (a sender's clock ahead of ours takes no more than
-	// everything so far).
+	// A repeat limited to what was requested before m.Before, on the
+	// sender's clock, never clamped to ours: the copies here carry the
+	// clock of whichever replica fetched them (promoted from L2), so a
+	// limit cut to our now, when our clock runs behind, kept what another
+	// replica requested before the purge. A limit however far ahead takes
+	// no more than a repeat without one.
 	var before time.Time
 	if m.Repeat && !m.Before.IsZero() {
 		before = m.Before
-		if now := p.now(); now.Before(before) {
-			before = now
-		}
 	}
 	if len(m.Invalidate) > 0 {
 		urls := make([]*url.URL, 0, len(m.Invalidate))
@@ -511,9 +511,10 @@ func (p *Purger) HandleMessage(b []byte) {
 // while this sidecar was not subscribed are lost, so after a
 // resubscription it reads the tier's sequence counter: when messages may
 // have been published meanwhile (the counter moved, went missing, or
-// cannot be read; see seqs), it drops its whole L1: whatever was purged
-// meanwhile cannot be served from here, and the entries that were not
-// come back from L2. A resubscription with nothing published meanwhile
+// cannot be read; see seqs), it drops its whole L1 and its queued L2
+// writes: whatever was purged meanwhile cannot be served from here nor
+// written back to L2 by it, and the entries that were not come back from
+// L2. A resubscription with nothing published meanwhile
 // (Redis dropped the connection, say over an oversized message on the
 // channel) keeps L1. The first subscription (at start) drops nothing.
 // Signed messages from before since are refused as replays.
@@ -540,6 +541,12 @@ func (p *Purger) Subscribed(ctx context.Context, since time.Time) {
 		return
 	}
 	p.watches.mark(nil, "", nil, true)
+	// As a purge's message would have: the L2 writes queued here of what
+	// a missed purge named must not land after its repeat, which drops
+	// no queued write.
+	if p.remote != nil {
+		p.remote.ForgetAll()
+	}
 	p.local.Reset()
 	p.log.Info("resubscribed to invalidations; L1 cleared, messages may have been missed")
 }

@@ -39,7 +39,8 @@ import (
 // everything does not empty the tier a second time. The repeat marks no
 // fill and drops no queued L2 write: every fill that began before the
 // purge was marked by the purge itself, where it ran and where its
-// message arrived, and every write queued before it dropped. A soft
+// message arrived (or, where it was missed, at the resubscription that
+// found it missed: Subscribed), and every write queued before it dropped. A soft
 // purge is repeated as made at its first time (and the margin), so that
 // it marks stale only what was requested before it.
 //

@@ -76,8 +76,7 @@ func TestARepeatRemovesOnlyWhatWasRequestedBeforeThePurge(t *testing.T) {
 }
 
 // A replica applies a repeat's message to its L1 for what was requested
-// before the message's limit only, never later than its own now; a
-// repeat without a limit (a sidecar of an earlier version) removes
+// before the message's limit only; a repeat without a limit (a sidecar of an earlier version) removes
 // everything it names, as before.
 func TestAReplicaAppliesARepeatToWhatWasRequestedBeforeItsLimit(t *testing.T) {
 	purged := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
@@ -106,14 +105,23 @@ func TestAReplicaAppliesARepeatToWhatWasRequestedBeforeItsLimit(t *testing.T) {
 	}
 
 	t.Run("a limit past the replica's now", func(t *testing.T) {
+		// The limit is the sender's clock and a copy here may carry a
+		// third replica's: it is compared as it is, never cut to this
+		// replica's now (TestALaggingReplicaAppliesARepeatToWhatAnother
+		// ReplicaFetchedBeforeThePurge).
 		replica, cache, _ := newPurger(t, "")
 		now := purged.Add(RepeatAfter)
 		replica.now = func() time.Time { return now }
-		key := putRequested(t, cache, "a.example", "/x", now.Add(time.Millisecond))
-		replica.HandleMessage(mustMarshal(t, message{From: "sender", Request: Request{URLs: []string{"http://a.example/x"}},
-			Repeat: true, Before: now.Add(time.Hour)}))
-		if !present(cache, key) {
-			t.Fatal("a limit an hour ahead of the replica's clock removed what it fetched after its own now")
+		before := now.Add(time.Hour)
+		gone := putRequested(t, cache, "a.example", "/x", now.Add(time.Millisecond))
+		kept := putRequested(t, cache, "a.example", "/y", before.Add(time.Millisecond))
+		replica.HandleMessage(mustMarshal(t, message{From: "sender", Request: Request{URLs: []string{"http://a.example/x", "http://a.example/y"}},
+			Repeat: true, Before: before}))
+		if present(cache, gone) {
+			t.Fatal("a limit ahead of the replica's clock kept what was requested before it")
+		}
+		if !present(cache, kept) {
+			t.Fatal("a limit ahead of the replica's clock removed what was requested after it")
 		}
 	})
 	t.Run("a repeat without a limit", func(t *testing.T) {
