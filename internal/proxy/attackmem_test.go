@@ -66,10 +66,15 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 // response was complete).
 func getSteadily(t *testing.T, addr, path string, rate int) (*http.Response, []byte, error) {
 	t.Helper()
-	return askSteadily(t, addr, "GET", path, rate)
+	resp, b, err := askSteadily(t, addr, "GET", path, rate)
+	if resp == nil {
+		t.Fatal(err)
+	}
+	return resp, b, err
 }
 
-// askSteadily is getSteadily for any method (with an empty body).
+// askSteadily is getSteadily for any method (with an empty body); a
+// response whose header never came is a nil response and the error.
 func askSteadily(t *testing.T, addr, method, path string, rate int) (*http.Response, []byte, error) {
 	t.Helper()
 	conn, err := tinyWindowDialer().Dial("tcp", addr)
@@ -87,7 +92,7 @@ func askSteadily(t *testing.T, addr, method, path string, rate int) (*http.Respo
 	br := bufio.NewReaderSize(&pacedReader{r: conn, piece: rate / int(time.Second/every), tick: tick}, 512)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		t.Fatalf("reading the response header: %v", err)
+		return nil, nil, fmt.Errorf("reading the response header: %w", err)
 	}
 	b, err := io.ReadAll(resp.Body)
 	return resp, b, err
@@ -490,6 +495,9 @@ func TestAFillThatPanicsLeavesNoGoroutineWritingToItsClient(t *testing.T) {
 		// A client that reads slowly: the goroutine is still writing
 		// when the fill (or the stored POST answer) is stored.
 		method := []string{"GET", "POST"}[i%2]
+		// Broken before its header (the fill collected the whole body
+		// before the goroutine wrote a byte) or after it: either way
+		// not complete.
 		resp, _, err := askSteadily(t, f.srv.Listener.Addr().String(), method, fmt.Sprintf("/boom%d", i), 1_000_000)
 		if err == nil {
 			t.Fatalf("%s: a fill that panicked gave its client a complete-looking response (%d)", method, resp.StatusCode)
