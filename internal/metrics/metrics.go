@@ -112,6 +112,10 @@ type Metrics struct {
 	connsReclaimed prometheus.Counter
 	connsWaited    prometheus.Counter
 
+	// RequestBodies counts request bodies read ahead of the origin request
+	// (origin.requestBuffer), by result (the Buffered constants).
+	RequestBodies *prometheus.CounterVec
+
 	// The body store (package bodystore): committed bytes and files,
 	// files evicted for room, and failed operations by op
 	// (the BodyOp constants).
@@ -256,6 +260,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_client_connections_waited_total",
 			Help: "Client connections that waited for a slot at --max-connections (none waiting for a request to close): each is a sign the bound is too low, or of a flood.",
 		}),
+		RequestBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_request_bodies_buffered_total",
+			Help: "Request bodies as origin.requestBuffer took them, by result: whole (read before the origin was contacted), too_large (announced or grown past the buffer: forwarded as it arrived, the part read first), over_budget (the sidecar-wide buffer budget was spent: forwarded as it arrived).",
+		}, []string{"result"}),
 		BodyStoreBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tiercache_body_store_bytes",
 			Help: "Bytes of committed bodies in the body store (--body-dir).",
@@ -275,7 +283,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
 		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests,
-		m.ClientConns, m.connsReclaimed, m.connsWaited,
+		m.ClientConns, m.connsReclaimed, m.connsWaited, m.RequestBodies,
 		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {
 		cs = append(cs,
@@ -422,4 +430,17 @@ func (m *Metrics) BodyStoreEvicted(n int) {
 		return
 	}
 	m.BodyStoreEvictions.Add(float64(n))
+}
+
+// The results of request buffering (tiercache_request_bodies_buffered_total).
+const (
+	BufferedWhole      = "whole"
+	BufferedTooLarge   = "too_large"
+	BufferedOverBudget = "over_budget"
+)
+
+// RequestBodyBuffered counts a request body as request buffering took it
+// (the Buffered constants).
+func (m *Metrics) RequestBodyBuffered(result string) {
+	m.RequestBodies.WithLabelValues(result).Inc()
 }

@@ -23,7 +23,11 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	// cannot poison anything and go to the origin as they are.
 	out := p.outbound(ctx, r, nil)
 	out.Body = wd.sending(out.Body)
-	resp, err := p.roundTrip(out, w)
+	err := p.bufferRequest(out, cfg)
+	var resp *http.Response
+	if err == nil {
+		resp, err = p.roundTrip(out, w)
+	}
 	if err != nil {
 		sn := p.originFailed(w, r, v, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}

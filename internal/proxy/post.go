@@ -53,6 +53,10 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	defer wd.close()
 	out := p.outbound(ctx, r, nil)
 	out.Body = wd.sending(out.Body)
+	if err := p.bufferRequest(out, cfg); err != nil {
+		sn := p.originFailed(w, r, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, wd, err)
+		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
+	}
 	reqTime := p.now()
 	resp, err := p.roundTrip(out, w)
 	respTime := p.now()

@@ -108,3 +108,19 @@ func TestParseBodyStoreErrorsNameTheField(t *testing.T) {
 		})
 	}
 }
+
+func TestRequestBufferSize(t *testing.T) {
+	for name, tt := range map[string]struct {
+		o    Origin
+		want Size
+	}{
+		"unset: 1Mi":                 {Origin{}, Mi},
+		"set":                        {Origin{RequestBuffer: 256 * Ki}, 256 * Ki},
+		"streamRequestBodies: none":  {Origin{StreamRequestBodies: true}, 0},
+		"streaming wins over a size": {Origin{RequestBuffer: 256 * Ki, StreamRequestBodies: true}, 0},
+	} {
+		if got := (Config{Origin: tt.o}).RequestBufferSize(); got != tt.want {
+			t.Errorf("%s: RequestBufferSize() = %s, want %s", name, got, tt.want)
+		}
+	}
+}

@@ -198,6 +198,19 @@ type Origin struct {
 	// a stalled upload gets 408 (default 60s, like nginx's
 	// proxy_read_timeout and Varnish's between_bytes_timeout).
 	IdleTimeout Duration `json:"idleTimeout,omitempty"`
+	// RequestBuffer is how much of a request body is read from the
+	// client before the origin is contacted, as nginx's
+	// proxy_request_buffering does: a body up to this size reaches the
+	// origin whole and at once, so that a slow client holds no origin
+	// connection or application worker while it uploads; a larger body
+	// is forwarded once this much has arrived, the rest as it comes
+	// (0: the default, 1Mi; at most 64Mi). Bodies being buffered share
+	// a sidecar-wide budget (proxy.RequestBufferBudget).
+	RequestBuffer Size `json:"requestBuffer,omitempty"`
+	// StreamRequestBodies forwards request bodies as they arrive,
+	// unbuffered: for an application that reads an upload while it is
+	// being sent and answers before its end (default false).
+	StreamRequestBodies bool `json:"streamRequestBodies,omitempty"`
 }
 
 // Defaults are the tier-wide caching defaults.

@@ -20,6 +20,9 @@ const (
 	defaultOriginTimeout     = Duration(30 * time.Second)
 	defaultOriginHeaderWait  = Duration(60 * time.Second)
 	defaultOriginIdle        = Duration(60 * time.Second)
+	// DefaultRequestBuffer is origin.requestBuffer's default: JSON and
+	// form posts, and most uploads from a phone, arrive whole.
+	DefaultRequestBuffer = 1 * Mi
 	defaultHeuristicFraction = 0.1
 	defaultHeuristicMaxTTL   = Duration(24 * time.Hour)
 	defaultHitForMissTTL     = Duration(2 * time.Minute)
@@ -204,6 +207,19 @@ func (c Config) BodyMaxObjectSize() Size {
 		return c.BodyStore.MaxObjectSize
 	}
 	return defaultBodyMaxObject
+}
+
+// RequestBufferSize is how much of a request body is read before the
+// origin is contacted: origin.requestBuffer, 1Mi when unset, 0 with
+// origin.streamRequestBodies.
+func (c Config) RequestBufferSize() Size {
+	switch {
+	case c.Origin.StreamRequestBodies:
+		return 0
+	case c.Origin.RequestBuffer > 0:
+		return c.Origin.RequestBuffer
+	}
+	return DefaultRequestBuffer
 }
 
 // L2MaxBodySize is the largest file body also written to L2 in chunks:

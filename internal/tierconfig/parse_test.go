@@ -53,7 +53,8 @@ func TestParseExampleFile(t *testing.T) {
 			MaxBodySize: 32 * Mi,
 		},
 		BodyStore: BodyStore{Threshold: 128 * Ki, MaxObjectSize: 4 * Gi},
-		Origin:    Origin{Timeout: Duration(15 * time.Second), ResponseHeaderTimeout: Duration(20 * time.Second), IdleTimeout: Duration(2 * time.Minute)},
+		Origin: Origin{Timeout: Duration(15 * time.Second), ResponseHeaderTimeout: Duration(20 * time.Second), IdleTimeout: Duration(2 * time.Minute),
+			RequestBuffer: 256 * Ki},
 		Defaults: Defaults{
 			FallbackTTL:               Duration(time.Minute),
 			StaleWhileRevalidate:      Duration(30 * time.Second),
@@ -133,7 +134,8 @@ func assertAllFieldsSet(t *testing.T, v reflect.Value, path string) {
 		for i := range v.NumField() {
 			f := v.Type().Field(i)
 			name := joinPath(path, strings.Split(f.Tag.Get("json"), ",")[0])
-			if v.Field(i).IsZero() && name != "defaults.allowSetCookie" && name != "l2.warmStart.disabled" {
+			if v.Field(i).IsZero() && name != "defaults.allowSetCookie" && name != "l2.warmStart.disabled" &&
+				name != "origin.streamRequestBodies" {
 				t.Errorf("example.yaml leaves %s unset", name)
 			}
 			assertAllFieldsSet(t, v.Field(i), name)

@@ -24,6 +24,7 @@ const (
 	maxStaleIfUnreachable = Duration(l1.LifeWindow)
 	maxOriginTimeout      = Duration(10 * time.Minute)
 	maxOriginIdle         = Duration(time.Hour)
+	maxRequestBuffer      = 64 * Mi
 	maxCoalesceWait       = Duration(5 * time.Minute)
 	maxRules              = 64
 	maxRuleName           = 63
@@ -221,6 +222,9 @@ func (o Origin) validate(p *problems) {
 	checkOriginTimeout(p, "origin.timeout", o.Timeout, maxOriginTimeout, "10m")
 	checkOriginTimeout(p, "origin.responseHeaderTimeout", o.ResponseHeaderTimeout, maxOriginTimeout, "10m")
 	checkOriginTimeout(p, "origin.idleTimeout", o.IdleTimeout, maxOriginIdle, "1h")
+	if o.RequestBuffer < 0 || o.RequestBuffer > maxRequestBuffer {
+		p.add("origin.requestBuffer", "must be between 1 and 64Mi (got %s)", o.RequestBuffer)
+	}
 }
 
 func checkOriginTimeout(p *problems, field string, d, limit Duration, limitText string) {

@@ -216,6 +216,14 @@ func TestValidateRefuses(t *testing.T) {
 			func(c *Config) { c.Origin.IdleTimeout = Duration(61 * time.Minute) },
 			`origin.idleTimeout: must be <= 1h (got 1h1m0s)`,
 		},
+		"a request buffer over 64Mi is refused": {
+			func(c *Config) { c.Origin.RequestBuffer = 65 * Mi },
+			`origin.requestBuffer: must be between 1 and 64Mi (got 65Mi)`,
+		},
+		"a negative request buffer is refused": {
+			func(c *Config) { c.Origin.RequestBuffer = -1 },
+			`origin.requestBuffer: must be between 1 and 64Mi (got -1)`,
+		},
 		"a negative default duration is refused": {
 			func(c *Config) { c.Defaults.FallbackTTL = Duration(-time.Second) },
 			`defaults.fallbackTTL: must not be negative (got -1s)`,
