@@ -162,19 +162,7 @@ func TestOutOfDescriptorsAFillServesTheOriginsStream(t *testing.T) {
 		// to reuse.
 		expectBody(t, f.get("/warm"), 200, "MISS", bodyFor("/warm", fileSize))
 		f.waitStored(t, "/warm")
-		creates := f.bodyErrors(metrics.BodyOpCreate)
-
-		release := exhaustDescriptors(t)
-		expectBody(t, f.get("/new"), 200, "MISS", want)
-		stored := f.stored("/new")
-		release()
-
-		if stored != nil {
-			t.Fatalf("a fill without a file stored %+v", stored)
-		}
-		if got := f.bodyErrors(metrics.BodyOpCreate); got != creates+1 {
-			t.Fatalf("body_store_errors_total{op=create} rose by %v, want 1", got-creates)
-		}
+		fillWithoutDescriptors(t, f, "/new")
 		if b, tmp := f.files(); len(b) != 1 || len(tmp) != 0 {
 			t.Fatalf("%d body files and %d temp files, want /warm's alone", len(b), len(tmp))
 		}
@@ -205,19 +193,8 @@ func TestOutOfDescriptorsAFillIntoAFullStoreEvictsNothing(t *testing.T) {
 		if files != 2 || committed+fileSize <= budget {
 			t.Fatalf("usage %d bytes in %d files of a %d budget: not full with /a and /b", committed, files, budget)
 		}
-		origin, creates := f.origin.count(), f.bodyErrors(metrics.BodyOpCreate)
-
-		release := exhaustDescriptors(t)
-		expectBody(t, f.get("/new"), 200, "MISS", bodyFor("/new", fileSize))
-		stored := f.stored("/new")
-		release()
-
-		if stored != nil {
-			t.Fatalf("a fill without a file stored %+v", stored)
-		}
-		if got := f.bodyErrors(metrics.BodyOpCreate); got != creates+1 {
-			t.Fatalf("body_store_errors_total{op=create} rose by %v, want 1", got-creates)
-		}
+		origin := f.origin.count()
+		fillWithoutDescriptors(t, f, "/new")
 		if c, n, r := f.bodies.Usage(); c != committed || n != files || r != 0 {
 			t.Fatalf("after the fill without a file: %d bytes in %d files, %d reserved; want %d in %d, none reserved",
 				c, n, r, committed, files)
@@ -239,4 +216,22 @@ func TestOutOfDescriptorsAFillIntoAFullStoreEvictsNothing(t *testing.T) {
 				c, n, r, budget)
 		}
 	})
+}
+
+// fillWithoutDescriptors asks f for path (a miss) while the process is
+// out of descriptors: the client gets the origin's body whole, nothing
+// is stored, and one failed create is counted.
+func fillWithoutDescriptors(t *testing.T, f *fileFixture, path string) {
+	t.Helper()
+	creates := f.bodyErrors(metrics.BodyOpCreate)
+	release := exhaustDescriptors(t)
+	expectBody(t, f.get(path), 200, "MISS", bodyFor(path, fileSize))
+	stored := f.stored(path)
+	release()
+	if stored != nil {
+		t.Fatalf("a fill without a file stored %+v", stored)
+	}
+	if got := f.bodyErrors(metrics.BodyOpCreate); got != creates+1 {
+		t.Fatalf("body_store_errors_total{op=create} rose by %v, want 1", got-creates)
+	}
 }
