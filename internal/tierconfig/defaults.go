@@ -14,15 +14,15 @@ import (
 // TestCRDDefaultsAreTheConfigDefaults checks that they agree. Validation
 // limits live in validate.go (L1's in internal/store/l1).
 const (
-	defaultL1MaxSize         = 256 * Mi
-	defaultL1MaxEntrySize    = 1 * Mi
-	defaultL1Shards          = 256
-	defaultOriginTimeout     = Duration(30 * time.Second)
-	defaultOriginHeaderWait  = Duration(60 * time.Second)
-	defaultOriginIdle        = Duration(60 * time.Second)
+	defaultL1MaxSize        = 256 * Mi
+	defaultL1MaxEntrySize   = 1 * Mi
+	defaultL1Shards         = 256
+	defaultOriginTimeout    = Duration(30 * time.Second)
+	defaultOriginHeaderWait = Duration(60 * time.Second)
+	defaultOriginIdle       = Duration(60 * time.Second)
 	// DefaultRequestBuffer is origin.requestBuffer's default: JSON and
 	// form posts, and most uploads from a phone, arrive whole.
-	DefaultRequestBuffer = 1 * Mi
+	DefaultRequestBuffer     = 1 * Mi
 	defaultHeuristicFraction = 0.1
 	defaultHeuristicMaxTTL   = Duration(24 * time.Hour)
 	defaultHitForMissTTL     = Duration(2 * time.Minute)
