@@ -158,6 +158,14 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 			spec: v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"r:6379"}, MaxBodySize: qty("1Gi")}},
 			want: []string{"admission webhook", "spec.l2.maxBodySize", "512Mi"},
 		},
+		"a request buffer over 64Mi is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{RequestBuffer: qty("65Mi")}},
+			want: []string{"admission webhook", "spec.origin.requestBuffer", "64Mi"},
+		},
+		"a negative request buffer is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{RequestBuffer: qty("-1Mi")}},
+			want: []string{"admission webhook", "spec.origin.requestBuffer", "64Mi"},
+		},
 		"a hop-by-hop header in the cache key is refused by the webhook": {
 			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{Path: "/a"},
 				CacheKey: v1alpha1.CacheKey{Headers: []string{"Connection"}}}}},

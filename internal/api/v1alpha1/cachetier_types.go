@@ -286,6 +286,23 @@ type OriginSpec struct {
 	// (default 60s, at most 1h).
 	// +optional
 	IdleTimeout Duration `json:"idleTimeout,omitempty"`
+	// RequestBuffer is how much of a request body the sidecar reads from
+	// the client before it contacts the origin, as nginx's
+	// proxy_request_buffering: a body up to this size reaches the origin
+	// whole and at once, with Content-Length, so a slow upload holds no
+	// origin connection nor application worker (a stalled one gets 408
+	// and the origin never hears of it). A body announced or grown larger
+	// is forwarded as it arrives. The bodies being read share a
+	// sidecar-wide 16Mi (default 1Mi, at most 64Mi).
+	// +optional
+	RequestBuffer *resource.Quantity `json:"requestBuffer,omitempty"`
+	// StreamRequestBodies forwards every request body as it arrives,
+	// unbuffered, whatever requestBuffer says: for an application that
+	// reads an upload while it is being sent and answers before its end
+	// (a progress-reporting upload endpoint, a full-duplex stream over
+	// HTTP/1.1). Default false.
+	// +optional
+	StreamRequestBodies bool `json:"streamRequestBodies,omitempty"`
 }
 
 // DefaultsSpec are the tier-wide caching defaults.

@@ -73,6 +73,10 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		Timeout:               dur("origin.timeout", spec.Origin.Timeout),
 		ResponseHeaderTimeout: dur("origin.responseHeaderTimeout", spec.Origin.ResponseHeaderTimeout),
 		IdleTimeout:           dur("origin.idleTimeout", spec.Origin.IdleTimeout),
+		StreamRequestBodies:   spec.Origin.StreamRequestBodies,
+	}
+	if c.Origin.RequestBuffer, err = quantity("origin.requestBuffer", spec.Origin.RequestBuffer); err != nil {
+		errs = append(errs, err)
 	}
 
 	d := spec.Defaults

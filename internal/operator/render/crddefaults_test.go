@@ -58,7 +58,8 @@ func TestCRDDefaultsAreTheConfigDefaults(t *testing.T) {
 		"origin.responseHeaderTimeout is the config's": {
 			path: "origin.responseHeaderTimeout", want: c.Origin.ResponseHeaderTimeout.Std(),
 		},
-		"origin.idleTimeout is the config's": {path: "origin.idleTimeout", want: c.Origin.IdleTimeout.Std()},
+		"origin.idleTimeout is the config's":   {path: "origin.idleTimeout", want: c.Origin.IdleTimeout.Std()},
+		"origin.requestBuffer is the config's": {path: "origin.requestBuffer", want: c.RequestBufferSize().String()},
 		"defaults.heuristicPercent is the config's fraction": {
 			path: "defaults.heuristicPercent", want: fmt.Sprint(c.Defaults.HeuristicFraction * 100),
 		},

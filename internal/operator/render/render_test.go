@@ -264,6 +264,18 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 			spec:  v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"r:6379"}, Mode: v1alpha1.L2Standalone, MaxBodySize: qty("1Gi")}},
 			field: "spec.l2.maxBodySize", substring: "512Mi",
 		},
+		"a request buffer over 64Mi is refused on spec.origin.requestBuffer": {
+			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{RequestBuffer: qty("65Mi")}},
+			field: "spec.origin.requestBuffer", substring: "64Mi (got 65Mi)",
+		},
+		"a negative request buffer is refused": {
+			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{RequestBuffer: qty("-1Ki")}},
+			field: "spec.origin.requestBuffer", substring: "must be between 1 and 64Mi",
+		},
+		"a fractional request buffer is refused": {
+			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{RequestBuffer: qty("1.5")}},
+			field: "spec.origin.requestBuffer", substring: "whole number of bytes",
+		},
 		"a hop-by-hop key header is refused": {
 			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{
 				Name: "a", Match: v1alpha1.Match{Path: "/a"}, CacheKey: v1alpha1.CacheKey{Headers: []string{"Connection"}},
