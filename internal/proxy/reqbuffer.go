@@ -43,11 +43,19 @@ import (
 // allows above L1.
 const RequestBufferBudget = 16 << 20
 
-// reqChunk is what a buffered body grows by, and what is taken from the
-// budget at a time: a body reserves what it has received, not what it
-// announces, so a client that announces much and sends little holds
-// little.
+// reqChunk is the most a buffered body grows by, and takes from the
+// budget, at a time: a body reserves about what it has received, not
+// what it announces, so a client that announces much and sends little
+// holds little.
 const reqChunk = 64 << 10
+
+// reqFirstChunk is a body's first chunk when its length is unknown (or
+// larger): chunks double from it up to reqChunk, so that a body holds at
+// most about twice what it received. Were every body to take reqChunk
+// at once, a 10-byte JSON POST sent chunked would cost 64 KiB, and 256
+// connections sending a byte each and standing still would spend the
+// whole budget.
+const reqFirstChunk = 1 << 10
 
 // byteBudget is a count of bytes that may be taken without waiting.
 type byteBudget struct{ left atomic.Int64 }
@@ -140,7 +148,7 @@ func (b *bufferedBody) read(limit, length int64) (whole, spent bool, err error) 
 		if n := len(b.chunks); n > 0 && len(b.chunks[n-1]) < cap(b.chunks[n-1]) {
 			c = b.chunks[n-1]
 		} else {
-			want := int64(reqChunk)
+			want := min(int64(reqChunk), max(reqFirstChunk, b.size))
 			if length >= 0 {
 				// One more byte than announced, to see the end without a
 				// second chunk.
