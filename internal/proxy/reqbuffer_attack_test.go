@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -129,5 +131,58 @@ func BenchmarkASmallPost(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// A client whose chunked body ends after a pause shorter than
+// origin.idleTimeout, before an origin slower to connect to than that
+// timeout too, is answered: the last chunk is the client's progress, so
+// the origin has a whole idle timeout from it to take the request. Were
+// the timer left where the last data chunk set it, the origin would be
+// blamed (504, "did not take the request") for the client's pause.
+func TestTheLastChunkOfABufferedBodyGivesTheOriginAFullIdleTimeout(t *testing.T) {
+	const idle, pause, dial = time.Second, 700 * time.Millisecond, 700 * time.Millisecond
+	o := newOrigin(t, bodyEcho(nil))
+	f := newFixtureWith(t, fmt.Sprintf("origin: {idleTimeout: %s}", idle), o, func(opts *Options) {
+		tr := NewTransport()
+		next := tr.DialContext
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			select { // an origin slow to accept, though quicker than idle
+			case <-time.After(dial):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return next(ctx, network, addr)
+		}
+		t.Cleanup(tr.CloseIdleConnections)
+		opts.Transport = tr
+	}, nil)
+	obs := observe(t, f.px)
+	c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pause) // the client's pace: it pauses, less than idle
+	if _, err := io.WriteString(c, "0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(string(b), "unknown 3 ") {
+		t.Fatalf("got %d %q, want the origin's 200 for the 3 bytes", res.StatusCode, b)
+	}
+	if n := testCounter(obs.m.OriginRequests.WithLabelValues("error")); n != 0 {
+		t.Errorf("origin_requests_total{code=error} = %v, want 0", n)
 	}
 }
