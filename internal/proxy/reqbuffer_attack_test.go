@@ -186,3 +186,95 @@ func TestTheLastChunkOfABufferedBodyGivesTheOriginAFullIdleTimeout(t *testing.T)
 		t.Errorf("origin_requests_total{code=error} = %v, want 0", n)
 	}
 }
+
+// A stored POST answer's request time is taken once the body is read,
+// when the origin is asked (RFC 9111 §4.2.3): a slow upload does not age
+// the answer a later GET is served from.
+func TestASlowUploadDoesNotAgeTheStoredPostAnswer(t *testing.T) {
+	for name, parts := range map[string][2]string{
+		"with Content-Length": {"Content-Length: 7\r\n\r\nx=1", "&y=2"},
+		"chunked":             {"Transfer-Encoding: chunked\r\n\r\n3\r\nx=1\r\n", "4\r\n&y=2\r\n0\r\n\r\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, "defaults: {storePostResponses: true}",
+				postOrigin("Cache-Control", "max-age=600", "Content-Location", "/form"))
+			c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(c, "POST /form HTTP/1.1\r\nHost: "+f.srv.Listener.Addr().String()+"\r\nContent-Type: text/plain\r\n"+parts[0]); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { return f.px.reqBudget.left.Load() < RequestBufferBudget }, "the body to be read ahead")
+			f.clock.Advance(2 * time.Minute) // the upload takes two minutes
+			if _, err := io.WriteString(c, parts[1]); err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Fatalf("the POST got %d", res.StatusCode)
+			}
+			hit := f.get("/form")
+			expect(t, hit, 200, "HIT; layer=l1")
+			if hit.body != "posted:x=1&y=2" {
+				t.Fatalf("the GET got %q", hit.body)
+			}
+			if age, _ := strconv.Atoi(hit.header.Get("Age")); age >= 60 {
+				t.Fatalf("Age %q: the two minutes the upload took aged the stored answer", hit.header.Get("Age"))
+			}
+		})
+	}
+}
+
+// A client that sends Expect: 100-continue gets its 100 from the sidecar
+// as the body is read ahead, on every path that reads ahead; the origin
+// gets the body whole, with Content-Length, and no Expect.
+func TestAnExpectContinueUploadGetsItsContinueAndTheOriginNoExpect(t *testing.T) {
+	for name, cfg := range map[string]string{
+		"passed":      "",
+		"stored POST": "defaults: {storePostResponses: true}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, cfg, bodyEcho(nil))
+			c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(c, "POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			interim, err := http.ReadResponse(br, nil)
+			if err != nil || interim.StatusCode != http.StatusContinue {
+				t.Fatalf("before its body the client got %v (err %v), want 100 Continue", interim, err)
+			}
+			if _, err := io.WriteString(c, "hello"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || !strings.HasPrefix(string(b), "unknown 5 ") || !strings.HasSuffix(string(b), "cl=5 te=[]") {
+				t.Fatalf("got %d %q, want the origin to have had the 5 bytes with Content-Length", res.StatusCode, b)
+			}
+			if e := f.origin.last().Header.Get("Expect"); e != "" {
+				t.Fatalf("the origin got Expect: %q", e)
+			}
+		})
+	}
+}
