@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -42,11 +43,19 @@ import (
 // allows above L1.
 const RequestBufferBudget = 16 << 20
 
-// reqChunk is what a buffered body grows by, and what is taken from the
-// budget at a time: a body reserves what it has received, not what it
-// announces, so a client that announces much and sends little holds
-// little.
+// reqChunk is the most a buffered body grows by, and takes from the
+// budget, at a time: a body reserves about what it has received, not
+// what it announces, so a client that announces much and sends little
+// holds little.
 const reqChunk = 64 << 10
+
+// reqFirstChunk is a body's first chunk when its length is unknown (or
+// larger): chunks double from it up to reqChunk, so that a body holds at
+// most about twice what it received. Were every body to take reqChunk
+// at once, a 10-byte JSON POST sent chunked would cost 64 KiB, and 256
+// connections sending a byte each and standing still would spend the
+// whole budget.
+const reqFirstChunk = 1 << 10
 
 // byteBudget is a count of bytes that may be taken without waiting.
 type byteBudget struct{ left atomic.Int64 }
@@ -110,19 +119,21 @@ func (p *Proxy) bufferRequest(out *http.Request, cfg *tierconfig.Compiled) error
 // bufferedBody is a request body read ahead into chunks, followed by
 // what is left of the client's body (rest) when it was not read to its
 // end. The transport reads it on its own goroutine and closes it, maybe
-// from another one.
+// from another one, and keeps the request (so this body) until the
+// response is done: each chunk is dropped, and its bytes given back to
+// the budget, once read, and all of them on Close, so that what the
+// budget says is free is free.
 type bufferedBody struct {
 	rest   io.ReadCloser
 	budget *byteBudget
-	chunks [][]byte // full but the last
-	size   int64    // bytes in chunks
-	held   int64    // bytes taken from the budget
-	eof    bool     // rest is at its end: chunks are the whole body
+	size   int64 // bytes read ahead
+	eof    bool  // rest is at its end: the chunks are the whole body
 
-	// The reading side, the transport's.
-	ci, off int
-
-	once sync.Once // release
+	mu     sync.Mutex
+	chunks [][]byte // not yet read; full but the last
+	off    int      // read of chunks[0]
+	held   int64    // bytes taken from the budget, not yet given back
+	closed bool
 }
 
 // read reads the body ahead until its end (whole), past limit bytes, or
@@ -137,7 +148,7 @@ func (b *bufferedBody) read(limit, length int64) (whole, spent bool, err error) 
 		if n := len(b.chunks); n > 0 && len(b.chunks[n-1]) < cap(b.chunks[n-1]) {
 			c = b.chunks[n-1]
 		} else {
-			want := int64(reqChunk)
+			want := min(int64(reqChunk), max(reqFirstChunk, b.size))
 			if length >= 0 {
 				// One more byte than announced, to see the end without a
 				// second chunk.
@@ -166,31 +177,49 @@ func (b *bufferedBody) read(limit, length int64) (whole, spent bool, err error) 
 }
 
 func (b *bufferedBody) Read(p []byte) (int, error) {
-	for b.ci < len(b.chunks) {
-		c := b.chunks[b.ci]
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, errReadAfterClose
+	}
+	for len(b.chunks) > 0 {
+		c := b.chunks[0]
 		if b.off < len(c) {
 			n := copy(p, c[b.off:])
 			b.off += n
+			b.mu.Unlock()
 			return n, nil
 		}
-		b.ci, b.off = b.ci+1, 0
+		// Read: the chunk is the GC's, its bytes the budget's.
+		b.budget.give(int64(cap(c)))
+		b.held -= int64(cap(c))
+		b.chunks[0] = nil
+		b.chunks, b.off = b.chunks[1:], 0
 	}
+	b.mu.Unlock()
 	if b.eof {
-		// Once read, the buffers are the GC's.
-		b.release()
 		return 0, io.EOF
 	}
 	return b.rest.Read(p)
 }
 
-// Close gives the budget back and closes the client's body.
+// errReadAfterClose: the chunks are gone, so the client's body must not
+// be read on as though they had been sent.
+var errReadAfterClose = errors.New("proxy: read of a request body after Close")
+
+// Close drops what was not read, gives the budget back and closes the
+// client's body.
 func (b *bufferedBody) Close() error {
 	b.release()
 	return b.rest.Close()
 }
 
 func (b *bufferedBody) release() {
-	b.once.Do(func() { b.budget.give(b.held) })
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	b.budget.give(b.held)
+	b.held, b.chunks = 0, nil
 }
 
 // failed passes on the client body's failure (clientBodyFailure).

@@ -155,7 +155,11 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	b.wd.inClientRead.Store(true)
 	n, err := b.ReadCloser.Read(p)
 	b.wd.inClientRead.Store(false)
-	if n > 0 && phase(b.wd.phase.Load()) == phaseSending {
+	// The end of the body is progress too (a chunked body's last chunk
+	// brings no bytes): a body read ahead (reqbuffer.go) ends before the
+	// origin is contacted, which must then have the whole idle timeout,
+	// not what the client's pause before its last chunk left of it.
+	if (n > 0 || err == io.EOF) && phase(b.wd.phase.Load()) == phaseSending {
 		b.wd.timer.Reset(b.wd.idle)
 	}
 	return n, err
