@@ -223,7 +223,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 		if bodyW == nil {
 			return miss.with(false, sent{status: status})
 		}
-		n, err := p.streamN(bodyW, body)
+		n, err := p.relayAhead(bodyW, resp, body)
 		if err != nil {
 			p.bodyFailed(r, wd, err)
 			return miss.with(true, sent{status, n})

@@ -44,8 +44,14 @@ type origin struct {
 
 func newOrigin(t testing.TB, h http.HandlerFunc) *origin {
 	t.Helper()
+	return newOriginWith(t, h, httptest.NewServer)
+}
+
+// newOriginWith is newOrigin served by serve.
+func newOriginWith(t testing.TB, h http.HandlerFunc, serve func(http.Handler) *httptest.Server) *origin {
+	t.Helper()
 	o := &origin{clock: newClock()}
-	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	o.Server = serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Date", o.clock.Now().UTC().Format(http.TimeFormat))
 		o.n.Add(1)
 		o.mu.Lock()

@@ -44,7 +44,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 		p.invalidateAfter(r, resp)
 	}
 	w.WriteHeader(resp.StatusCode)
-	n, err := p.streamN(w, body)
+	n, err := p.relayAhead(w, resp, body)
 	if err != nil {
 		p.bodyFailed(r, wd, err)
 	}

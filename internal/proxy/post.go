@@ -85,7 +85,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	w.WriteHeader(resp.StatusCode)
 	status := resp.StatusCode
 	if !storing {
-		n, err := p.streamN(w, body)
+		n, err := p.relayAhead(w, resp, body)
 		if err != nil {
 			p.bodyFailed(r, wd, err)
 		}

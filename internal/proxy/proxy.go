@@ -133,10 +133,11 @@ type Proxy struct {
 	// copySlots bounds the copies of bodies from L2 running at once
 	// (l2bodies.go): each holds chunks in memory.
 	copySlots chan struct{}
-	// reqBudget bounds the request-body bytes read ahead (reqbuffer.go).
-	reqBudget *byteBudget
-	keys      sync.Pool // *keyBuf
-	bufs      sync.Pool // *[]byte copy buffers
+	// reqBudget bounds the request-body bytes read ahead (reqbuffer.go),
+	// respBudget the response bytes queued ahead of clients (relay.go).
+	reqBudget, respBudget *byteBudget
+	keys                  sync.Pool // *keyBuf
+	bufs                  sync.Pool // *[]byte copy buffers
 	// parts serializes the read-combine-store of partial responses
 	// (partial.go), so that two parts stored at once never lose one
 	// another's bytes or remove a piece file the other keeps.
@@ -178,18 +179,19 @@ func New(o Options) (*Proxy, error) {
 		return nil, errors.New("proxy: an invalidator is required")
 	}
 	p := &Proxy{
-		upstream:  o.Upstream,
-		cfg:       o.Config,
-		store:     o.Store,
-		bodies:    o.Bodies,
-		inval:     o.Invalidator,
-		cluster:   o.Cluster,
-		m:         o.Metrics,
-		log:       o.Logger,
-		rt:        o.Transport,
-		now:       o.Now,
-		alog:      o.AccessLog,
-		reqBudget: newByteBudget(RequestBufferBudget),
+		upstream:   o.Upstream,
+		cfg:        o.Config,
+		store:      o.Store,
+		bodies:     o.Bodies,
+		inval:      o.Invalidator,
+		cluster:    o.Cluster,
+		m:          o.Metrics,
+		log:        o.Logger,
+		rt:         o.Transport,
+		now:        o.Now,
+		alog:       o.AccessLog,
+		reqBudget:  newByteBudget(RequestBufferBudget),
+		respBudget: newByteBudget(ResponseBufferBudget),
 	}
 	if p.m == nil {
 		m, err := metrics.New(prometheus.NewRegistry(), nil)

@@ -5,8 +5,9 @@ import "math"
 // MemoryAllowance is what the sidecar's automatic Go soft memory limit
 // (--memory-limit auto) allows above l1.maxSize: bigcache's index maps
 // (about 90 bytes per entry), the runtime, per-request garbage, the
-// bodies of fills in flight and the request bodies being read ahead
-// (at most 16Mi, proxy.RequestBufferBudget). Measured under a flood of
+// bodies of fills in flight, and the request bodies and responses read
+// ahead (at most 16Mi each, proxy.RequestBufferBudget and
+// proxy.ResponseBufferBudget). Measured under a flood of
 // distinct 1 KiB URLs into a 64Mi L1 (make bench, part 7): the live heap
 // is L1 + about 10Mi and the process's RSS peaks about 12Mi above the Go
 // limit (the binary's text is not Go memory), so L1 + 48Mi keeps RSS
