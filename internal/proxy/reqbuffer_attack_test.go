@@ -159,14 +159,7 @@ func TestTheLastChunkOfABufferedBodyGivesTheOriginAFullIdleTimeout(t *testing.T)
 		opts.Transport = tr
 	}, nil)
 	obs := observe(t, f.px)
-	c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	c := dialFor(t, f.srv.Listener.Addr().String(), 10*time.Second)
 	if _, err := io.WriteString(c, "POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -199,14 +192,7 @@ func TestASlowUploadDoesNotAgeTheStoredPostAnswer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, "defaults: {storePostResponses: true}",
 				postOrigin("Cache-Control", "max-age=600", "Content-Location", "/form"))
-			c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-				t.Fatal(err)
-			}
+			c := dialFor(t, f.srv.Listener.Addr().String(), 10*time.Second)
 			if _, err := io.WriteString(c, "POST /form HTTP/1.1\r\nHost: "+f.srv.Listener.Addr().String()+"\r\nContent-Type: text/plain\r\n"+parts[0]); err != nil {
 				t.Fatal(err)
 			}
@@ -245,14 +231,7 @@ func TestAnExpectContinueUploadGetsItsContinueAndTheOriginNoExpect(t *testing.T)
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, cfg, bodyEcho(nil))
-			c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-				t.Fatal(err)
-			}
+			c := dialFor(t, f.srv.Listener.Addr().String(), 10*time.Second)
 			if _, err := io.WriteString(c, "POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"); err != nil {
 				t.Fatal(err)
 			}
@@ -278,4 +257,19 @@ func TestAnExpectContinueUploadGetsItsContinueAndTheOriginNoExpect(t *testing.T)
 			}
 		})
 	}
+}
+
+// dialFor is a raw connection to addr whose reads and writes must be
+// done within d; it is closed when the test ends.
+func dialFor(t *testing.T, addr string, d time.Duration) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.SetDeadline(time.Now().Add(d)); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
