@@ -55,8 +55,15 @@ func ok(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
 func (c *client) getOK(path string) {
 	c.t.Helper()
 	c.send("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.answeredOK("GET " + path)
+}
+
+// answeredOK reads a response on c and expects 200 "ok"; what names the
+// exchange in the failure.
+func (c *client) answeredOK(what string) {
+	c.t.Helper()
 	if res, body := c.response(); res.StatusCode != http.StatusOK || body != "ok" {
-		c.t.Fatalf("GET %s: %d %q", path, res.StatusCode, body)
+		c.t.Fatalf("%s: %d %q", what, res.StatusCode, body)
 	}
 }
 
@@ -104,12 +111,8 @@ func TestWithNoIdleConnectionANewOneWaitsForASlot(t *testing.T) {
 	}
 
 	close(release)
-	if res, body := a.response(); res.StatusCode != http.StatusOK || body != "ok" {
-		t.Fatalf("the connection at work: %d %q", res.StatusCode, body)
-	}
-	if res, body := b.response(); res.StatusCode != http.StatusOK || body != "ok" {
-		t.Fatalf("the waiting connection, once a slot was free: %d %q", res.StatusCode, body)
-	}
+	a.answeredOK("the connection at work")
+	b.answeredOK("the waiting connection, once a slot was free")
 	if n := m.reclaimed.Load(); n != 0 {
 		t.Errorf("connections reclaimed: %d, want 0 (none was idle)", n)
 	}
@@ -129,12 +132,8 @@ func TestAConnectionThatTurnsIdleMakesRoomForOneThatWaits(t *testing.T) {
 	b.send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
 	m.waits(t, "the second connection did not wait for a slot")
 	close(release)
-	if res, body := a.response(); res.StatusCode != http.StatusOK || body != "ok" {
-		t.Fatalf("the connection at work: %d %q", res.StatusCode, body)
-	}
-	if res, body := b.response(); res.StatusCode != http.StatusOK || body != "ok" {
-		t.Fatalf("the waiting connection: %d %q", res.StatusCode, body)
-	}
+	a.answeredOK("the connection at work")
+	b.answeredOK("the waiting connection")
 	a.closed()
 }
 
@@ -164,9 +163,7 @@ func TestAHijackedConnectionHoldsItsSlotUntilClosed(t *testing.T) {
 	b.send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
 	m.waits(t, "a new connection did not wait while the hijacked one held the only slot")
 	_ = hc.Close()
-	if res, body := b.response(); res.StatusCode != http.StatusOK || body != "ok" {
-		t.Fatalf("after the hijacked connection closed: %d %q", res.StatusCode, body)
-	}
+	b.answeredOK("after the hijacked connection closed")
 }
 
 // Every connection gives its slot back exactly once, however it ends.
