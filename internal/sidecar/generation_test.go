@@ -347,7 +347,16 @@ func TestAPurgesRepeatReachesTheNextGenerationsNewL1(t *testing.T) {
 		return c
 	}
 	dp := newTestDataPlane(t, Options{}, cfg(smallL1))
-	prev := dp.cur.Load()
+	// A request in flight keeps the first generation, and so its pending
+	// repeat, until the late write below is in the new L1: retired
+	// before, it would run the repeat at once (Close) ahead of the write.
+	prev := dp.acquire()
+	released := false
+	defer func() {
+		if !released {
+			prev.release()
+		}
+	}()
 	if _, err := prev.purger.Purge(context.Background(), invalidate.Request{URLs: []string{"http://" + testHost + "/x"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -365,6 +374,8 @@ func TestAPurgesRepeatReachesTheNextGenerationsNewL1(t *testing.T) {
 		Body: []byte("purged"), ResponseTime: time.Now(), Lifetime: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
+	prev.release()
+	released = true
 	for deadline := time.Now().Add(invalidate.RepeatAfter + 5*time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := next.cache.Get(key); err != nil {
 			return
