@@ -9,6 +9,13 @@
 // under any Go server on the runtime's netpoller, against which the
 // sidecar's and nginx's are measured. It is tooling, not part of the
 // product, and serves nothing but 127.0.0.1.
+//
+// With --net-http it is instead the least a net/http server does per
+// file hit: a handler that sets the same header fields and copies the
+// body file into the ResponseWriter, which net/http sends with sendfile.
+// Each connection has a descriptor of its own (sendfile there sends from
+// the descriptor's offset), rewound per request. Between the two modes
+// lies what net/http itself costs per request, before any handler work.
 package main
 
 import (
@@ -19,10 +26,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -44,6 +54,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8090", "address to serve on (loopback only)")
 	size := fs.Int("size", 100<<10, "body size in bytes")
 	dir := fs.String("dir", os.TempDir(), "directory for the body file (a tmpfs, as the sidecar's body store in the benchmark)")
+	withNetHTTP := fs.Bool("net-http", false, "serve through net/http (a handler copying the file into the ResponseWriter) instead of the bare loop")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,16 +79,86 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	context.AfterFunc(ctx, func() { ln.Close() })
+	if *withNetHTTP {
+		fmt.Fprintf(stderr, "gofloor: serving %d-byte hits through net/http on %s\n", *size, ln.Addr())
+		return serveNetHTTP(ctx, ln, f.Name(), int64(*size))
+	}
 	fmt.Fprintf(stderr, "gofloor: serving %d-byte hits on %s\n", *size, ln.Addr())
 	return serve(ctx, ln, int(f.Fd()), int64(*size))
+}
+
+// hitHeader is the header of every answer: the fields a sidecar hit
+// carries, but for those that vary per response.
+func hitHeader(size int64) http.Header {
+	return http.Header{
+		"Content-Type":   {"application/octet-stream"},
+		"Content-Length": {strconv.FormatInt(size, 10)},
+		"Cache-Control":  {"max-age=3600"},
+		"Age":            {"0"},
+		"Via":            {"1.1 gofloor"},
+		"X-Cache":        {"HIT; layer=l1"},
+	}
+}
+
+type connFile struct{}
+
+// serveNetHTTP answers every request on every connection of ln through
+// net/http with the size bytes of the file at path, until ctx ends. Each
+// connection opens the file once; a request rewinds it and copies it into
+// the ResponseWriter, which sends it with sendfile.
+func serveNetHTTP(ctx context.Context, ln net.Listener, path string, size int64) error {
+	hdr := hitHeader(size)
+	var files sync.Map // net.Conn → *os.File, to close a connection's file with it
+	srv := &http.Server{
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			f, err := os.Open(path)
+			if err != nil {
+				return ctx
+			}
+			files.Store(c, f)
+			return context.WithValue(ctx, connFile{}, f)
+		},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			f, ok := r.Context().Value(connFile{}).(*os.File)
+			if !ok {
+				http.Error(w, "no body file", http.StatusInternalServerError)
+				return
+			}
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			h := w.Header()
+			for k, v := range hdr {
+				h[k] = v
+			}
+			_, _ = io.Copy(w, f)
+		}),
+	}
+	srv.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateClosed || s == http.StateHijacked {
+			if f, ok := files.LoadAndDelete(c); ok {
+				_ = f.(*os.File).Close()
+			}
+		}
+	}
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	err := srv.Serve(ln)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // serve answers every request on every connection of ln with the body of
 // size bytes in file fd, until ctx ends.
 func serve(ctx context.Context, ln net.Listener, fd int, size int64) error {
-	hdr := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n" +
-		"Content-Length: " + strconv.FormatInt(size, 10) + "\r\nCache-Control: max-age=3600\r\n" +
-		"Age: 0\r\nVia: 1.1 gofloor\r\nX-Cache: HIT; layer=l1\r\n\r\n")
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 200 OK\r\n")
+	_ = hitHeader(size).Write(&b)
+	b.WriteString("\r\n")
+	hdr := b.Bytes()
 	for {
 		c, err := ln.Accept()
 		if err != nil {

@@ -41,7 +41,14 @@ func TestEveryPipelinedRequestGetsTheWholeBody(t *testing.T) {
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	pipelineThree(t, ln.Addr().String(), size)
+}
+
+// pipelineThree sends three requests in one write to addr and reads three
+// complete 200 responses of size bytes each.
+func pipelineThree(t *testing.T, addr string, size int64) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,4 +76,28 @@ func TestListenMustBeLoopback(t *testing.T) {
 	if err == nil {
 		t.Fatal("a non-loopback --listen was accepted")
 	}
+}
+
+// TestNetHTTPModeGivesEveryPipelinedRequestTheWholeBody is the same for
+// --net-http, whose connections rewind a file of their own per request.
+func TestNetHTTPModeGivesEveryPipelinedRequestTheWholeBody(t *testing.T) {
+	const size = 300 << 10
+	path := filepath.Join(t.TempDir(), "body")
+	if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveNetHTTP(ctx, ln, path, size) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serveNetHTTP: %v", err)
+		}
+	}()
+	pipelineThree(t, ln.Addr().String(), size)
 }
