@@ -2,8 +2,10 @@ package sidecar
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -29,21 +31,81 @@ func TestAutomaticMemoryLimitIsL1PlusTheAllowance(t *testing.T) {
 }
 
 func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
-	const floor = 112 << 20
+	const mi = 1 << 20
+	type want int
+	const (
+		theFloor want = iota
+		raised        // the least limit leaving raisedRoom
+		theCeiling
+	)
 	cases := map[string]struct {
-		live, want int64
+		floor, live, nonHeap int64
+		want                 want
 	}{
-		"before any GC the floor holds":                              {0, floor},
-		"a live heap of L1 and its index stays under the floor":      {74 << 20, floor},
-		"a live heap exactly the margin below the floor keeps it":    {floor - liveMargin, floor},
-		"a live heap a byte closer gets the headroom above it":       {floor - liveMargin + 1, floor - liveMargin + 1 + raisedHeadroom},
-		"a live heap above the floor gets the headroom above it":     {128 << 20, 192 << 20},
-		"a live heap of twice the L1 (grown scratch buffers) is met": {140 << 20, 204 << 20},
+		"before any GC the floor holds": {112 * mi, 0, 0, theFloor},
+		// The flood bench: L1 64Mi, a live heap of L1 + about 10Mi, RSS
+		// kept within L1 + 64Mi by staying on the floor.
+		"a live heap of a 64Mi L1 and its index stays on the floor": {112 * mi, 74 * mi, 8 * mi, theFloor},
+		// The warm-hit bench: L1 512Mi preallocated, live L1 + 14Mi; the
+		// floor left the GC 8 MiB and it ran 36 times a second.
+		"a 512Mi L1 is given room above its floor": {560 * mi, 526 * mi, 12 * mi, raised},
+		// L1 2Gi, live L1 + 37Mi: below the floor's goal, back-to-back GC.
+		"a 2Gi L1 is given room above its floor":                          {2096 * mi, 2085 * mi, 12 * mi, raised},
+		"a live heap grown by a 64Mi L1's scratch buffers is met":         {112 * mi, 120 * mi, 8 * mi, raised},
+		"a live heap past what the container leaves stops at the ceiling": {112 * mi, 300 * mi, 8 * mi, theCeiling},
+		// 200 KiB entries in all 256 shards of a 64Mi L1 (live L1 + 66Mi)
+		// and more:
+		// the ceiling still leaves the GC about 40 MiB.
+		"the measured worst case of scratch buffers gets the ceiling": {112 * mi, 135 * mi, 8 * mi, theCeiling},
+		"a live heap too large to compute with gets the ceiling":      {112 * mi, math.MaxInt64, 8 * mi, theCeiling},
+		"a floor too large to add to saturates":                       {math.MaxInt64, math.MaxInt64 / 2, 8 * mi, theFloor},
 	}
 	for name, c := range cases {
-		if got := limitFor(floor, c.live); got != c.want {
-			t.Errorf("%s: limitFor(%d, %d) = %d, want %d", name, floor, c.live, got, c.want)
+		got := limitFor(c.floor, c.live, c.nonHeap)
+		switch c.want {
+		case theFloor:
+			if got != c.floor {
+				t.Errorf("%s: limitFor = %d, want the floor %d", name, got, c.floor)
+			}
+		case theCeiling:
+			if got != ceilingFor(c.floor) {
+				t.Errorf("%s: limitFor = %d, want the ceiling %d", name, got, ceilingFor(c.floor))
+			}
+			if c.live == 135*mi && heapRoom(got, c.live, c.nonHeap) < 32*mi {
+				t.Errorf("%s: the ceiling leaves %d bytes of room, want at least 32Mi", name, heapRoom(got, c.live, c.nonHeap))
+			}
+		case raised:
+			if got <= c.floor || got >= ceilingFor(c.floor) {
+				t.Errorf("%s: limitFor = %d, want between the floor %d and the ceiling %d", name, got, c.floor, ceilingFor(c.floor))
+			}
+			if r := heapRoom(got, c.live, c.nonHeap); r < raisedRoom {
+				t.Errorf("%s: limitFor = %d leaves the heap %d bytes of room, want at least %d", name, got, r, raisedRoom)
+			}
+			if r := heapRoom(got-4096, c.live, c.nonHeap); r >= raisedRoom {
+				t.Errorf("%s: limitFor = %d is not the least limit (to a page) leaving %d bytes of room", name, got, raisedRoom)
+			}
 		}
+	}
+	// At the edge: the floor as long as it leaves minRoom, raised a byte
+	// past that.
+	const floor, nonHeap = 560 * mi, 12 * mi
+	edge := heapRoom(floor, 0, nonHeap) - minRoom
+	if got := limitFor(floor, edge, nonHeap); got != floor {
+		t.Errorf("a live heap leaving exactly minRoom under the floor: %d, want the floor", got)
+	}
+	if got := limitFor(floor, edge+1, nonHeap); got <= floor {
+		t.Errorf("a live heap leaving a byte less than minRoom: %d, want above the floor", got)
+	}
+}
+
+// The runtime's own arithmetic: the limit less the memory outside the
+// heap, less 3% of the rest, is how far the heap may grow.
+func TestHeapRoomIsTheRuntimesGoalLessTheLiveHeap(t *testing.T) {
+	if got, want := heapRoom(1100, 100, 100), int64(1000-30-100); got != want {
+		t.Errorf("heapRoom(1100, 100, 100) = %d, want %d", got, want)
+	}
+	if got := heapRoom(2096<<20, 2085<<20, 12<<20); got >= 0 {
+		t.Errorf("a 2Gi L1 on its former floor: room %d, want none (the GC running back to back)", got)
 	}
 }
 
@@ -79,9 +141,9 @@ func TestSoftLimitFollowsTheLiveHeapAfterEachCycle(t *testing.T) {
 		samples <- h
 	}
 
-	step(heapSample{cycles: 1, live: 90 << 20})
-	if got := next(); got != 154<<20 {
-		t.Fatalf("after a 90Mi live heap: %d, want 154Mi", got)
+	step(heapSample{cycles: 1, live: 90 << 20, nonHeap: 4 << 20})
+	if got, want := next(), limitFor(100<<20, 90<<20, 4<<20); got != want || got <= 100<<20 {
+		t.Fatalf("after a 90Mi live heap: %d, want %d, above the floor", got, want)
 	}
 	// The same cycle again is not observed again (a higher live value
 	// would raise the limit if it were).
@@ -107,18 +169,18 @@ func TestSoftLimitFollowsTheLiveHeapAfterEachCycle(t *testing.T) {
 	}
 }
 
-// With the real runtime: a live heap above the floor raises the process's
-// soft limit above that heap, so the GC does not run back to back.
-func TestSoftLimitRaisesTheRuntimeLimitAboveARealLiveHeap(t *testing.T) {
+// With the real runtime and a large L1's worth of live heap (1 GiB,
+// never touched, so it costs no RSS): on its floor, L1 + 48Mi, the
+// runtime's heap goal would be about the live heap (it keeps 3% of the
+// limit back, 32 MiB here), and the GC would run back to back. The soft
+// limit must leave the heap the room it means to.
+func TestSoftLimitLeavesALargeLiveHeapRoomToGrow(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 
-	live := make([]byte, 64<<20)
-	for i := range live {
-		live[i] = byte(i)
-	}
+	live := make([]byte, 1<<30)
 	s := newSoftLimit()
-	s.setFloor(16 << 20)
+	s.setFloor(int64(tierconfig.AutoMemoryLimit(1 << 30)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -127,13 +189,19 @@ func TestSoftLimitRaisesTheRuntimeLimitAboveARealLiveHeap(t *testing.T) {
 	go func() { defer close(done); s.run(ctx, tick.C, runtimeHeap()) }()
 	defer func() { cancel(); <-done }()
 
+	samples := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	room := func() int64 {
+		metrics.Read(samples)
+		return int64(samples[0].Value.Uint64()) - int64(samples[1].Value.Uint64())
+	}
+	const want = raisedRoom / 2 // what the runtime's other terms cannot eat
 	deadline := time.Now().Add(10 * time.Second)
-	for debug.SetMemoryLimit(-1) < int64(len(live))+raisedHeadroom {
+	for runtime.GC(); room() < want; runtime.GC() {
 		if time.Now().After(deadline) {
-			t.Fatalf("soft limit %d after 10s with a %d-byte live heap, want at least the heap + %d",
-				debug.SetMemoryLimit(-1), len(live), raisedHeadroom)
+			t.Fatalf("after 10s the runtime lets a %d-byte live heap grow by %d bytes under a soft limit of %d, want at least %d",
+				len(live), room(), debug.SetMemoryLimit(-1), want)
 		}
-		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // let the loop see the cycle; the condition is the barrier
 	}
 	runtime.KeepAlive(live)
 }

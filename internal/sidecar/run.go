@@ -133,7 +133,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.BodyDir, "body-dir", "", "directory for bodies above the tier's bodyStore.threshold, kept as files and served with sendfile (made 0700 when missing; in a pod the operator's emptyDir); none = bodies above l1.maxEntrySize stream through uncached")
 	bodyDirSize := fs.String("body-dir-size", "", "budget of --body-dir, a size such as 2Gi; 0 or empty = 90% of the directory's free space at start")
 	fs.BoolVar(&o.AdminPprof, "admin-pprof", false, "serve Go profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on the admin port; off by default")
-	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize + 48Mi, or the live heap + 64Mi once the live heap comes within 32Mi of that; unless GOMEMLIMIT is set)")
+	fs.StringVar(&o.MemoryLimit, "memory-limit", "auto", "Go soft memory limit: a size (768Mi), 0 for none, or auto (l1.maxSize + 48Mi, raised while that leaves the live heap less than 16Mi of room; unless GOMEMLIMIT is set)")
 	alogDefaults := accesslog.DefaultDefaults()
 	fs.BoolVar(&o.AccessLog.Enabled, "access-log", alogDefaults.Enabled, "write one JSON line per request to stdout (the tier's accessLog.enabled wins when set)")
 	fs.IntVar(&o.AccessLog.SamplePercent, "access-log-sample-percent", alogDefaults.SamplePercent, "log this share of requests, 1-100; 5xx answers are always logged (the tier's accessLog.samplePercent wins when set)")

@@ -27,11 +27,13 @@ const (
 // may use, or the kernel kills the container where the Go runtime would
 // only have collected more often: the Go limit, plus the RSS that is not
 // Go memory (the binary's text, about 12Mi measured), plus what the
-// sidecar raises its limit to while the live heap outgrows the floor (the
-// live heap + 64Mi: bigcache's per-shard scratch buffers, which grow to
-// the largest entry each shard has taken, a quarter of the L1 size
-// covered). A negative size counts as 0; a result too large for a
-// quantity saturates at the largest one.
+// sidecar raises its limit to while the live heap outgrows the floor
+// (bigcache's per-shard scratch buffers, which grow to the largest entry
+// each shard has taken, a large L1's index, an L1 resize): the sidecar
+// never raises it past the floor + a quarter of the L1 size + 64Mi
+// (internal/sidecar ceilingFor), which leaves 16Mi of this room for the
+// RSS that is not Go memory. A negative size counts as 0; a result too
+// large for a quantity saturates at the largest one.
 func DerivedMemory(l1 int64) resource.Quantity {
 	l1 = max(l1, 0)
 	// ceil(l1 × 5/4 / Mi) without overflowing for any int64.
