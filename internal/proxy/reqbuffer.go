@@ -97,6 +97,9 @@ func (p *Proxy) bufferRequest(out *http.Request, cfg *tierconfig.Compiled) error
 		return nil
 	}
 	b := &bufferedBody{rest: out.Body, budget: p.reqBudget}
+	if pb, ok := out.Body.(progressBody); ok {
+		b.progress = pb.progress
+	}
 	whole, spent, err := b.read(limit, out.ContentLength)
 	if err != nil {
 		b.release()
@@ -128,6 +131,11 @@ type bufferedBody struct {
 	budget *byteBudget
 	size   int64 // bytes read ahead
 	eof    bool  // rest is at its end: the chunks are the whole body
+	// progress, when rest has it (uploadBody), is called as reads of the
+	// chunks bring bytes, and at their end when they are the whole body:
+	// the origin taking them re-arms origin.idleTimeout as the client
+	// sending them did (rest's own reads still do, after the chunks).
+	progress func()
 
 	mu     sync.Mutex
 	chunks [][]byte // not yet read; full but the last
@@ -188,6 +196,9 @@ func (b *bufferedBody) Read(p []byte) (int, error) {
 			n := copy(p, c[b.off:])
 			b.off += n
 			b.mu.Unlock()
+			if n > 0 && b.progress != nil {
+				b.progress()
+			}
 			return n, nil
 		}
 		// Read: the chunk is the GC's, its bytes the budget's.
@@ -198,10 +209,17 @@ func (b *bufferedBody) Read(p []byte) (int, error) {
 	}
 	b.mu.Unlock()
 	if b.eof {
+		if b.progress != nil {
+			b.progress()
+		}
 		return 0, io.EOF
 	}
 	return b.rest.Read(p)
 }
+
+// progressBody is a body whose idle timeout re-arms for bytes that reach
+// the origin from elsewhere than its reads (uploadBody).
+type progressBody interface{ progress() }
 
 // errReadAfterClose: the chunks are gone, so the client's body must not
 // be read on as though they had been sent.

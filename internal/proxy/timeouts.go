@@ -159,10 +159,20 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	// brings no bytes): a body read ahead (reqbuffer.go) ends before the
 	// origin is contacted, which must then have the whole idle timeout,
 	// not what the client's pause before its last chunk left of it.
-	if (n > 0 || err == io.EOF) && phase(b.wd.phase.Load()) == phaseSending {
-		b.wd.timer.Reset(b.wd.idle)
+	if n > 0 || err == io.EOF {
+		b.progress()
 	}
 	return n, err
+}
+
+// progress re-arms the idle timeout while the request is sent. A body
+// read ahead (bufferedBody) calls it as the transport takes its chunks:
+// the origin taking them is progress, and its stalls are its own, so
+// it does not set inClientRead.
+func (b *uploadBody) progress() {
+	if phase(b.wd.phase.Load()) == phaseSending {
+		b.wd.timer.Reset(b.wd.idle)
+	}
 }
 
 // receiving is called once the response headers are in; it returns body
