@@ -71,12 +71,12 @@ func limitFor(floor, live, nonHeap int64) int64 {
 		return floor
 	}
 	ceiling := ceilingFor(floor)
-	if live > math.MaxInt64/100-raisedRoom || nonHeap > math.MaxInt64/2 {
-		return max(floor, ceiling) // so that nothing below overflows
-	}
 	// Invert heapRoom: the goal (limit - nonHeap) less 3% of it must
 	// reach live + raisedRoom.
 	const keep = 100 - runtimeHeadroomPercent
+	if live > (math.MaxInt64-(keep-1))/100-raisedRoom || nonHeap > math.MaxInt64/2 {
+		return max(floor, ceiling) // so that nothing below overflows
+	}
 	raised := ((live+raisedRoom)*100+keep-1)/keep + nonHeap
 	return max(floor, min(raised, ceiling))
 }

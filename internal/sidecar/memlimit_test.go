@@ -58,7 +58,9 @@ func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
 		// the ceiling still leaves the GC about 40 MiB.
 		"the measured worst case of scratch buffers gets the ceiling": {112 * mi, 135 * mi, 8 * mi, theCeiling},
 		"a live heap too large to compute with gets the ceiling":      {112 * mi, math.MaxInt64, 8 * mi, theCeiling},
-		"a floor too large to add to saturates":                       {math.MaxInt64, math.MaxInt64 / 2, 8 * mi, theFloor},
+		// (live + raisedRoom) × 100 + 96 is MaxInt64 + 89 here.
+		"the largest live heap the guard lets through gets the ceiling": {112 * mi, math.MaxInt64/100 - raisedRoom, 8 * mi, theCeiling},
+		"a floor too large to add to saturates":                         {math.MaxInt64, math.MaxInt64 / 2, 8 * mi, theFloor},
 	}
 	for name, c := range cases {
 		got := limitFor(c.floor, c.live, c.nonHeap)
