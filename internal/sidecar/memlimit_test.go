@@ -63,7 +63,7 @@ func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
 		"a floor too large to add to saturates":                         {math.MaxInt64, math.MaxInt64 / 2, 8 * mi, theFloor},
 	}
 	for name, c := range cases {
-		got := limitFor(c.floor, c.live, c.nonHeap)
+		got := limitFor(c.floor, ceilingFor(c.floor), c.live, c.nonHeap)
 		switch c.want {
 		case theFloor:
 			if got != c.floor {
@@ -92,10 +92,10 @@ func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
 	// past that.
 	const floor, nonHeap = 560 * mi, 12 * mi
 	edge := heapRoom(floor, 0, nonHeap) - minRoom
-	if got := limitFor(floor, edge, nonHeap); got != floor {
+	if got := limitFor(floor, ceilingFor(floor), edge, nonHeap); got != floor {
 		t.Errorf("a live heap leaving exactly minRoom under the floor: %d, want the floor", got)
 	}
-	if got := limitFor(floor, edge+1, nonHeap); got <= floor {
+	if got := limitFor(floor, ceilingFor(floor), edge+1, nonHeap); got <= floor {
 		t.Errorf("a live heap leaving a byte less than minRoom: %d, want above the floor", got)
 	}
 }
@@ -144,7 +144,7 @@ func TestSoftLimitFollowsTheLiveHeapAfterEachCycle(t *testing.T) {
 	}
 
 	step(heapSample{cycles: 1, live: 90 << 20, nonHeap: 4 << 20})
-	if got, want := next(), limitFor(100<<20, 90<<20, 4<<20); got != want || got <= 100<<20 {
+	if got, want := next(), limitFor(100<<20, ceilingFor(100<<20), 90<<20, 4<<20); got != want || got <= 100<<20 {
 		t.Fatalf("after a 90Mi live heap: %d, want %d, above the floor", got, want)
 	}
 	// The same cycle again is not observed again (a higher live value
@@ -206,4 +206,44 @@ func TestSoftLimitLeavesALargeLiveHeapRoomToGrow(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // let the loop see the cycle; the condition is the barrier
 	}
 	runtime.KeepAlive(live)
+}
+
+// The operator derives the container's memory from the L1 the pod was
+// created with (inject.DerivedMemory: 1.25 × L1 + 128Mi), and a live
+// resize does not change it: the limit is never raised past what that
+// container leaves room for (16Mi below it, for the RSS that is not Go
+// memory), and a shrunk L1 does not take that room away while the old
+// L1 is still alive.
+func TestTheCeilingStaysWithTheContainerOnALiveResize(t *testing.T) {
+	const mi = 1 << 20
+	auto := func(l1 int64) int64 { return int64(tierconfig.AutoMemoryLimit(tierconfig.Size(l1))) }
+	container := func(l1 int64) int64 { return l1 + l1/4 + 128*mi }
+
+	// Grown from 2Gi to 2.5Gi, once the old L1 is gone: the new floor
+	// (2608Mi) fits the 2688Mi container, the limit leaving 48 MiB of
+	// room above the new L1 and its index would not.
+	s := &softLimit{set: func(int64) {}}
+	s.setFloor(auto(2048 * mi))
+	s.observe(heapSample{cycles: 1, live: 2085 * mi, nonHeap: 12 * mi})
+	s.setFloor(auto(2560 * mi))
+	s.observe(heapSample{cycles: 2, live: 2605 * mi, nonHeap: 12 * mi})
+	if got, most := s.limit(), container(2048*mi)-16*mi; got > most {
+		t.Errorf("a 2Gi L1 grown to 2.5Gi: limit %dMi, want at most %dMi (the container's %dMi less 16Mi)", got/mi, most/mi, container(2048*mi)/mi)
+	}
+
+	// Shrunk from 1Gi to 256Mi, while both L1s are alive: the new floor's
+	// own ceiling (432Mi) is below the live heap (the GC would run back
+	// to back), the 1408Mi container leaves room for it.
+	s = &softLimit{set: func(int64) {}}
+	s.setFloor(auto(1024 * mi))
+	s.setFloor(auto(256 * mi))
+	const live, nonHeap = (1024 + 14 + 256 + 12) * mi, 12 * mi
+	s.observe(heapSample{cycles: 1, live: live, nonHeap: nonHeap})
+	got := s.limit()
+	if most := container(1024*mi) - 16*mi; got > most {
+		t.Errorf("a 1Gi L1 shrunk to 256Mi: limit %dMi, want at most %dMi", got/mi, most/mi)
+	}
+	if r := heapRoom(got, live, nonHeap); r < minRoom {
+		t.Errorf("a 1Gi L1 shrunk to 256Mi, both alive: limit %dMi leaves the heap %d bytes of room, want at least %d", got/mi, r, minRoom)
+	}
 }
