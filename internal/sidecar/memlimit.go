@@ -38,8 +38,18 @@ import (
 // limit, at 14% of the CPU against 4%, and a limit at or below the live
 // heap made it run back to back (the runtime caps it at 50% of the CPU)
 // and cut throughput by two thirds.
+//
+// A raised limit returns to the floor only once the floor leaves
+// lowerRoom, a little more than minRoom: a live heap at the edge (the
+// default 256Mi L1 leaves about 17 MiB under its floor, its index
+// estimated between the 64Mi and 512Mi measurements) would otherwise
+// move the limit every cycle, and each return to the floor finds the
+// heap mapped up to the raised limit, which the runtime counts as
+// overage against its goal: the goal falls to the live heap and the GC
+// runs back to back until the scavenger has returned the difference.
 const (
 	minRoom    = 16 << 20
+	lowerRoom  = minRoom + 4<<20
 	raisedRoom = 48 << 20
 	// runtimeHeadroomPercent is the runtime's
 	// memoryLimitHeapGoalHeadroomPercent.
@@ -60,16 +70,23 @@ func heapRoom(limit, live, nonHeap int64) int64 {
 // limitFor is the soft memory limit for a floor, the live heap after the
 // last GC and the Go memory outside the heap: the floor while it leaves
 // minRoom, else the least limit that leaves raisedRoom, but never above
-// ceiling (see ceilingFor) unless the floor is. The floor is what keeps RSS within L1 + 64Mi
-// in the common case (a live heap of L1 and its index); the raised limit
-// keeps a live heap that outgrew it (a large L1's index and the runtime's
-// own headroom, bigcache's per-shard scratch buffers grown by large
-// entries, the old and new L1 side by side during a resize) from driving
-// the GC into running continuously.
+// ceiling (see ceilingFor) unless the floor is. The floor is what keeps
+// RSS within L1 + 64Mi in the common case (a live heap of L1 and its
+// index); the raised limit keeps a live heap that outgrew it (a large
+// L1's index and the runtime's own headroom, bigcache's per-shard scratch
+// buffers grown by large entries, the old and new L1 side by side during
+// a resize) from driving the GC into running continuously. softLimit
+// keeps a raised limit until the floor leaves lowerRoom.
 func limitFor(floor, ceiling, live, nonHeap int64) int64 {
 	if heapRoom(floor, live, nonHeap) >= minRoom {
 		return floor
 	}
+	return raisedLimit(floor, ceiling, live, nonHeap)
+}
+
+// raisedLimit is the least limit that leaves live raisedRoom, between
+// floor and ceiling (floor if ceiling is below it).
+func raisedLimit(floor, ceiling, live, nonHeap int64) int64 {
 	// Invert heapRoom: the goal (limit - nonHeap) less 3% of it must
 	// reach live + raisedRoom.
 	const keep = 100 - runtimeHeadroomPercent
@@ -144,7 +161,11 @@ func (s *softLimit) applyLocked() {
 	if s.floor <= 0 {
 		return
 	}
-	if n := limitFor(s.floor, s.ceiling, s.live, s.nonHeap); n != s.cur {
+	n := limitFor(s.floor, s.ceiling, s.live, s.nonHeap)
+	if n == s.floor && s.cur > s.floor && heapRoom(s.floor, s.live, s.nonHeap) < lowerRoom {
+		n = raisedLimit(s.floor, s.ceiling, s.live, s.nonHeap)
+	}
+	if n != s.cur {
 		s.cur = n
 		s.set(n)
 	}

@@ -247,3 +247,37 @@ func TestTheCeilingStaysWithTheContainerOnALiveResize(t *testing.T) {
 		t.Errorf("a 1Gi L1 shrunk to 256Mi, both alive: limit %dMi leaves the heap %d bytes of room, want at least %d", got/mi, r, minRoom)
 	}
 }
+
+// The default 256Mi L1 (live heap about L1 + 12Mi) leaves about 16 MiB
+// of room under its floor, at the edge: a live heap that moves by a MiB
+// between cycles must not move the limit between the floor and the
+// raised limit every cycle. Each return to the floor finds the heap
+// mapped up to the raised limit, which the runtime subtracts from its
+// goal as overage: the goal falls to the live heap and the GC runs back
+// to back until the scavenger has returned it.
+func TestARaisedLimitDoesNotFlapBackToTheFloorAtTheEdge(t *testing.T) {
+	const mi = 1 << 20
+	var applied []int64
+	s := &softLimit{set: func(n int64) { applied = append(applied, n) }}
+	const floor, nonHeap = 304 * mi, 10 * mi
+	s.setFloor(floor)
+	edge := heapRoom(floor, 0, nonHeap) - minRoom // the largest live heap the floor is kept for
+	for i := range 8 {
+		live := edge + mi
+		if i%2 == 1 {
+			live = edge - mi
+		}
+		s.observe(heapSample{cycles: uint64(i + 1), live: live, nonHeap: nonHeap})
+	}
+	for i, n := range applied[1:] {
+		if i > 0 && n == floor {
+			t.Fatalf("limits applied %v: back to the floor after it was raised, with the live heap a MiB on either side of the edge", applied)
+		}
+	}
+	// A live heap that really shrank, as when an old L1 is released,
+	// returns to the floor.
+	s.observe(heapSample{cycles: 9, live: edge - 8*mi, nonHeap: nonHeap})
+	if got := s.limit(); got != floor {
+		t.Errorf("after the live heap fell 8Mi below the edge: %d, want the floor %d", got, floor)
+	}
+}
