@@ -281,3 +281,59 @@ func TestARaisedLimitDoesNotFlapBackToTheFloorAtTheEdge(t *testing.T) {
 		t.Errorf("after the live heap fell 8Mi below the edge: %d, want the floor %d", got, floor)
 	}
 }
+
+// heapRoom copies the runtime's arithmetic (its 3% and the metrics that
+// make nonHeap): with the GOGC goal off, the runtime's own heap goal
+// under a limit must be the live heap + heapRoom, or a Go upgrade has
+// changed what the limit leaves. The 74 MiB live heap is never touched,
+// so it costs no RSS.
+func TestHeapRoomMatchesTheRuntimesHeapGoal(t *testing.T) {
+	prevLimit := debug.SetMemoryLimit(-1)
+	prevGOGC := debug.SetGCPercent(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prevLimit); debug.SetGCPercent(prevGOGC) })
+	live := make([]byte, 74<<20)
+	// Memory freed earlier (another test's heap) and still mapped would
+	// count as overage, which heapRoom leaves out: release it first.
+	debug.FreeOSMemory()
+	read := runtimeHeap()
+	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	for _, room := range []int64{16 << 20, 48 << 20, 256 << 20} {
+		runtime.GC()
+		h := read()
+		limit := h.live + h.nonHeap + room
+		debug.SetMemoryLimit(limit)
+		h = read()
+		metrics.Read(goal)
+		got, want := int64(goal[0].Value.Uint64()), h.live+heapRoom(limit, h.live, h.nonHeap)
+		if d := got - want; d < -1<<20 || d > 1<<20 {
+			t.Errorf("limit %d, live heap %d, nonHeap %d: the runtime's heap goal is %d, heapRoom makes it %d", limit, h.live, h.nonHeap, got, want)
+		}
+	}
+	runtime.KeepAlive(live)
+}
+
+// The flood bench's 64Mi L1 (a live heap of L1 + about 10Mi) keeps its
+// floor with the real runtime's memory outside the heap, which is what
+// keeps its RSS within L1 + 64Mi. The live heap is never touched.
+func TestSoftLimitKeepsTheFloodL1OnItsFloor(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	live := make([]byte, 74<<20)
+	floor := int64(tierconfig.AutoMemoryLimit(64 << 20))
+	s := newSoftLimit()
+	s.setFloor(floor)
+	read := runtimeHeap()
+	for range 3 {
+		runtime.GC()
+		h := read()
+		s.observe(h)
+		if got := s.limit(); got != floor {
+			t.Fatalf("live heap %d, nonHeap %d (room %d under the floor): limit %d, want the floor %d",
+				h.live, h.nonHeap, heapRoom(floor, h.live, h.nonHeap), got, floor)
+		}
+		if r := heapRoom(floor, h.live, h.nonHeap); r < lowerRoom {
+			t.Errorf("live heap %d, nonHeap %d: the floor leaves %d bytes of room, want at least %d (a raised limit would never come back)", h.live, h.nonHeap, r, lowerRoom)
+		}
+	}
+	runtime.KeepAlive(live)
+}
