@@ -38,8 +38,18 @@ import (
 // limit, at 14% of the CPU against 4%, and a limit at or below the live
 // heap made it run back to back (the runtime caps it at 50% of the CPU)
 // and cut throughput by two thirds.
+//
+// A raised limit returns to the floor only once the floor leaves
+// lowerRoom, a little more than minRoom: a live heap at the edge (the
+// default 256Mi L1 leaves about 17 MiB under its floor, its index
+// estimated between the 64Mi and 512Mi measurements) would otherwise
+// move the limit every cycle, and each return to the floor finds the
+// heap mapped up to the raised limit, which the runtime counts as
+// overage against its goal: the goal falls to the live heap and the GC
+// runs back to back until the scavenger has returned the difference.
 const (
 	minRoom    = 16 << 20
+	lowerRoom  = minRoom + 4<<20
 	raisedRoom = 48 << 20
 	// runtimeHeadroomPercent is the runtime's
 	// memoryLimitHeapGoalHeadroomPercent.
@@ -60,33 +70,43 @@ func heapRoom(limit, live, nonHeap int64) int64 {
 // limitFor is the soft memory limit for a floor, the live heap after the
 // last GC and the Go memory outside the heap: the floor while it leaves
 // minRoom, else the least limit that leaves raisedRoom, but never above
-// ceiling (see ceilingFor). The floor is what keeps RSS within L1 + 64Mi
-// in the common case (a live heap of L1 and its index); the raised limit
-// keeps a live heap that outgrew it (a large L1's index and the runtime's
-// own headroom, bigcache's per-shard scratch buffers grown by large
-// entries, the old and new L1 side by side during a resize) from driving
-// the GC into running continuously.
-func limitFor(floor, live, nonHeap int64) int64 {
+// ceiling (see ceilingFor) unless the floor is. The floor is what keeps
+// RSS within L1 + 64Mi in the common case (a live heap of L1 and its
+// index); the raised limit keeps a live heap that outgrew it (a large
+// L1's index and the runtime's own headroom, bigcache's per-shard scratch
+// buffers grown by large entries, the old and new L1 side by side during
+// a resize) from driving the GC into running continuously. softLimit
+// keeps a raised limit until the floor leaves lowerRoom.
+func limitFor(floor, ceiling, live, nonHeap int64) int64 {
 	if heapRoom(floor, live, nonHeap) >= minRoom {
 		return floor
 	}
-	ceiling := ceilingFor(floor)
-	if live > math.MaxInt64/100-raisedRoom || nonHeap > math.MaxInt64/2 {
-		return max(floor, ceiling) // so that nothing below overflows
-	}
+	return raisedLimit(floor, ceiling, live, nonHeap)
+}
+
+// raisedLimit is the least limit that leaves live raisedRoom, between
+// floor and ceiling (floor if ceiling is below it).
+func raisedLimit(floor, ceiling, live, nonHeap int64) int64 {
 	// Invert heapRoom: the goal (limit - nonHeap) less 3% of it must
 	// reach live + raisedRoom.
 	const keep = 100 - runtimeHeadroomPercent
+	if live > (math.MaxInt64-(keep-1))/100-raisedRoom || nonHeap > math.MaxInt64/2 {
+		return max(floor, ceiling) // so that nothing below overflows
+	}
 	raised := ((live+raisedRoom)*100+keep-1)/keep + nonHeap
 	return max(floor, min(raised, ceiling))
 }
 
-// ceilingFor is the most the limit is raised to for a floor: the floor +
-// a quarter of the L1 it was made for + 64Mi, what the operator's derived
-// container memory leaves room for above the floor
+// ceilingFor is the most the limit is raised to in a sidecar that started
+// with floor: the floor + a quarter of the L1 it was made for + 64Mi, what
+// the operator's derived container memory leaves room for above the floor
 // (inject.DerivedMemory: l1.maxSize × 1.25 + 128Mi, the floor + a quarter
 // of L1 + 80Mi, of which about 12Mi is RSS that is not Go memory). Past
 // it the GC collects more often rather than the container being killed.
+// The container keeps the memory it was created with through a live L1
+// resize, so softLimit keeps the ceiling of its first floor: a grown L1's
+// would pass the container, a shrunk one's would starve the old L1 still
+// alive beside the new one.
 func ceilingFor(floor int64) int64 {
 	l1 := max(floor-int64(tierconfig.MemoryAllowance), 0)
 	add := l1/4 + 64<<20
@@ -97,8 +117,8 @@ func ceilingFor(floor int64) int64 {
 }
 
 // softLimit owns the Go soft memory limit when --memory-limit is auto:
-// it keeps it at limitFor(floor, the live heap after the last GC, the Go
-// memory outside the heap then). Its zero
+// it keeps it at limitFor(floor, the ceiling of the first floor, the live
+// heap after the last GC, the Go memory outside the heap then). Its zero
 // value manages nothing until setFloor.
 type softLimit struct {
 	// set applies a limit (debug.SetMemoryLimit in the sidecar).
@@ -106,6 +126,7 @@ type softLimit struct {
 
 	mu      sync.Mutex
 	floor   int64 // 0: not managed
+	ceiling int64 // ceilingFor the first floor
 	live    int64 // after the last GC seen
 	nonHeap int64 // Go memory holding no heap objects, when last seen
 	cur     int64 // last limit applied
@@ -116,11 +137,14 @@ func newSoftLimit() *softLimit {
 }
 
 // setFloor sets the floor (l1.maxSize + the allowance) and applies the
-// limit it gives at once.
+// limit it gives at once. The first floor also sets the ceiling.
 func (s *softLimit) setFloor(floor int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.floor = floor
+	if s.ceiling == 0 {
+		s.ceiling = ceilingFor(floor)
+	}
 	s.applyLocked()
 }
 
@@ -137,7 +161,11 @@ func (s *softLimit) applyLocked() {
 	if s.floor <= 0 {
 		return
 	}
-	if n := limitFor(s.floor, s.live, s.nonHeap); n != s.cur {
+	n := limitFor(s.floor, s.ceiling, s.live, s.nonHeap)
+	if n == s.floor && s.cur > s.floor && heapRoom(s.floor, s.live, s.nonHeap) < lowerRoom {
+		n = raisedLimit(s.floor, s.ceiling, s.live, s.nonHeap)
+	}
+	if n != s.cur {
 		s.cur = n
 		s.set(n)
 	}

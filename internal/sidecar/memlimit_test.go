@@ -58,10 +58,12 @@ func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
 		// the ceiling still leaves the GC about 40 MiB.
 		"the measured worst case of scratch buffers gets the ceiling": {112 * mi, 135 * mi, 8 * mi, theCeiling},
 		"a live heap too large to compute with gets the ceiling":      {112 * mi, math.MaxInt64, 8 * mi, theCeiling},
-		"a floor too large to add to saturates":                       {math.MaxInt64, math.MaxInt64 / 2, 8 * mi, theFloor},
+		// (live + raisedRoom) × 100 + 96 is MaxInt64 + 89 here.
+		"the largest live heap the guard lets through gets the ceiling": {112 * mi, math.MaxInt64/100 - raisedRoom, 8 * mi, theCeiling},
+		"a floor too large to add to saturates":                         {math.MaxInt64, math.MaxInt64 / 2, 8 * mi, theFloor},
 	}
 	for name, c := range cases {
-		got := limitFor(c.floor, c.live, c.nonHeap)
+		got := limitFor(c.floor, ceilingFor(c.floor), c.live, c.nonHeap)
 		switch c.want {
 		case theFloor:
 			if got != c.floor {
@@ -90,10 +92,10 @@ func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
 	// past that.
 	const floor, nonHeap = 560 * mi, 12 * mi
 	edge := heapRoom(floor, 0, nonHeap) - minRoom
-	if got := limitFor(floor, edge, nonHeap); got != floor {
+	if got := limitFor(floor, ceilingFor(floor), edge, nonHeap); got != floor {
 		t.Errorf("a live heap leaving exactly minRoom under the floor: %d, want the floor", got)
 	}
-	if got := limitFor(floor, edge+1, nonHeap); got <= floor {
+	if got := limitFor(floor, ceilingFor(floor), edge+1, nonHeap); got <= floor {
 		t.Errorf("a live heap leaving a byte less than minRoom: %d, want above the floor", got)
 	}
 }
@@ -142,7 +144,7 @@ func TestSoftLimitFollowsTheLiveHeapAfterEachCycle(t *testing.T) {
 	}
 
 	step(heapSample{cycles: 1, live: 90 << 20, nonHeap: 4 << 20})
-	if got, want := next(), limitFor(100<<20, 90<<20, 4<<20); got != want || got <= 100<<20 {
+	if got, want := next(), limitFor(100<<20, ceilingFor(100<<20), 90<<20, 4<<20); got != want || got <= 100<<20 {
 		t.Fatalf("after a 90Mi live heap: %d, want %d, above the floor", got, want)
 	}
 	// The same cycle again is not observed again (a higher live value
@@ -202,6 +204,136 @@ func TestSoftLimitLeavesALargeLiveHeapRoomToGrow(t *testing.T) {
 				len(live), room(), debug.SetMemoryLimit(-1), want)
 		}
 		time.Sleep(10 * time.Millisecond) // let the loop see the cycle; the condition is the barrier
+	}
+	runtime.KeepAlive(live)
+}
+
+// The operator derives the container's memory from the L1 the pod was
+// created with (inject.DerivedMemory: 1.25 × L1 + 128Mi), and a live
+// resize does not change it: the limit is never raised past what that
+// container leaves room for (16Mi below it, for the RSS that is not Go
+// memory), and a shrunk L1 does not take that room away while the old
+// L1 is still alive.
+func TestTheCeilingStaysWithTheContainerOnALiveResize(t *testing.T) {
+	const mi = 1 << 20
+	auto := func(l1 int64) int64 { return int64(tierconfig.AutoMemoryLimit(tierconfig.Size(l1))) }
+	container := func(l1 int64) int64 { return l1 + l1/4 + 128*mi }
+
+	// Grown from 2Gi to 2.5Gi, once the old L1 is gone: the new floor
+	// (2608Mi) fits the 2688Mi container, the limit leaving 48 MiB of
+	// room above the new L1 and its index would not.
+	s := &softLimit{set: func(int64) {}}
+	s.setFloor(auto(2048 * mi))
+	s.observe(heapSample{cycles: 1, live: 2085 * mi, nonHeap: 12 * mi})
+	s.setFloor(auto(2560 * mi))
+	s.observe(heapSample{cycles: 2, live: 2605 * mi, nonHeap: 12 * mi})
+	if got, most := s.limit(), container(2048*mi)-16*mi; got > most {
+		t.Errorf("a 2Gi L1 grown to 2.5Gi: limit %dMi, want at most %dMi (the container's %dMi less 16Mi)", got/mi, most/mi, container(2048*mi)/mi)
+	}
+
+	// Shrunk from 1Gi to 256Mi, while both L1s are alive: the new floor's
+	// own ceiling (432Mi) is below the live heap (the GC would run back
+	// to back), the 1408Mi container leaves room for it.
+	s = &softLimit{set: func(int64) {}}
+	s.setFloor(auto(1024 * mi))
+	s.setFloor(auto(256 * mi))
+	const live, nonHeap = (1024 + 14 + 256 + 12) * mi, 12 * mi
+	s.observe(heapSample{cycles: 1, live: live, nonHeap: nonHeap})
+	got := s.limit()
+	if most := container(1024*mi) - 16*mi; got > most {
+		t.Errorf("a 1Gi L1 shrunk to 256Mi: limit %dMi, want at most %dMi", got/mi, most/mi)
+	}
+	if r := heapRoom(got, live, nonHeap); r < minRoom {
+		t.Errorf("a 1Gi L1 shrunk to 256Mi, both alive: limit %dMi leaves the heap %d bytes of room, want at least %d", got/mi, r, minRoom)
+	}
+}
+
+// The default 256Mi L1 (live heap about L1 + 12Mi) leaves about 16 MiB
+// of room under its floor, at the edge: a live heap that moves by a MiB
+// between cycles must not move the limit between the floor and the
+// raised limit every cycle. Each return to the floor finds the heap
+// mapped up to the raised limit, which the runtime subtracts from its
+// goal as overage: the goal falls to the live heap and the GC runs back
+// to back until the scavenger has returned it.
+func TestARaisedLimitDoesNotFlapBackToTheFloorAtTheEdge(t *testing.T) {
+	const mi = 1 << 20
+	var applied []int64
+	s := &softLimit{set: func(n int64) { applied = append(applied, n) }}
+	const floor, nonHeap = 304 * mi, 10 * mi
+	s.setFloor(floor)
+	edge := heapRoom(floor, 0, nonHeap) - minRoom // the largest live heap the floor is kept for
+	for i := range 8 {
+		live := edge + mi
+		if i%2 == 1 {
+			live = edge - mi
+		}
+		s.observe(heapSample{cycles: uint64(i + 1), live: live, nonHeap: nonHeap})
+	}
+	for i, n := range applied[1:] {
+		if i > 0 && n == floor {
+			t.Fatalf("limits applied %v: back to the floor after it was raised, with the live heap a MiB on either side of the edge", applied)
+		}
+	}
+	// A live heap that really shrank, as when an old L1 is released,
+	// returns to the floor.
+	s.observe(heapSample{cycles: 9, live: edge - 8*mi, nonHeap: nonHeap})
+	if got := s.limit(); got != floor {
+		t.Errorf("after the live heap fell 8Mi below the edge: %d, want the floor %d", got, floor)
+	}
+}
+
+// heapRoom copies the runtime's arithmetic (its 3% and the metrics that
+// make nonHeap): with the GOGC goal off, the runtime's own heap goal
+// under a limit must be the live heap + heapRoom, or a Go upgrade has
+// changed what the limit leaves. The 74 MiB live heap is never touched,
+// so it costs no RSS.
+func TestHeapRoomMatchesTheRuntimesHeapGoal(t *testing.T) {
+	prevLimit := debug.SetMemoryLimit(-1)
+	prevGOGC := debug.SetGCPercent(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prevLimit); debug.SetGCPercent(prevGOGC) })
+	live := make([]byte, 74<<20)
+	// Memory freed earlier (another test's heap) and still mapped would
+	// count as overage, which heapRoom leaves out: release it first.
+	debug.FreeOSMemory()
+	read := runtimeHeap()
+	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	for _, room := range []int64{16 << 20, 48 << 20, 256 << 20} {
+		runtime.GC()
+		h := read()
+		limit := h.live + h.nonHeap + room
+		debug.SetMemoryLimit(limit)
+		h = read()
+		metrics.Read(goal)
+		got, want := int64(goal[0].Value.Uint64()), h.live+heapRoom(limit, h.live, h.nonHeap)
+		if d := got - want; d < -1<<20 || d > 1<<20 {
+			t.Errorf("limit %d, live heap %d, nonHeap %d: the runtime's heap goal is %d, heapRoom makes it %d", limit, h.live, h.nonHeap, got, want)
+		}
+	}
+	runtime.KeepAlive(live)
+}
+
+// The flood bench's 64Mi L1 (a live heap of L1 + about 10Mi) keeps its
+// floor with the real runtime's memory outside the heap, which is what
+// keeps its RSS within L1 + 64Mi. The live heap is never touched.
+func TestSoftLimitKeepsTheFloodL1OnItsFloor(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	live := make([]byte, 74<<20)
+	floor := int64(tierconfig.AutoMemoryLimit(64 << 20))
+	s := newSoftLimit()
+	s.setFloor(floor)
+	read := runtimeHeap()
+	for range 3 {
+		runtime.GC()
+		h := read()
+		s.observe(h)
+		if got := s.limit(); got != floor {
+			t.Fatalf("live heap %d, nonHeap %d (room %d under the floor): limit %d, want the floor %d",
+				h.live, h.nonHeap, heapRoom(floor, h.live, h.nonHeap), got, floor)
+		}
+		if r := heapRoom(floor, h.live, h.nonHeap); r < lowerRoom {
+			t.Errorf("live heap %d, nonHeap %d: the floor leaves %d bytes of room, want at least %d (a raised limit would never come back)", h.live, h.nonHeap, r, lowerRoom)
+		}
 	}
 	runtime.KeepAlive(live)
 }

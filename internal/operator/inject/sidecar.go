@@ -30,9 +30,9 @@ const (
 // sidecar raises its limit to while the live heap outgrows the floor
 // (bigcache's per-shard scratch buffers, which grow to the largest entry
 // each shard has taken, a large L1's index, an L1 resize): the sidecar
-// never raises it past the floor + a quarter of the L1 size + 64Mi
-// (internal/sidecar ceilingFor), which leaves 16Mi of this room for the
-// RSS that is not Go memory. A negative size counts as 0; a result too
+// never raises it past the floor it started with + a quarter of that L1
+// size + 64Mi (internal/sidecar ceilingFor, kept through a live resize),
+// which leaves 16Mi of this room for the RSS that is not Go memory. A negative size counts as 0; a result too
 // large for a quantity saturates at the largest one.
 func DerivedMemory(l1 int64) resource.Quantity {
 	l1 = max(l1, 0)
