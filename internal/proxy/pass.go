@@ -43,6 +43,7 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 		// that reads its write back never gets the old entry.
 		p.invalidateAfter(r, resp)
 	}
+	wd.answering(h)
 	w.WriteHeader(resp.StatusCode)
 	n, err := p.relayAhead(w, resp, body)
 	if err != nil {

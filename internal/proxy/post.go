@@ -82,6 +82,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	limit := int64(cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
 	storing := d.Store && resp.ContentLength <= limit && !isEventStream(resp.Header)
 	p.setStatus(h, verdict{x: xBypass, rule: rule, fwd: fwdMethod, stored: storing}, resp.StatusCode)
+	wd.answering(h)
 	w.WriteHeader(resp.StatusCode)
 	status := resp.StatusCode
 	if !storing {

@@ -78,6 +78,9 @@ type watchdog struct {
 	// storeBy is the deadline storeUntil set (zero before): what a
 	// piece file being written aborts at (partSink).
 	storeBy time.Time
+
+	// up is the client's request body as sent (sending), nil without one.
+	up *uploadBody
 }
 
 // watch starts the watchdog of one origin exchange under parent, for the
@@ -131,16 +134,56 @@ func (wd *watchdog) wroteRequest(httptrace.WroteRequestInfo) {
 
 // sending wraps the request body sent to the origin: each read that
 // brings bytes re-arms the idle timeout.
+//
+// It also lets the answer go out while the body is still on its way, as
+// a proxy must: an origin may answer before it has read the body (a 401,
+// a 404 for a path it does not serve, a 413), and a client may stop
+// sending it. By default net/http reads what a handler left of the
+// request body before it writes the answer's header, with no timeout,
+// and the transport's read of the same body holds the body's lock: the
+// answer waited on a client that sends nothing, holding the connection
+// and a goroutine for as long as that client liked (--max-connections
+// closes idle connections only). In full-duplex mode it does not; the
+// answer says Connection: close while the body is unfinished
+// (answering), and close ends the client's read that is still waiting
+// (endUpload).
 func (wd *watchdog) sending(body io.ReadCloser) io.ReadCloser {
 	if body == nil || body == http.NoBody {
 		return body
 	}
-	return &uploadBody{ReadCloser: body, wd: wd}
+	wd.up = &uploadBody{ReadCloser: body, wd: wd}
+	if wd.client != nil {
+		_ = http.NewResponseController(wd.client).EnableFullDuplex()
+	}
+	return wd.up
+}
+
+// answering marks the answer about to be written to close the connection
+// when the client's request body has not all been read: what is left of
+// it must not be parsed as the next request, and net/http, in full-duplex
+// mode (sending), no longer sees to that itself.
+func (wd *watchdog) answering(h http.Header) {
+	if wd.up != nil && !wd.up.ended.Load() {
+		h["Connection"] = []string{"close"}
+	}
+}
+
+// endUpload ends a read of the client's request body that still waits
+// once the exchange is over (a client that stopped sending after the
+// answer): the transport's read returns, and so does net/http's close of
+// the body after the handler, which would otherwise read on.
+func (wd *watchdog) endUpload() {
+	if wd.up != nil && !wd.up.ended.Load() && wd.client != nil {
+		_ = http.NewResponseController(wd.client).SetReadDeadline(time.Now())
+	}
 }
 
 type uploadBody struct {
 	io.ReadCloser
 	wd *watchdog
+	// ended: a read returned an error (io.EOF at the body's end): the
+	// client's body is read no more.
+	ended atomic.Bool
 }
 
 // failed passes on the client body's failure (clientBodyFailure).
@@ -155,6 +198,9 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	b.wd.inClientRead.Store(true)
 	n, err := b.ReadCloser.Read(p)
 	b.wd.inClientRead.Store(false)
+	if err != nil {
+		b.ended.Store(true)
+	}
 	// The end of the body is progress too (a chunked body's last chunk
 	// brings no bytes): a body read ahead (reqbuffer.go) ends before the
 	// origin is contacted, which must then have the whole idle timeout,
@@ -231,10 +277,12 @@ func (wd *watchdog) stop() {
 	wd.stopStoring()
 }
 
-// close stops the watch and releases its context.
+// close stops the watch and releases its context, and ends a read of the
+// client's request body still waiting (endUpload).
 func (wd *watchdog) close() {
 	wd.stop()
 	wd.cancel(context.Canceled)
+	wd.endUpload()
 }
 
 // reason returns why the exchange failed: the watchdog's timeout when it
@@ -251,6 +299,7 @@ func (wd *watchdog) reason(err error) error {
 // response headers: 408 when the client's own upload stood still,
 // otherwise as originError (504 for a timeout, 502 else).
 func (p *Proxy) originFailed(w http.ResponseWriter, r *http.Request, v verdict, wd *watchdog, err error) sent {
+	wd.answering(w.Header())
 	err = wd.reason(err)
 	var te *timeoutError
 	if errors.As(err, &te) && te.client {
