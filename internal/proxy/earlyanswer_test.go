@@ -76,3 +76,39 @@ func TestAClientThatStopsSendingAfterTheOriginAnsweredGetsTheAnswer(t *testing.T
 		})
 	}
 }
+
+// A body that breaks off malformed while it is forwarded is answered 400,
+// and the connection is not used again: what follows the malformed chunk
+// is never taken for a request (net/http's own check for this is off in
+// full-duplex mode, see watchdog.sending).
+func TestAMalformedForwardedBodyClosesTheConnection(t *testing.T) {
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "got it")
+	})
+	f := newFixtureWith(t, "origin: {streamRequestBodies: true, idleTimeout: 30s}", o, nil, nil)
+	conn := dialFor(t, f.srv.Listener.Addr().String(), 10*time.Second)
+	if _, err := io.WriteString(conn, "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"4\r\nabcd\r\nzz\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a malformed body: %v", err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("got %d, want 400 for a malformed chunked body", res.StatusCode)
+	}
+	if !res.Close {
+		t.Errorf("the 400 keeps the connection open after a body that broke off")
+	}
+	if next, err := http.ReadResponse(br, nil); err == nil {
+		t.Errorf("a second answer (%d) on the connection: what followed the malformed chunk was taken for a request", next.StatusCode)
+	}
+	if n := o.count(); n > 1 {
+		t.Errorf("the origin got %d requests, want at most the upload", n)
+	}
+}

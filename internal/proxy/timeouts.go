@@ -181,8 +181,9 @@ func (wd *watchdog) endUpload() {
 type uploadBody struct {
 	io.ReadCloser
 	wd *watchdog
-	// ended: a read returned an error (io.EOF at the body's end): the
-	// client's body is read no more.
+	// ended: a read returned io.EOF, the body's end: nothing of it is left
+	// on the client's connection. (After any other error something may
+	// be: the body counts as unfinished.)
 	ended atomic.Bool
 }
 
@@ -198,7 +199,7 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	b.wd.inClientRead.Store(true)
 	n, err := b.ReadCloser.Read(p)
 	b.wd.inClientRead.Store(false)
-	if err != nil {
+	if err == io.EOF {
 		b.ended.Store(true)
 	}
 	// The end of the body is progress too (a chunked body's last chunk
