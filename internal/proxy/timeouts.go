@@ -181,8 +181,11 @@ func (wd *watchdog) endUpload() {
 type uploadBody struct {
 	io.ReadCloser
 	wd *watchdog
-	// ended: a read returned an error (io.EOF at the body's end): the
-	// client's body is read no more.
+	// ended: a read returned io.EOF, the body's end as net/http framed
+	// it: what follows on the connection is the next request. Any other
+	// error leaves the body unfinished, whatever is read of it next: a
+	// chunk-size line that is no number fails the body where the next
+	// bytes, the rest of it, would be parsed as a request.
 	ended atomic.Bool
 }
 
@@ -198,7 +201,7 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	b.wd.inClientRead.Store(true)
 	n, err := b.ReadCloser.Read(p)
 	b.wd.inClientRead.Store(false)
-	if err != nil {
+	if err == io.EOF {
 		b.ended.Store(true)
 	}
 	// The end of the body is progress too (a chunked body's last chunk
