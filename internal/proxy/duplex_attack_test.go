@@ -3,15 +3,18 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/invalidate"
 )
 
@@ -145,5 +148,54 @@ func TestABodyThatFailsAfterTheOriginAnsweredIsNeverFollowedByARequest(t *testin
 	}
 	if n := o.later.Load(); n != 0 {
 		t.Errorf("the origin got %d requests after the upload, want none", n)
+	}
+}
+
+// A client that uploads, has the origin answer early with a large body,
+// and then neither sends nor reads holds nothing for long: the send
+// timeout ends the answer it does not take, and with it the exchange
+// and the wait on its body (endUpload).
+func TestAnUploaderThatStopsBothWaysAfterALargeEarlyAnswerIsClosed(t *testing.T) {
+	const size = 4 << 20
+	o := newOriginWith(t, func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		body := payload(3, size)
+		for off := 0; off < size; off += 16 << 10 {
+			if _, err := w.Write(body[off : off+16<<10]); err != nil {
+				return
+			}
+		}
+	}, serveSmallSend)
+	const sendTimeout = time.Second
+	f := newFixtureWith(t, "origin: {streamRequestBodies: true, idleTimeout: 30s}", o, withTinyOriginWindow, func(h http.Handler) *httptest.Server {
+		s := httptest.NewUnstartedServer(h)
+		s.Listener = connguard.Listener(smallSendListener{s.Listener}, connguard.SendTimeout(sendTimeout))
+		s.Start()
+		return s
+	})
+	conn := dialFor(t, f.srv.Listener.Addr().String(), 10*time.Second)
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4 << 10)
+	}
+	start := time.Now()
+	if _, err := io.WriteString(conn, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n"+strings.Repeat("b", 1024)); err != nil {
+		t.Fatal(err)
+	}
+	// Neither sends nor reads: the exchange must end by the send timeout.
+	waitFor(t, func() bool {
+		return o.count() == 1 && f.px.respBudget.left.Load() == ResponseBufferBudget && time.Since(start) > sendTimeout
+	}, "the send timeout to end the early answer")
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := io.Copy(io.Discard, conn)
+	if err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("reading the stalled connection: %v (after %d bytes): it was not closed", err, n)
+	}
+	if n >= size {
+		t.Fatalf("the client got %d bytes, the whole answer", n)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("took %v", d)
 	}
 }
