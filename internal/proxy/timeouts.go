@@ -181,9 +181,11 @@ func (wd *watchdog) endUpload() {
 type uploadBody struct {
 	io.ReadCloser
 	wd *watchdog
-	// ended: a read returned io.EOF, the body's end: nothing of it is left
-	// on the client's connection. (After any other error something may
-	// be: the body counts as unfinished.)
+	// ended: a read returned io.EOF, the body's end as net/http framed
+	// it: what follows on the connection is the next request. Any other
+	// error leaves the body unfinished, whatever is read of it next: a
+	// chunk-size line that is no number fails the body where the next
+	// bytes, the rest of it, would be parsed as a request.
 	ended atomic.Bool
 }
 
