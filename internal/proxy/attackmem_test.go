@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tiercache/tiercache/internal/accesslog"
+	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
@@ -45,6 +46,29 @@ func serveSmallSend(h http.Handler) *httptest.Server {
 	s.Listener = smallSendListener{s.Listener}
 	s.Start()
 	return s
+}
+
+// serveSendTimeout serves h as serveSmallSend does, behind connguard's
+// listener with the send timeout d, as the sidecar serves its clients.
+func serveSendTimeout(d time.Duration) func(http.Handler) *httptest.Server {
+	return func(h http.Handler) *httptest.Server {
+		s := httptest.NewUnstartedServer(h)
+		s.Listener = connguard.Listener(smallSendListener{s.Listener}, connguard.SendTimeout(d))
+		s.Start()
+		return s
+	}
+}
+
+// readAnswer reads one response from br and its whole body.
+func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+	t.Helper()
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res, string(b)
 }
 
 // pacedReader reads at most piece bytes per tick: a slow but steady

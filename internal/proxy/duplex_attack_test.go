@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tiercache/tiercache/internal/connguard"
 	"github.com/tiercache/tiercache/internal/invalidate"
 )
 
@@ -130,13 +129,8 @@ func TestABodyThatFailsAfterTheOriginAnsweredIsNeverFollowedByARequest(t *testin
 	}
 	close(inv.release)
 	br := bufio.NewReader(conn)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
-	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK || string(b) != "ok" {
+	res, b := readAnswer(t, br)
+	if res.StatusCode != http.StatusOK || b != "ok" {
 		t.Errorf("got %d %q, want the origin's 200 \"ok\"", res.StatusCode, b)
 	}
 	if !res.Close {
@@ -169,12 +163,7 @@ func TestAnUploaderThatStopsBothWaysAfterALargeEarlyAnswerIsClosed(t *testing.T)
 		}
 	}, serveSmallSend)
 	const sendTimeout = time.Second
-	f := newFixtureWith(t, "origin: {streamRequestBodies: true, idleTimeout: 30s}", o, withTinyOriginWindow, func(h http.Handler) *httptest.Server {
-		s := httptest.NewUnstartedServer(h)
-		s.Listener = connguard.Listener(smallSendListener{s.Listener}, connguard.SendTimeout(sendTimeout))
-		s.Start()
-		return s
-	})
+	f := newFixtureWith(t, "origin: {streamRequestBodies: true, idleTimeout: 30s}", o, withTinyOriginWindow, serveSendTimeout(sendTimeout))
 	conn := dialFor(t, f.srv.Listener.Addr().String(), 10*time.Second)
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(4 << 10)

@@ -2,14 +2,13 @@ package proxy
 
 import (
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/test/testchild"
 )
 
 // A process out of file descriptors (EMFILE: a flood of client
@@ -22,27 +21,15 @@ import (
 // made while no descriptor is free reuse them, as established
 // connections do under a flood.
 
-// descriptorsChildEnv names, in the child, the test it runs.
-const descriptorsChildEnv = "TIERCACHE_TEST_OUT_OF_DESCRIPTORS"
-
-// inDescriptorChild runs the calling test's body (child) in a child
-// process and checks that it ran and passed; in the child it runs child.
+// inDescriptorChild runs the calling test's body (child) alone in a
+// child process (testchild), where it may exhaust the process's
+// descriptors.
 func inDescriptorChild(t *testing.T, child func(t *testing.T)) {
 	t.Helper()
-	if os.Getenv(descriptorsChildEnv) == t.Name() {
-		child(t)
-		t.Log("out-of-descriptors checks ran")
-		return
-	}
 	if _, err := os.ReadDir("/proc/self/fd"); err != nil {
 		t.Skip("no /proc/self/fd:", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=3m")
-	cmd.Env = append(os.Environ(), descriptorsChildEnv+"="+t.Name())
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "out-of-descriptors checks ran") {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
+	testchild.Run(t, nil, child)
 }
 
 // exhaustDescriptors lowers this process's soft limit on open files to a

@@ -7,14 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/tiercache/tiercache/internal/connguard"
 )
 
 // Attacker's review of the response read-ahead (relay.go).
@@ -279,12 +276,7 @@ func TestAClientThatTakesNothingIsCutOnBothSides(t *testing.T) {
 		originDone <- nil
 	}, serveSmallSend)
 	const sendTimeout = time.Second
-	f := newFixtureWith(t, "origin: {idleTimeout: 300ms}", o, withTinyOriginWindow, func(h http.Handler) *httptest.Server {
-		s := httptest.NewUnstartedServer(h)
-		s.Listener = connguard.Listener(smallSendListener{s.Listener}, connguard.SendTimeout(sendTimeout))
-		s.Start()
-		return s
-	})
+	f := newFixtureWith(t, "origin: {idleTimeout: 300ms}", o, withTinyOriginWindow, serveSendTimeout(sendTimeout))
 	start := time.Now()
 	read := dialSlowReader(t, f.srv.Listener.Addr().String(), "/big")
 	select {

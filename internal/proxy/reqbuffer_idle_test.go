@@ -220,14 +220,8 @@ func TestAClientThatStallsAfterTheReadAheadPartGets408(t *testing.T) {
 	if _, err := io.WriteString(c, req.String()); err != nil {
 		t.Fatal(err)
 	}
-	br := bufio.NewReader(c)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no answer to an upload that stood still: %v", err)
-	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "origin.idleTimeout") {
+	res, b := readAnswer(t, bufio.NewReader(c))
+	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(b, "origin.idleTimeout") {
 		t.Fatalf("got %d %q with %d bytes taken by the origin, want 408 naming origin.idleTimeout", res.StatusCode, b, taken.Load())
 	}
 	if n := taken.Load(); n < 256<<10 {

@@ -3,16 +3,14 @@ package sidecar
 import (
 	"context"
 	"math"
-	"os"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testchild"
 )
 
 func TestAutomaticMemoryLimitIsL1PlusTheAllowance(t *testing.T) {
@@ -180,7 +178,7 @@ func TestSoftLimitFollowsTheLiveHeapAfterEachCycle(t *testing.T) {
 // limit back, 32 MiB here), and the GC would run back to back. The soft
 // limit must leave the heap the room it means to.
 func TestSoftLimitLeavesALargeLiveHeapRoomToGrow(t *testing.T) {
-	inOwnProcess(t, func(t *testing.T) {
+	testchild.Run(t, nil, func(t *testing.T) {
 		prev := debug.SetMemoryLimit(-1)
 		t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 
@@ -293,7 +291,7 @@ func TestARaisedLimitDoesNotFlapBackToTheFloorAtTheEdge(t *testing.T) {
 // changed what the limit leaves. The 74 MiB live heap is never touched,
 // so it costs no RSS.
 func TestHeapRoomMatchesTheRuntimesHeapGoal(t *testing.T) {
-	inOwnProcess(t, func(t *testing.T) {
+	testchild.Run(t, nil, func(t *testing.T) {
 		prevLimit := debug.SetMemoryLimit(-1)
 		prevGOGC := debug.SetGCPercent(-1)
 		t.Cleanup(func() { debug.SetMemoryLimit(prevLimit); debug.SetGCPercent(prevGOGC) })
@@ -323,7 +321,7 @@ func TestHeapRoomMatchesTheRuntimesHeapGoal(t *testing.T) {
 // floor with the real runtime's memory outside the heap, which is what
 // keeps its RSS within L1 + 64Mi. The live heap is never touched.
 func TestSoftLimitKeepsTheFloodL1OnItsFloor(t *testing.T) {
-	inOwnProcess(t, func(t *testing.T) {
+	testchild.Run(t, nil, func(t *testing.T) {
 		prev := debug.SetMemoryLimit(-1)
 		t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 		live := make([]byte, 74<<20)
@@ -345,28 +343,4 @@ func TestSoftLimitKeepsTheFloodL1OnItsFloor(t *testing.T) {
 		}
 		runtime.KeepAlive(live)
 	})
-}
-
-// ownProcessEnv names, in a child process, the test it runs alone.
-const ownProcessEnv = "TIERCACHE_TEST_OWN_PROCESS"
-
-// inOwnProcess runs child in a child process of the test binary that runs
-// only the calling test, and checks that it ran and passed. The tests
-// that measure the real runtime's heap need it: in the shared test
-// process other tests' heaps, goroutines and garbage move the figures
-// they check (the flood floor's room fell from about 27 MiB to 16 in a
-// CI run), and they change process-wide settings.
-func inOwnProcess(t *testing.T, child func(t *testing.T)) {
-	t.Helper()
-	if os.Getenv(ownProcessEnv) == t.Name() {
-		child(t)
-		t.Log("own-process checks ran")
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), ownProcessEnv+"="+t.Name())
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "own-process checks ran") {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
 }
