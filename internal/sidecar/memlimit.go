@@ -69,16 +69,17 @@ func heapRoom(limit, live, nonHeap int64) int64 {
 
 // limitFor is the soft memory limit for a floor, the live heap after the
 // last GC and the Go memory outside the heap: the floor while it leaves
-// minRoom, else the least limit that leaves raisedRoom, but never above
-// ceiling (see ceilingFor) unless the floor is. The floor is what keeps
-// RSS within L1 + 64Mi in the common case (a live heap of L1 and its
-// index); the raised limit keeps a live heap that outgrew it (a large
-// L1's index and the runtime's own headroom, bigcache's per-shard scratch
-// buffers grown by large entries, the old and new L1 side by side during
-// a resize) from driving the GC into running continuously. softLimit
-// keeps a raised limit until the floor leaves lowerRoom.
-func limitFor(floor, ceiling, live, nonHeap int64) int64 {
-	if heapRoom(floor, live, nonHeap) >= minRoom {
+// need (minRoom; lowerRoom for a limit that is raised now, so that it
+// does not flap at the edge), else the least limit that leaves
+// raisedRoom, but never above ceiling (see ceilingFor) unless the floor
+// is. The floor is what keeps RSS within L1 + 64Mi in the common case (a
+// live heap of L1 and its index); the raised limit keeps a live heap that
+// outgrew it (a large L1's index and the runtime's own headroom,
+// bigcache's per-shard scratch buffers grown by large entries, the old
+// and new L1 side by side during a resize) from driving the GC into
+// running continuously.
+func limitFor(floor, ceiling, live, nonHeap, need int64) int64 {
+	if heapRoom(floor, live, nonHeap) >= need {
 		return floor
 	}
 	return raisedLimit(floor, ceiling, live, nonHeap)
@@ -118,7 +119,8 @@ func ceilingFor(floor int64) int64 {
 
 // softLimit owns the Go soft memory limit when --memory-limit is auto:
 // it keeps it at limitFor(floor, the ceiling of the first floor, the live
-// heap after the last GC, the Go memory outside the heap then). Its zero
+// heap after the last GC, the Go memory outside the heap then, the room
+// the floor must leave). Its zero
 // value manages nothing until setFloor.
 type softLimit struct {
 	// set applies a limit (debug.SetMemoryLimit in the sidecar).
@@ -161,11 +163,11 @@ func (s *softLimit) applyLocked() {
 	if s.floor <= 0 {
 		return
 	}
-	n := limitFor(s.floor, s.ceiling, s.live, s.nonHeap)
-	if n == s.floor && s.cur > s.floor && heapRoom(s.floor, s.live, s.nonHeap) < lowerRoom {
-		n = raisedLimit(s.floor, s.ceiling, s.live, s.nonHeap)
+	need := int64(minRoom)
+	if s.cur > s.floor {
+		need = lowerRoom
 	}
-	if n != s.cur {
+	if n := limitFor(s.floor, s.ceiling, s.live, s.nonHeap, need); n != s.cur {
 		s.cur = n
 		s.set(n)
 	}

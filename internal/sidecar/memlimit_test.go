@@ -64,7 +64,7 @@ func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
 		"a floor too large to add to saturates":                         {math.MaxInt64, math.MaxInt64 / 2, 8 * mi, theFloor},
 	}
 	for name, c := range cases {
-		got := limitFor(c.floor, ceilingFor(c.floor), c.live, c.nonHeap)
+		got := limitFor(c.floor, ceilingFor(c.floor), c.live, c.nonHeap, minRoom)
 		switch c.want {
 		case theFloor:
 			if got != c.floor {
@@ -93,10 +93,10 @@ func TestLimitForKeepsTheFloorUnlessTheLiveHeapNeedsMore(t *testing.T) {
 	// past that.
 	const floor, nonHeap = 560 * mi, 12 * mi
 	edge := heapRoom(floor, 0, nonHeap) - minRoom
-	if got := limitFor(floor, ceilingFor(floor), edge, nonHeap); got != floor {
+	if got := limitFor(floor, ceilingFor(floor), edge, nonHeap, minRoom); got != floor {
 		t.Errorf("a live heap leaving exactly minRoom under the floor: %d, want the floor", got)
 	}
-	if got := limitFor(floor, ceilingFor(floor), edge+1, nonHeap); got <= floor {
+	if got := limitFor(floor, ceilingFor(floor), edge+1, nonHeap, minRoom); got <= floor {
 		t.Errorf("a live heap leaving a byte less than minRoom: %d, want above the floor", got)
 	}
 }
@@ -145,7 +145,7 @@ func TestSoftLimitFollowsTheLiveHeapAfterEachCycle(t *testing.T) {
 	}
 
 	step(heapSample{cycles: 1, live: 90 << 20, nonHeap: 4 << 20})
-	if got, want := next(), limitFor(100<<20, ceilingFor(100<<20), 90<<20, 4<<20); got != want || got <= 100<<20 {
+	if got, want := next(), limitFor(100<<20, ceilingFor(100<<20), 90<<20, 4<<20, minRoom); got != want || got <= 100<<20 {
 		t.Fatalf("after a 90Mi live heap: %d, want %d, above the floor", got, want)
 	}
 	// The same cycle again is not observed again (a higher live value
