@@ -31,6 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tiercache/tiercache/internal/originview"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -266,7 +267,24 @@ func newPolicy(c *tierconfig.Compiled, d Defaults) *policy {
 	return p
 }
 
+// excluded reports whether the request with path (as received) is left
+// out of the log: only when every reading of the path is excluded
+// (originview.Readings), so that "/internal/../admin", which rules and
+// decoding origins read as "/admin", is logged although it starts with an
+// excluded "/internal/".
 func (p *policy) excluded(path string) bool {
+	if len(p.exact) == 0 && len(p.prefix) == 0 {
+		return false
+	}
+	if originview.Canonical(path) {
+		return p.excludes(path)
+	}
+	ps := originview.Readings(path)
+	return ps.Every(p.excludes)
+}
+
+// excludes reports whether one reading of a path is excluded.
+func (p *policy) excludes(path string) bool {
 	for _, s := range p.exact {
 		if path == s {
 			return true

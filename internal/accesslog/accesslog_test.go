@@ -77,16 +77,19 @@ func TestPolicy(t *testing.T) {
 		logged   bool
 	}{
 		"on by default": {DefaultDefaults(), tierconfig.AccessLog{}, "/a", 200, true},
-		"the flag turns it off when the tier says nothing":   {Defaults{SamplePercent: 100}, tierconfig.AccessLog{}, "/a", 200, false},
-		"the tier turns it on over the flag":                 {Defaults{SamplePercent: 100}, tierconfig.AccessLog{Enabled: ptr(true)}, "/a", 200, true},
-		"the tier turns it off over the flag":                {DefaultDefaults(), tierconfig.AccessLog{Enabled: ptr(false)}, "/a", 500, false},
-		"an exact exclusion drops that path":                 {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/healthz"}}, "/healthz?x=1", 200, false},
-		"an exact exclusion keeps longer paths":              {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/healthz"}}, "/healthz/deep", 200, true},
-		"a prefix exclusion drops what starts with it":       {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/static/*"}}, "/static/a.css", 200, false},
-		"the flag's exclusions apply when the tier has none": {Defaults{Enabled: true, SamplePercent: 100, ExcludePaths: []string{"/metrics"}}, tierconfig.AccessLog{}, "/metrics", 200, false},
-		"the tier's exclusions replace the flag's":           {Defaults{Enabled: true, SamplePercent: 100, ExcludePaths: []string{"/metrics"}}, tierconfig.AccessLog{ExcludePaths: []string{}}, "/metrics", 200, true},
-		"a 5xx is logged whatever the sampling":              {Defaults{Enabled: true, SamplePercent: 1}, tierconfig.AccessLog{}, "/a", 503, true},
-		"a 2xx not drawn by sampling is not logged":          {Defaults{Enabled: true, SamplePercent: 1}, tierconfig.AccessLog{}, "/a", 200, false},
+		"the flag turns it off when the tier says nothing":       {Defaults{SamplePercent: 100}, tierconfig.AccessLog{}, "/a", 200, false},
+		"the tier turns it on over the flag":                     {Defaults{SamplePercent: 100}, tierconfig.AccessLog{Enabled: ptr(true)}, "/a", 200, true},
+		"the tier turns it off over the flag":                    {DefaultDefaults(), tierconfig.AccessLog{Enabled: ptr(false)}, "/a", 500, false},
+		"an exact exclusion drops that path":                     {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/healthz"}}, "/healthz?x=1", 200, false},
+		"an exact exclusion keeps longer paths":                  {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/healthz"}}, "/healthz/deep", 200, true},
+		"a prefix exclusion drops what starts with it":           {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/static/*"}}, "/static/a.css", 200, false},
+		"the flag's exclusions apply when the tier has none":     {Defaults{Enabled: true, SamplePercent: 100, ExcludePaths: []string{"/metrics"}}, tierconfig.AccessLog{}, "/metrics", 200, false},
+		"the tier's exclusions replace the flag's":               {Defaults{Enabled: true, SamplePercent: 100, ExcludePaths: []string{"/metrics"}}, tierconfig.AccessLog{ExcludePaths: []string{}}, "/metrics", 200, true},
+		"a prefix exclusion keeps a path that climbs out of it":  {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/internal/*"}}, "/internal/../admin", 200, true},
+		"a prefix exclusion keeps an encoded climb out of it":    {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/internal/*"}}, "/internal/..%2fadmin", 200, true},
+		"a prefix exclusion drops a path every reading is under": {DefaultDefaults(), tierconfig.AccessLog{ExcludePaths: []string{"/internal/*"}}, "/internal/a/../b%20c", 200, false},
+		"a 5xx is logged whatever the sampling":                  {Defaults{Enabled: true, SamplePercent: 1}, tierconfig.AccessLog{}, "/a", 503, true},
+		"a 2xx not drawn by sampling is not logged":              {Defaults{Enabled: true, SamplePercent: 1}, tierconfig.AccessLog{}, "/a", 200, false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/originview"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -588,7 +589,19 @@ func (p *Purger) refsOf(cfg *tierconfig.Compiled, urls []string) []ref {
 }
 
 func matches(e *entry.Entry, refs []ref, prefix string, tags map[string]struct{}) bool {
-	return matchesAny(e, refs) || (prefix != "" && strings.HasPrefix(e.Target, prefix)) || hasTag(e, tags)
+	return matchesAny(e, refs) || (prefix != "" && underPrefix(e.Target, prefix)) || hasTag(e, tags)
+}
+
+// underPrefix reports whether a purge by prefix covers target (path?query
+// as keyed): the target starts with it, or some reading of its path does
+// (originview.HasPrefix: "/a/..%2fstatic/x" is "/static/x" to an origin
+// that decodes and cleans, and a purge of "/static/" must not leave it).
+func underPrefix(target, prefix string) bool {
+	if strings.HasPrefix(target, prefix) {
+		return true
+	}
+	path, _, _ := strings.Cut(target, "?")
+	return originview.HasPrefix(path, prefix)
 }
 
 func matchesAny(e *entry.Entry, refs []ref) bool {

@@ -62,7 +62,8 @@ func TestPurgeByURLPrefixAndTag(t *testing.T) {
 		{"an origin-form URL purges that path on every host", Request{URLs: []string{"/a?x=1"}}, []string{"a.example/a?x=1", "b.example/a?x=1"}, 2},
 		{"an absolute URL purges one host only", Request{URLs: []string{"http://a.example/a?x=1"}}, []string{"a.example/a?x=1"}, 1},
 		{"a default port in the URL does not matter", Request{URLs: []string{"https://a.example:443/a?x=1"}}, []string{"a.example/a?x=1"}, 1},
-		{"a prefix purges everything under it", Request{Prefix: "/api/"}, []string{"a.example/api/1", "a.example/api/2"}, 2},
+		// "/x/..%2fapi/3" is "/api/3" to an origin that decodes and cleans.
+		{"a prefix purges everything some reading puts under it", Request{Prefix: "/api/"}, []string{"a.example/api/1", "a.example/api/2", "a.example/x/..%2fapi/3"}, 3},
 		{"a tag purges every tagged entry", Request{Tags: []string{"blue"}}, []string{"a.example/api/1", "b.example/a?x=1"}, 2},
 	}
 	for _, c := range cases {
@@ -71,17 +72,18 @@ func TestPurgeByURLPrefixAndTag(t *testing.T) {
 			// A fill of each resource is in progress while the purge runs.
 			watches := map[string]*Watch{}
 			tagsOf := map[string][]string{"b.example/a?x=1": {"blue"}, "a.example/api/1": {"blue"}}
-			for _, name := range []string{"a.example/a?x=1", "b.example/a?x=1", "a.example/api/1", "a.example/api/2", "a.example/a?x=2"} {
+			for _, name := range []string{"a.example/a?x=1", "b.example/a?x=1", "a.example/api/1", "a.example/api/2", "a.example/a?x=2", "a.example/x/..%2fapi/3"} {
 				host, target, _ := strings.Cut(name, "/")
 				watches[name] = p.Watch(host, "/"+target)
 				defer watches[name].End()
 			}
 			all := map[string]string{
-				"a.example/a?x=1": put(t, cache, "http", "a.example", "/a?x=1"),
-				"b.example/a?x=1": put(t, cache, "http", "b.example", "/a?x=1", "blue"),
-				"a.example/api/1": put(t, cache, "http", "a.example", "/api/1", "blue"),
-				"a.example/api/2": put(t, cache, "http", "a.example", "/api/2"),
-				"a.example/a?x=2": put(t, cache, "http", "a.example", "/a?x=2"),
+				"a.example/a?x=1":        put(t, cache, "http", "a.example", "/a?x=1"),
+				"b.example/a?x=1":        put(t, cache, "http", "b.example", "/a?x=1", "blue"),
+				"a.example/api/1":        put(t, cache, "http", "a.example", "/api/1", "blue"),
+				"a.example/api/2":        put(t, cache, "http", "a.example", "/api/2"),
+				"a.example/a?x=2":        put(t, cache, "http", "a.example", "/a?x=2"),
+				"a.example/x/..%2fapi/3": put(t, cache, "http", "a.example", "/x/..%2fapi/3"),
 			}
 			if res, err := p.Purge(context.Background(), c.req); err != nil || res.Purged != c.purged || res.L1 != c.purged || res.L2 != nil {
 				t.Fatalf("purged %+v, %v; want %d from L1 only", res, err, c.purged)

@@ -2,7 +2,6 @@ package invalidate
 
 import (
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
@@ -118,7 +117,7 @@ func (ws *Watches) mark(refs []ref, prefix string, tags []string, all bool) {
 }
 
 func concerns(w *Watch, refs []ref, prefix string) bool {
-	if prefix != "" && strings.HasPrefix(w.target, prefix) {
+	if prefix != "" && underPrefix(w.target, prefix) {
 		return true
 	}
 	for _, r := range refs {

@@ -14,6 +14,7 @@ import (
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/operator/render"
+	"github.com/tiercache/tiercache/internal/originview"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -129,7 +130,7 @@ type explanation struct {
 	Tier string `json:"tier"`
 	URL  string `json:"url"`
 	// MatchedPath is the path the rules see: decoded and cleaned
-	// (tierconfig.CleanPath).
+	// (originview.CleanPath).
 	MatchedPath string `json:"matchedPath"`
 	// Rules are the tier's rules in order, with whether each matches.
 	Rules []ruleCheck `json:"rules"`
@@ -245,7 +246,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &explanation{MatchedPath: tierconfig.CleanPath(req.URL.Path)}
+	e := &explanation{MatchedPath: originview.CleanPath(req.URL.Path)}
 	for i, cr := range c.Rules() {
 		// Each rule's conditions on their own; the first rule whose
 		// conditions all hold is the one Match picks.
@@ -259,7 +260,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		}
 		e.Rules = append(e.Rules, check)
 	}
-	rule := c.Match(req.URL.Path, req.Header)
+	rule, agreed := c.MatchRequest(req.URL.EscapedPath(), req.Header)
 	e.Rule = rule.Name
 	var conf *tierconfig.Rule
 	for i := range c.Config.Rules {
@@ -294,6 +295,13 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 	k.Headers, k.Cookies = keyExtras(rule.Key.AppendExtras(nil, req))
 
 	switch {
+	case !agreed:
+		ps := originview.Readings(req.URL.EscapedPath())
+		var rs []string
+		for i := 0; i < ps.Len(); i++ {
+			rs = append(rs, fmt.Sprintf("%q: %s", ps.At(i), c.MatchReading(ps.At(i), req.Header).Name))
+		}
+		e.Bypass, e.Why = true, fmt.Sprintf("origins read this path in ways that select different rules (%s): passed to the origin uncached", strings.Join(rs, ", "))
 	case rule.Bypass && rule.HasConditions():
 		var held []string
 		for _, r := range e.Rules {

@@ -112,6 +112,11 @@ type Metrics struct {
 	connsReclaimed prometheus.Counter
 	connsWaited    prometheus.Counter
 
+	// Ambiguous counts requests that bypassed the cache because origins
+	// may read them in more than one way, by what was ambiguous (the
+	// Ambiguous constants).
+	Ambiguous *prometheus.CounterVec
+
 	// RequestBodies counts request bodies read ahead of the origin request
 	// (origin.requestBuffer), by result (the Buffered constants).
 	RequestBodies *prometheus.CounterVec
@@ -260,6 +265,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_client_connections_waited_total",
 			Help: "Client connections that waited for a slot at --max-connections (none waiting for a request to close): each is a sign the bound is too low, or of a flood.",
 		}),
+		Ambiguous: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_ambiguous_requests_total",
+			Help: "GET and HEAD requests (and POSTs the tier may store) that bypassed the cache because origins may read them in more than one way, by what: path (the readings of the path select different rules: raw, decoded, cleaned).",
+		}, []string{"what"}),
 		RequestBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_request_bodies_buffered_total",
 			Help: "Request bodies as origin.requestBuffer took them, by result: whole (read before the origin was contacted), too_large (announced or grown past the buffer: forwarded as it arrived, the part read first), over_budget (the sidecar-wide buffer budget was spent: forwarded as it arrived).",
@@ -282,7 +291,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		}, []string{"op"}),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests,
+		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests, m.Ambiguous,
 		m.ClientConns, m.connsReclaimed, m.connsWaited, m.RequestBodies,
 		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {
@@ -443,4 +452,15 @@ const (
 // (the Buffered constants).
 func (m *Metrics) RequestBodyBuffered(result string) {
 	m.RequestBodies.WithLabelValues(result).Inc()
+}
+
+// What made a request ambiguous (tiercache_ambiguous_requests_total).
+const (
+	AmbiguousPath = "path"
+)
+
+// AmbiguousRequest counts a request that bypassed the cache because
+// origins may read it in more than one way (the Ambiguous constants).
+func (m *Metrics) AmbiguousRequest(what string) {
+	m.Ambiguous.WithLabelValues(what).Inc()
 }

@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -89,25 +87,8 @@ func TestTheAccessLogNeverHoldsTheUserinfoOfAnAbsoluteFormTarget(t *testing.T) {
 // returns the answer's status and body.
 func rawGet(t *testing.T, addr, request string) (int, string) {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(conn, request); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	res, body := rawExchange(t, addr, request, false)
+	return res.StatusCode, body
 }
 
 // phpCookie reads cookie name as PHP's $_COOKIE does: in every cookie

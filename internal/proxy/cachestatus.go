@@ -9,6 +9,10 @@ import (
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
+// detailAmbiguousPath is the Cache-Status detail of a request whose path
+// readings select different rules.
+const detailAmbiguousPath = "ambiguous-path"
+
 // cacheName is the cache's name in its Cache-Status member (RFC 9211 §2).
 const cacheName = tierconfig.CacheStatusName
 
@@ -24,6 +28,9 @@ type verdict struct {
 	fwdStatus int
 	stored    bool
 	collapsed bool
+	// detail, when set, is the Cache-Status detail instead of the rule's
+	// name: why the request could not use the cache.
+	detail string
 	// dbg is the decision a debug request is told (debug.go); nil for
 	// every other request, and never in what a flight shares.
 	dbg *debugInfo
@@ -71,7 +78,10 @@ func cacheStatus(cfg *tierconfig.Compiled, v verdict, sent int, ttl time.Duratio
 		// fwd-status defaults to the status sent (RFC 9211 §2.3).
 		s.FwdStatus = v.fwdStatus
 	}
-	if v.rule != nil {
+	switch {
+	case v.detail != "":
+		s.Detail = v.detail
+	case v.rule != nil:
 		s.Detail = v.rule.Name
 	}
 	if v.dbg != nil {

@@ -18,11 +18,13 @@ const debugHeader = "Tiercache-Debug"
 // Proxy-level reasons a response was not stored, beside httpcache's Why
 // values.
 const (
-	whyBypass      = "bypass"       // a rule or the request's shape bypassed the cache
-	whyTooLarge    = "too-large"    // larger than the tier stores
-	whyEventStream = "event-stream" // text/event-stream is never stored
-	whyHead        = "head"         // a HEAD miss is passed, its answer not stored
-	whyBodyBusy    = "body-busy"    // the stored body file could not be opened for now (out of descriptors): passed
+	whyBypass = "bypass" // a rule or the request's shape bypassed the cache
+	// the readings of the path select different rules (originview)
+	whyAmbiguousPath = "ambiguous-path"
+	whyTooLarge      = "too-large"    // larger than the tier stores
+	whyEventStream   = "event-stream" // text/event-stream is never stored
+	whyHead          = "head"         // a HEAD miss is passed, its answer not stored
+	whyBodyBusy      = "body-busy"    // the stored body file could not be opened for now (out of descriptors): passed
 )
 
 // debugInfo is what a debug request is told about the cache's decision.

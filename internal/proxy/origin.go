@@ -16,6 +16,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/originview"
 )
 
 // unkeyedForwarding are request fields that frameworks trust to rebuild
@@ -67,11 +68,19 @@ type fillHeaders struct {
 }
 
 // forwards reports whether a fill forwards the client's header name.
+//
+// A name spelt with anything but letters, digits and '-' ("X_Tenant",
+// "Accept.Language") is another spelling of a dashed name to many
+// gateways (originview.SameName), so it would reach the origin past every
+// comparison the cache makes on the dashed name (withheld, keyed, Vary):
+// it is dropped, as nginx drops it by default, unless the tier lets it
+// through by name (requestHeaders.allowUnderscoredNames), which keys it
+// (it is then in keyed).
 func (fh *fillHeaders) forwards(name string) bool {
 	if containsFold(fh.keyed, name) || containsFold(fh.vary, name) {
 		return true
 	}
-	if containsFold(unkeyedForwarding, name) {
+	if !originview.Dashed(name) || containsFold(unkeyedForwarding, name) {
 		return false
 	}
 	if fh.strict && len(fh.cookies) > 0 && strings.EqualFold(name, "Cookie") {

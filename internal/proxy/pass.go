@@ -52,6 +52,22 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Com
 	return outcome{result: result, layer: metrics.LayerOrigin, abort: err != nil, fwd: v.fwd, sent: sent{resp.StatusCode, n}}
 }
 
+// serveAmbiguous forwards, untouched and uncached, a request whose path
+// readings select different rules (Compiled.MatchRequest): the cache
+// cannot know which resource the origin serves for it. Unsafe methods
+// still invalidate their target as pass does for any write.
+func (p *Proxy) serveAmbiguous(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo) outcome {
+	p.m.AmbiguousRequest(metrics.AmbiguousPath)
+	fwd := fwdBypass
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		fwd = fwdMethod
+	}
+	if dbg != nil {
+		dbg.why = whyAmbiguousPath
+	}
+	return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwd, detail: detailAmbiguousPath, dbg: dbg}, metrics.ResultBypass)
+}
+
 // serveUnsafe forwards methods other than GET and HEAD (a POST whose
 // answer the tier may store: post.go).
 func (p *Proxy) serveUnsafe(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo) outcome {

@@ -305,14 +305,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if httpcache.NamesFields(r.Header["Connection"]) {
 		httpcache.RemoveHopByHop(r.Header)
 	}
-	rule := cfg.Match(r.URL.Path, r.Header)
+	// The rule is the one every reading of the path selects (raw,
+	// decoded, cleaned: originview); when they disagree, some origin
+	// serves the request from a resource other than the rule's, and the
+	// request is neither served from nor stored into the cache.
+	rule, agreed := cfg.MatchRequest(r.URL.EscapedPath(), r.Header)
 	var dbg *debugInfo
 	if _, ok := r.Header[debugHeader]; ok {
 		dbg = debugRequest(r, cfg)
 	}
 	var out outcome
-	switch r.Method {
-	case http.MethodGet, http.MethodHead:
+	switch {
+	case !agreed:
+		out = p.serveAmbiguous(w, r, cfg, rule, dbg)
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
 		out = p.serveCacheable(w, r, cfg, rule, dbg)
 	default:
 		out = p.serveUnsafe(w, r, cfg, rule, dbg)

@@ -160,7 +160,8 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		copyHeader(h, resp.Header)
 		stripTargeted(h, cfg.StripTargeted)
 		h["X-Cache"] = xBypass
-		if cs, ok := cacheStatus(cfg, verdict{x: xBypass, rule: cfg.Match(r.URL.Path, r.Header), fwd: fwdBypass}, resp.StatusCode, 0, false); ok {
+		rule, _ := cfg.MatchRequest(r.URL.EscapedPath(), r.Header)
+		if cs, ok := cacheStatus(cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass}, resp.StatusCode, 0, false); ok {
 			h["Cache-Status"] = append(h["Cache-Status"], cs)
 		}
 		w.WriteHeader(resp.StatusCode)

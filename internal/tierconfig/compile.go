@@ -5,10 +5,12 @@ import (
 	"net/textproto"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/httpcache"
+	"github.com/tiercache/tiercache/internal/originview"
 )
 
 // Compiled is a validated config ready for the request path: rules
@@ -119,8 +121,15 @@ func Compile(c Config) (*Compiled, error) {
 			out.StrictAllow = append(out.StrictAllow, textproto.CanonicalMIMEHeaderKey(h))
 		}
 	}
+	underscored := c.RequestHeaders.AllowUnderscoredNames
+	if len(underscored) > 0 {
+		// The names a tier lets through spelt with '_' or '.' are keyed
+		// under every rule: the origin may read them, and the sidecar
+		// cannot tell which dashed header each one is to it.
+		out.Default.Key = cachekey.NewShape(nil, nil, false, underscored, nil)
+	}
 	for _, r := range c.Rules {
-		cr, err := compileRule(r, base)
+		cr, err := compileRule(r, base, underscored)
 		if err != nil { // Validate compiled the regex already
 			return nil, err
 		}
@@ -129,7 +138,7 @@ func Compile(c Config) (*Compiled, error) {
 	return out, nil
 }
 
-func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
+func compileRule(r Rule, base httpcache.Policy, underscored []string) (*CompiledRule, error) {
 	p := base
 	p.ForceTTL = r.TTL.Std()
 	p.ForceTTLWithCredentials = r.TTLWithCredentials
@@ -159,23 +168,60 @@ func compileRule(r Rule, base httpcache.Policy) (*CompiledRule, error) {
 	}
 	cr.conds = conds
 	k := r.CacheKey
-	cr.Key = cachekey.NewShape(k.QueryInclude, k.QueryExclude, k.SortQuery, k.Headers, k.Cookies)
+	headers := k.Headers
+	for _, h := range underscored {
+		if !slices.ContainsFunc(headers, func(k string) bool { return strings.EqualFold(k, h) }) {
+			headers = append(slices.Clip(headers), h)
+		}
+	}
+	cr.Key = cachekey.NewShape(k.QueryInclude, k.QueryExclude, k.SortQuery, headers, k.Cookies)
 	return cr, nil
 }
 
 // Match returns the first rule that matches the request: its path
 // condition holds for path and, on a bypass rule, its header and cookie
 // conditions hold for the request header h; c.Default when none does.
-// path is the percent-decoded path (as net/url's URL.Path, so %2F counts
-// as '/'); rules see it as the origin routes it: CleanPath merges repeated
-// slashes and removes dot-segments first. h is the request's header as
+// path is one reading of the request's path, which Match cleans
+// (originview.CleanPath) before matching. h is the request's header as
 // the origin will receive it (nil for none). It does not allocate for a
-// path that needs no cleaning.
+// path that needs no cleaning. The request path uses MatchRequest, which
+// consults every reading of the path as received.
 func (c *Compiled) Match(path string, h http.Header) *CompiledRule {
 	if len(c.rules) == 0 {
 		return c.Default
 	}
-	path = CleanPath(path)
+	return c.MatchReading(originview.CleanPath(path), h)
+}
+
+// MatchRequest returns the rule a request selects, given its path as the
+// origin receives it (escapedPath: net/url's URL.EscapedPath) and its
+// header as the origin will receive it, and whether every reading of that
+// path (originview.Readings: raw, decoded, cleaned, decoded twice)
+// selects that same rule. When they disagree, some origin routes the
+// request to a resource other than the one the rule was written for: the
+// request must neither be served from nor stored into the cache, and the
+// rule returned (the raw reading's) only names it in metrics and logs.
+// A path with one reading costs one scan and no allocation.
+func (c *Compiled) MatchRequest(escapedPath string, h http.Header) (rule *CompiledRule, agreed bool) {
+	if len(c.rules) == 0 {
+		return c.Default, true
+	}
+	if originview.Canonical(escapedPath) {
+		return c.MatchReading(escapedPath, h), true
+	}
+	ps := originview.Readings(escapedPath)
+	rule = c.MatchReading(ps.At(0), h)
+	for i := 1; i < ps.Len(); i++ {
+		if c.MatchReading(ps.At(i), h) != rule {
+			return rule, false
+		}
+	}
+	return rule, true
+}
+
+// MatchReading returns the first rule that matches path, one reading of
+// a request path taken as it is (not cleaned), and h.
+func (c *Compiled) MatchReading(path string, h http.Header) *CompiledRule {
 	for _, r := range c.rules {
 		if r.match.matches(path) && (len(r.conds) == 0 || holdAll(r.conds, h)) {
 			return r
@@ -195,7 +241,7 @@ func (c *Compiled) MatchStored(path string) *CompiledRule {
 	if len(c.rules) == 0 {
 		return c.Default
 	}
-	path = CleanPath(path)
+	path = originview.CleanPath(path)
 	for _, r := range c.rules {
 		if len(r.conds) == 0 && r.match.matches(path) {
 			return r
@@ -206,7 +252,7 @@ func (c *Compiled) MatchStored(path string) *CompiledRule {
 
 // StoredRule returns the rule a URL's stored responses were stored
 // under, given its path as received (escapedPath): like the proxy, it
-// matches rules on the decoded, cleaned path (CleanPath), and passes over
+// matches rules on the decoded, cleaned path (originview.CleanPath), and passes over
 // rules with header or cookie conditions (MatchStored). Purges key the
 // URL under its Key.
 func (c *Compiled) StoredRule(escapedPath string) *CompiledRule {

@@ -157,6 +157,55 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 	}
 }
 
+func TestMatchRequestNeedsEveryReadingOfThePathToAgree(t *testing.T) {
+	cc, err := Compile(Config{Rules: []Rule{
+		{Name: "static", Match: Match{PathPrefix: "/static/"}, TTL: Duration(time.Hour)},
+		{Name: "account", Match: Match{PathPrefix: "/account/"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		path   string
+		rule   string
+		agreed bool
+	}{
+		"a canonical path":                        {"/static/a.css", "static", true},
+		"an escape every reading keeps under it":  {"/static/a%20b.css", "static", true},
+		"a dot-segment that stays under it":       {"/static/a/../b.css", "static", true},
+		"an encoded slash climbing into it":       {"/account/..%2fstatic/x.css", "account", false},
+		"an encoded backslash climbing into it":   {"/account/..%5cstatic/x.css", "account", false},
+		"encoded dots climbing out of it":         {"/static/%2e%2e/account/x", "static", false},
+		"double-encoded dots climbing out of it":  {"/static/%252e%252e/account/x", "static", false},
+		"a doubled slash only cleaning removes":   {"//static/x.css", "default", false},
+		"path parameters only servlets remove":    {"/account;/../static/x.css", "default", false},
+		"a final dot some read without its slash": {"/static/.", "static", false},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			r, agreed := cc.MatchRequest(tt.path, nil)
+			if r.Name != tt.rule || agreed != tt.agreed {
+				t.Fatalf("MatchRequest(%q) = %s, %v; want %s, %v", tt.path, r.Name, agreed, tt.rule, tt.agreed)
+			}
+		})
+	}
+}
+
+func TestMatchRequestDoesNotAllocateForACanonicalPath(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under -race sync.Pool drops regexp matchers at random, so regex matching allocates")
+	}
+	cc, err := Compile(validConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/healthz", "/static/app.js", "/api/v1/items", "/nothing/matches/this", "/a.b/..c/.d/", "/"} {
+		if n := testing.AllocsPerRun(200, func() { cc.MatchRequest(path, nil) }); n != 0 {
+			t.Errorf("MatchRequest(%q) allocates %v times", path, n)
+		}
+	}
+}
+
 func TestCompiledFlags(t *testing.T) {
 	cc, err := Compile(validConfig())
 	if err != nil {
@@ -214,48 +263,6 @@ func TestCoalescingSwitches(t *testing.T) {
 				t.Errorf("CoalesceClusterWide() = %v, want %v", got, tt.clusterWide)
 			}
 		})
-	}
-}
-
-func TestCleanPath(t *testing.T) {
-	tests := map[string]struct{ in, want string }{
-		"a clean path is unchanged":                   {"/a/b/c", "/a/b/c"},
-		"a trailing slash is kept":                    {"/a/b/", "/a/b/"},
-		"the root is the root":                        {"/", "/"},
-		"an empty path stays empty":                   {"", ""},
-		"dots inside a segment are not dot-segments":  {"/a/..b/c../.d", "/a/..b/c../.d"},
-		"a dot-dot removes the segment before it":     {"/static/../account", "/account"},
-		"a dot-dot at the root stays at the root":     {"/../account", "/account"},
-		"many dot-dots stop at the root":              {"/a/../../../b", "/b"},
-		"a single dot is removed":                     {"/a/./b", "/a/b"},
-		"a final dot-dot names a directory":           {"/a/b/..", "/a/"},
-		"a final dot names a directory":               {"/a/.", "/a/"},
-		"climbing out of everything leaves the root":  {"/a/..", "/"},
-		"doubled slashes are merged":                  {"//a///b", "/a/b"},
-		"doubled slashes merge before dot-dot":        {"/a//../b", "/b"},
-		"a backslash separates segments":              {"/static\\..\\account", "/account"},
-		"a dot-dot with path parameters is a dot-dot": {"/static/..;x=1/account", "/account"},
-		"a dot with path parameters is a dot":         {"/a/.;/b", "/a/b"},
-		"a path parameter on a name is kept":          {"/account;.css/../x", "/x"},
-		"a decoded %2F is a slash like any other":     {"/static/../account/x.css", "/account/x.css"},
-		"a relative path stays relative":              {"a/../b", "b"},
-		"path parameters are removed from a name":     {"/account;x.css", "/account"},
-		"path parameters go from every segment":       {"/a;v=1/b;jsessionid=2/", "/a/b/"},
-	}
-	for name, tt := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := CleanPath(tt.in); got != tt.want {
-				t.Fatalf("CleanPath(%q) = %q, want %q", tt.in, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestCleanPathDoesNotAllocateForACleanPath(t *testing.T) {
-	for _, p := range []string{"/", "/static/app.js", "/a.b/..c/.d/", "/api/v1/items?x"} {
-		if n := testing.AllocsPerRun(200, func() { _ = CleanPath(p) }); n != 0 {
-			t.Errorf("CleanPath(%q) allocates %v times", p, n)
-		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tiercache/tiercache/internal/cachekey"
+	"github.com/tiercache/tiercache/internal/originview"
 )
 
 // Header and cookie conditions (Match.Headers, Match.Cookies) select
@@ -188,29 +189,11 @@ func otherSpelling(h http.Header, canonical string) bool {
 		return false // case alone: canonicalization made them one key
 	}
 	for k := range h {
-		if len(k) == len(canonical) && k != canonical && sameLoosely(k, canonical) {
+		if len(k) == len(canonical) && k != canonical && originview.SameName(k, canonical) {
 			return true
 		}
 	}
 	return false
-}
-
-// sameLoosely compares two field names of one length ignoring ASCII case
-// and taking '_', '.' and '-' as one.
-func sameLoosely(a, b string) bool {
-	for i := 0; i < len(a); i++ {
-		x, y := lowerASCII(a[i]), lowerASCII(b[i])
-		if x == '_' || x == '.' {
-			x = '-'
-		}
-		if y == '_' || y == '.' {
-			y = '-'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // ConditionCheck is one header or cookie condition of a rule evaluated on
@@ -252,7 +235,7 @@ func (r *CompiledRule) CheckConditions(h http.Header) []ConditionCheck {
 // MatchesPath reports whether the rule's path condition holds for the
 // decoded request path, cleaned as Match cleans it. For explaining.
 func (r *CompiledRule) MatchesPath(path string) bool {
-	return r.match.matches(CleanPath(path))
+	return r.match.matches(originview.CleanPath(path))
 }
 
 // HasConditions reports whether the rule has header or cookie conditions.
@@ -381,11 +364,4 @@ func validCookieValue(v string) bool {
 		}
 	}
 	return true
-}
-
-func lowerASCII(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
 }

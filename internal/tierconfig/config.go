@@ -74,6 +74,13 @@ type RequestHeaders struct {
 	// headers are withheld even when listed: key on them instead. Only
 	// with mode strict.
 	Allow []string `json:"allow,omitempty"`
+	// AllowUnderscoredNames lists header names spelt with '_' or '.'
+	// that fills forward (case-insensitive); fills drop every other such
+	// name, as nginx does by default (underscores_in_headers off), since
+	// many gateways read X_Tenant as X-Tenant. Each name listed joins the
+	// cache key of every rule (as a cacheKey.headers entry). In either
+	// mode.
+	AllowUnderscoredNames []string `json:"allowUnderscoredNames,omitempty"`
 }
 
 // L1 sizes the in-process cache.

@@ -103,8 +103,9 @@ func TestParseExampleFile(t *testing.T) {
 		Coalescing: Coalescing{Enabled: ptr(true), Timeout: Duration(5 * time.Second), ClusterWide: ptr(true)},
 		Purge:      Purge{Token: "0123456789abcdef0123456789abcdef", HTTPMethod: true},
 		RequestHeaders: RequestHeaders{
-			Mode:  RequestHeadersStrict,
-			Allow: []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent", "X-Request-Id"},
+			Mode:                  RequestHeadersStrict,
+			Allow:                 []string{"Accept", "Accept-Encoding", "Accept-Language", "User-Agent", "X-Request-Id"},
+			AllowUnderscoredNames: []string{"X_Api_Version"},
 		},
 		AccessLog: AccessLog{
 			Enabled: ptr(true), SamplePercent: 10,

@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/tiercache/tiercache/internal/originview"
 	"github.com/tiercache/tiercache/internal/store/l1"
 )
 
@@ -314,6 +315,20 @@ func (rh RequestHeaders) validate(p *problems) {
 			p.add(field, "not a valid HTTP header name (got %q)", h)
 		case isHopByHop(strings.ToLower(h)):
 			p.add(field, "a hop-by-hop header never reaches the origin (got %q)", h)
+		case !originview.Dashed(h):
+			p.add(field, "a name spelt with '_' or '.' is another header's name to many gateways; list it in requestHeaders.allowUnderscoredNames, which keys it (got %q)", h)
+		}
+	}
+	if len(rh.AllowUnderscoredNames) > maxAllowHeaders {
+		p.add("requestHeaders.allowUnderscoredNames", "must have at most %d headers (got %d)", maxAllowHeaders, len(rh.AllowUnderscoredNames))
+	}
+	for i, h := range rh.AllowUnderscoredNames {
+		field := fmt.Sprintf("requestHeaders.allowUnderscoredNames[%d]", i)
+		switch {
+		case !isToken(h):
+			p.add(field, "not a valid HTTP header name (got %q)", h)
+		case originview.Dashed(h):
+			p.add(field, "names spelt with letters, digits and '-' only are forwarded anyway; list names with '_' or '.' here (got %q)", h)
 		}
 	}
 }

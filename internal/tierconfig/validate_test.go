@@ -481,6 +481,20 @@ func TestValidateRefuses(t *testing.T) {
 			},
 			`requestHeaders.allow: must have at most 64 headers (got 65)`,
 		},
+		"an allowed name spelt with '_' points to allowUnderscoredNames": {
+			func(c *Config) {
+				c.RequestHeaders = RequestHeaders{Mode: RequestHeadersStrict, Allow: []string{"X_Tenant"}}
+			},
+			`requestHeaders.allow[0]: a name spelt with '_' or '.' is another header's name to many gateways; list it in requestHeaders.allowUnderscoredNames, which keys it (got "X_Tenant")`,
+		},
+		"a dashed name among the underscored names is refused": {
+			func(c *Config) { c.RequestHeaders.AllowUnderscoredNames = []string{"X-Api-Version"} },
+			`requestHeaders.allowUnderscoredNames[0]: names spelt with letters, digits and '-' only are forwarded anyway; list names with '_' or '.' here (got "X-Api-Version")`,
+		},
+		"an underscored name that is not a header name is refused": {
+			func(c *Config) { c.RequestHeaders.AllowUnderscoredNames = []string{"X_A B"} },
+			`requestHeaders.allowUnderscoredNames[0]: not a valid HTTP header name (got "X_A B")`,
+		},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

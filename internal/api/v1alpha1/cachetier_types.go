@@ -505,6 +505,19 @@ type RequestHeadersSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
 	// +listType=set
 	Allow []string `json:"allow,omitempty"`
+	// AllowUnderscoredNames lists request header names spelt with '_'
+	// or '.' (X_Api_Version) that fills forward, as spelt
+	// (case-insensitive). Every other such name is dropped from fills,
+	// as nginx drops them by default (underscores_in_headers off): many
+	// gateways read X_Tenant as X-Tenant, so an unkeyed X_Tenant could
+	// decide a shared entry. A name listed here joins the cache key of
+	// every rule.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]*[_.][!#$%&'*+.^_|~0-9A-Za-z-]*$`
+	// +listType=set
+	AllowUnderscoredNames []string `json:"allowUnderscoredNames,omitempty"`
 }
 
 // AccessLogSpec chooses what the sidecars' access log writes. Header

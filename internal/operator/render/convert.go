@@ -145,8 +145,9 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 	}
 
 	c.RequestHeaders = tierconfig.RequestHeaders{
-		Mode:  string(spec.RequestHeaders.Mode),
-		Allow: append([]string(nil), spec.RequestHeaders.Allow...),
+		Mode:                  string(spec.RequestHeaders.Mode),
+		Allow:                 append([]string(nil), spec.RequestHeaders.Allow...),
+		AllowUnderscoredNames: append([]string(nil), spec.RequestHeaders.AllowUnderscoredNames...),
 	}
 
 	al := spec.AccessLog

@@ -78,7 +78,7 @@ func TestRenderFillsTheModel(t *testing.T) {
 		}},
 		Origin:         v1alpha1.OriginSpec{IdleTimeout: "5m"},
 		Purge:          v1alpha1.PurgeSpec{TokenSecretRef: ref("purge", "token"), HTTPMethod: true},
-		RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict},
+		RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: v1alpha1.RequestHeadersStrict, AllowUnderscoredNames: []string{"X_Api_Version"}},
 	}
 	secrets := secretMetas{
 		"shop/redis":         allowed("11"),
@@ -118,6 +118,7 @@ func TestRenderFillsTheModel(t *testing.T) {
 		{"the rule's ttlWithCredentials is carried", c.Rules[0].TTLWithCredentials, true},
 		{"the request header mode is carried", c.RequestHeaders.Mode, tierconfig.RequestHeadersStrict},
 		{"a strict tier gets the default allowlist", strings.Join(c.RequestHeaders.Allow, ","), "Accept,Accept-Encoding,Accept-Language,User-Agent"},
+		{"the underscored names are carried", strings.Join(c.RequestHeaders.AllowUnderscoredNames, ","), "X_Api_Version"},
 		{"the response header timeout gets its default", c.Origin.ResponseHeaderTimeout, tierconfig.Duration(time.Minute)},
 		{"the idle timeout is parsed", c.Origin.IdleTimeout, tierconfig.Duration(5 * time.Minute)},
 		{"the L2 body size limit is carried", c.L2.MaxBodySize, tierconfig.Size(32 << 20)},
