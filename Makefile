@@ -14,7 +14,8 @@ export FUZZTIME
 
 # cmd/<dir> → bin/<name>; other cmd/ directories build under their own name.
 # tools/<dir> (the demo origin and the load generator: tooling, not the
-# product) → bin/<dir>.
+# product) → bin/<dir>, built with CGO off: static, so that they run in
+# an image as built (the real-node e2e runs bin/demo-origin as its app).
 BIN_NAME_sidecar := tiercache-sidecar
 BIN_NAME_operator := tiercache-operator
 CMD_DIRS = $(patsubst %/,%,$(sort $(dir $(wildcard cmd/*/*.go) $(wildcard tools/*/*.go))))
@@ -31,12 +32,13 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen)
+build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; static tools: demo-origin, loadgen, imagebuild, gofloor)
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
-		echo "go build -trimpath -o bin/$$n ./$$d"; \
-		$(GO) build -trimpath -o "bin/$$n" "./$$d"; \
+		cgo=; case "$$d" in tools/*) cgo=CGO_ENABLED=0 ;; esac; \
+		echo "$${cgo:+$$cgo }go build -trimpath -o bin/$$n ./$$d"; \
+		env $$cgo $(GO) build -trimpath -o "bin/$$n" "./$$d"; \
 	done
 
 # The release binaries, exactly as the Dockerfile builds them (it runs this

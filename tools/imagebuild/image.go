@@ -90,7 +90,7 @@ func buildImage(s spec, p platform, base v1.Layer) (v1.Image, error) {
 	img, err = mutate.Append(img,
 		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{
 			Created:   created,
-			CreatedBy: "imagebuild: base: /etc/passwd, /etc/group (nonroot 65532), /etc/nsswitch.conf, " + caBundlePath + ", /home/nonroot, /tmp",
+			CreatedBy: "imagebuild: base: /etc/passwd, /etc/group (nonroot 65532), /etc/nsswitch.conf, /" + caBundlePath + ", /home/nonroot, /tmp",
 		}},
 		mutate.Addendum{Layer: app, MediaType: types.OCILayer, History: v1.History{
 			Created:   created,
