@@ -8,6 +8,10 @@
 # The build step is `make build-release` and nothing else, so what CI
 # builds and tests (internal/release runs the same target and checks the
 # binaries copied below exist and are static) is what ships.
+#
+# Without Docker, `make image` writes the same image as an OCI archive
+# (tools/imagebuild); internal/release holds it to the COPY, USER and
+# ENTRYPOINT below.
 
 FROM golang:1.26 AS build
 WORKDIR /src

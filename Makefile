@@ -14,7 +14,8 @@ export FUZZTIME
 
 # cmd/<dir> → bin/<name>; other cmd/ directories build under their own name.
 # tools/<dir> (the demo origin and the load generator: tooling, not the
-# product) → bin/<dir>.
+# product) → bin/<dir>, built with CGO off: static, so that they run in
+# an image as built (the real-node e2e runs bin/demo-origin as its app).
 BIN_NAME_sidecar := tiercache-sidecar
 BIN_NAME_operator := tiercache-operator
 CMD_DIRS = $(patsubst %/,%,$(sort $(dir $(wildcard cmd/*/*.go) $(wildcard tools/*/*.go))))
@@ -26,17 +27,18 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
-.PHONY: help build build-release test test-unit test-alloc lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
+.PHONY: help build build-release image test test-unit test-alloc lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen)
+build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; static tools: demo-origin, loadgen, imagebuild, gofloor)
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
-		echo "go build -trimpath -o bin/$$n ./$$d"; \
-		$(GO) build -trimpath -o "bin/$$n" "./$$d"; \
+		cgo=; case "$$d" in tools/*) cgo=CGO_ENABLED=0 ;; esac; \
+		echo "$${cgo:+$$cgo }go build -trimpath -o bin/$$n ./$$d"; \
+		env $$cgo $(GO) build -trimpath -o "bin/$$n" "./$$d"; \
 	done
 
 # The release binaries, exactly as the Dockerfile builds them (it runs this
@@ -45,11 +47,44 @@ build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, k
 # distroless/static, -trimpath and -s -w for reproducible, smaller
 # binaries. No -X version: the code has no version variable yet; the Go
 # toolchain still stamps module and VCS data (go version -m).
+# RELEASE_DIR: `make image` builds each platform's into a directory of
+# its own (GOOS and GOARCH in the environment).
 RELEASE_LDFLAGS ?= -s -w
+RELEASE_DIR ?= bin/release
 build-release: ## Build static release binaries into bin/release/ (the Dockerfile runs this)
-	@mkdir -p bin/release
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-sidecar ./cmd/sidecar
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-operator ./cmd/operator
+	@mkdir -p $(RELEASE_DIR)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/tiercache-sidecar ./cmd/sidecar
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/tiercache-operator ./cmd/operator
+
+# The images, as OCI image archives, without a container engine
+# (tools/imagebuild, on go-containerregistry): the Dockerfile's image
+# (build-release's two binaries, user 65532:65532, CA certificates, the
+# sidecar as entrypoint) as $(IMAGE_REPO):$(VERSION), and the demo
+# origin's as $(DEMO_IMAGE_REPO):$(VERSION), for linux/$(IMAGE_ARCH)
+# (the Go architecture by default: GOARCH=arm64 or IMAGE_ARCH=arm64 for
+# another). Reproducible: every time in them is SOURCE_DATE_EPOCH (0
+# when unset), so the same tree and toolchain give the same digests.
+# IMAGE_REPO is the chart's image.repository (internal/release checks).
+VERSION ?= 0.0.0-dev
+IMAGE_REPO ?= ghcr.io/tiercache/tiercache
+DEMO_IMAGE_REPO ?= ghcr.io/tiercache/demo-origin
+IMAGE_ARCH ?= $(or $(GOARCH),$(shell $(GO) env GOARCH))
+IMAGE_OUT ?= bin/image
+IMAGE_BIN = $(IMAGE_OUT)/linux-$(IMAGE_ARCH)
+IMAGE_SOURCE = https://github.com/tiercache/tiercache
+
+image: ## Build the images as OCI archives in bin/image/ (tiercache-VERSION-linux-ARCH.oci.tar, demo-origin-...; no Docker)
+	@mkdir -p $(IMAGE_BIN)
+	GOOS=linux GOARCH=$(IMAGE_ARCH) $(MAKE) --no-print-directory build-release RELEASE_DIR=$(IMAGE_BIN)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(IMAGE_BIN)/demo-origin ./tools/demo-origin
+	GOOS= GOARCH= $(GO) build -o $(IMAGE_OUT)/imagebuild ./tools/imagebuild
+	$(IMAGE_OUT)/imagebuild -o $(IMAGE_OUT)/tiercache-$(VERSION)-linux-$(IMAGE_ARCH).oci.tar \
+		-name $(IMAGE_REPO):$(VERSION) -source $(IMAGE_SOURCE) -platform linux/$(IMAGE_ARCH)=$(IMAGE_BIN) \
+		-file /tiercache-sidecar=tiercache-sidecar -file /tiercache-operator=tiercache-operator \
+		-entrypoint /tiercache-sidecar
+	$(IMAGE_OUT)/imagebuild -o $(IMAGE_OUT)/demo-origin-$(VERSION)-linux-$(IMAGE_ARCH).oci.tar \
+		-name $(DEMO_IMAGE_REPO):$(VERSION) -source $(IMAGE_SOURCE) -platform linux/$(IMAGE_ARCH)=$(IMAGE_BIN) \
+		-file /demo-origin=demo-origin -entrypoint /demo-origin -arg=--listen=:8081
 
 test: lint check-generated test-unit test-alloc fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, short fuzz runs, demo smoke test
 

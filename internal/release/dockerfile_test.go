@@ -109,11 +109,22 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// TestDockerfile checks the Dockerfile statically, then runs its build
-// step (make build-release) and checks every binary the final stage
-// copies from the builder.
-func TestDockerfile(t *testing.T) {
-	root := repoRoot(t)
+// dockerImage is what the Dockerfile says of the image it builds.
+type dockerImage struct {
+	builder, final stage
+	// workdir is the builder's WORKDIR, where the repository is copied.
+	workdir string
+	// copies maps each file the final stage copies from the builder, by
+	// its path in the image, to its path in the repository.
+	copies     map[string]string
+	user       string
+	entrypoint []string
+}
+
+// readDockerfile parses the Dockerfile's two stages and the final
+// stage's COPY, USER and ENTRYPOINT, failing t on what it cannot read.
+func readDockerfile(t *testing.T, root string) dockerImage {
+	t.Helper()
 	src, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +133,53 @@ func TestDockerfile(t *testing.T) {
 	if len(stages) != 2 {
 		t.Fatalf("%d stages, want 2 (builder, final)", len(stages))
 	}
-	builder, final := stages[0], stages[1]
+	d := dockerImage{builder: stages[0], final: stages[1], workdir: "/", copies: map[string]string{}}
+	for _, in := range d.builder.ins {
+		if in.cmd == "WORKDIR" {
+			d.workdir = path.Join(d.workdir, in.args)
+		}
+	}
+	for _, in := range d.final.ins {
+		switch in.cmd {
+		case "COPY":
+			f := strings.Fields(in.args)
+			if len(f) != 3 || f[0] != "--from="+d.builder.name {
+				t.Errorf("Dockerfile:%d: COPY %s: want COPY --from=%s SRC DST", in.line, in.args, d.builder.name)
+				continue
+			}
+			from := f[1]
+			if !path.IsAbs(from) {
+				from = path.Join(d.workdir, from)
+			}
+			rel, ok := strings.CutPrefix(from, strings.TrimSuffix(d.workdir, "/")+"/")
+			if !ok {
+				t.Errorf("Dockerfile:%d: COPY from %s, outside the builder's WORKDIR %s", in.line, from, d.workdir)
+				continue
+			}
+			d.copies[f[2]] = rel
+		case "USER":
+			d.user = in.args
+		case "ENTRYPOINT":
+			if err := json.Unmarshal([]byte(in.args), &d.entrypoint); err != nil || len(d.entrypoint) == 0 {
+				t.Errorf("Dockerfile:%d: ENTRYPOINT %s: want the exec (JSON) form", in.line, in.args)
+			}
+		case "RUN":
+			t.Errorf("Dockerfile:%d: RUN in the final stage (distroless has no shell)", in.line)
+		}
+	}
+	if len(d.copies) == 0 {
+		t.Fatal("the final stage copies nothing from the builder")
+	}
+	return d
+}
+
+// TestDockerfile checks the Dockerfile statically, then runs its build
+// step (make build-release) and checks every binary the final stage
+// copies from the builder.
+func TestDockerfile(t *testing.T) {
+	root := repoRoot(t)
+	d := readDockerfile(t, root)
+	builder, final := d.builder, d.final
 
 	// The builder: golang at go.mod's Go version, building with exactly
 	// `make build-release`.
@@ -135,13 +192,9 @@ func TestDockerfile(t *testing.T) {
 	if builder.image != "golang:"+goMinor {
 		t.Errorf("builder image %q, want golang:%s (go.mod's go %s)", builder.image, goMinor, goVersion)
 	}
-	workdir := "/"
 	var runs []string
 	for _, in := range builder.ins {
-		switch in.cmd {
-		case "WORKDIR":
-			workdir = path.Join(workdir, in.args)
-		case "RUN":
+		if in.cmd == "RUN" {
 			runs = append(runs, in.args)
 		}
 	}
@@ -164,72 +217,40 @@ func TestDockerfile(t *testing.T) {
 	if final.image != "gcr.io/distroless/static:nonroot" {
 		t.Errorf("final image %q, want gcr.io/distroless/static:nonroot", final.image)
 	}
-	var copied []string // builder paths, relative to the repository
-	targets := map[string]bool{}
-	var user, entrypoint string
-	for _, in := range final.ins {
-		switch in.cmd {
-		case "COPY":
-			f := strings.Fields(in.args)
-			if len(f) != 3 || f[0] != "--from="+builder.name {
-				t.Errorf("Dockerfile:%d: COPY %s: want COPY --from=%s SRC DST", in.line, in.args, builder.name)
-				continue
-			}
-			from := f[1]
-			if !path.IsAbs(from) {
-				from = path.Join(workdir, from)
-			}
-			rel, ok := strings.CutPrefix(from, strings.TrimSuffix(workdir, "/")+"/")
-			if !ok {
-				t.Errorf("Dockerfile:%d: COPY from %s, outside the builder's WORKDIR %s", in.line, from, workdir)
-				continue
-			}
-			copied = append(copied, rel)
-			targets[f[2]] = true
-		case "USER":
-			user = in.args
-		case "ENTRYPOINT":
-			var ep []string
-			if err := json.Unmarshal([]byte(in.args), &ep); err != nil || len(ep) == 0 {
-				t.Errorf("Dockerfile:%d: ENTRYPOINT %s: want the exec (JSON) form", in.line, in.args)
-				continue
-			}
-			entrypoint = ep[0]
-		case "RUN":
-			t.Errorf("Dockerfile:%d: RUN in the final stage (distroless has no shell)", in.line)
-		}
+	if d.user != "65532:65532" {
+		t.Errorf("final USER %q, want 65532:65532 (the chart's and the injected sidecar's uid)", d.user)
 	}
-	if user != "65532:65532" {
-		t.Errorf("final USER %q, want 65532:65532 (the chart's and the injected sidecar's uid)", user)
-	}
-	if entrypoint != "/tiercache-sidecar" || !targets[entrypoint] {
-		t.Errorf("ENTRYPOINT %q, want /tiercache-sidecar, copied from the builder: the operator injects the image with args only", entrypoint)
+	if len(d.entrypoint) == 0 || d.entrypoint[0] != "/tiercache-sidecar" || d.copies[d.entrypoint[0]] == "" {
+		t.Errorf("ENTRYPOINT %q, want /tiercache-sidecar, copied from the builder: the operator injects the image with args only", d.entrypoint)
 	}
 	// The chart runs the operator from the same image.
 	deploy, err := os.ReadFile(filepath.Join(root, "charts", "tiercache", "templates", "deployment.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(deploy, []byte(`command: ["/tiercache-operator"]`)) || !targets["/tiercache-operator"] {
-		t.Errorf("the chart runs /tiercache-operator; the image must contain it (copied: %v)", targets)
-	}
-	if len(copied) == 0 {
-		t.Fatal("the final stage copies nothing from the builder")
+	if !bytes.Contains(deploy, []byte(`command: ["/tiercache-operator"]`)) || d.copies["/tiercache-operator"] == "" {
+		t.Errorf("the chart runs /tiercache-operator; the image must contain it (copied: %v)", d.copies)
 	}
 
 	if testing.Short() {
 		t.Skip("-short: not running make build-release")
 	}
+	makeIn(t, root, "build-release")
+	for _, rel := range d.copies {
+		checkStaticBinary(t, filepath.Join(root, filepath.FromSlash(rel)))
+	}
+}
+
+// makeIn runs make with args in the repository, failing t when it fails.
+func makeIn(t *testing.T, root string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "make", "build-release")
+	cmd := exec.CommandContext(ctx, "make", args...)
 	cmd.Dir = root
 	cmd.WaitDelay = 10 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make build-release: %v (%v)\n%s", err, ctx.Err(), out)
-	}
-	for _, rel := range copied {
-		checkStaticBinary(t, filepath.Join(root, filepath.FromSlash(rel)))
+		t.Fatalf("make %s: %v (%v)\n%s", strings.Join(args, " "), err, ctx.Err(), out)
 	}
 }
 
@@ -240,7 +261,7 @@ func checkStaticBinary(t *testing.T, p string) {
 	t.Helper()
 	fi, err := os.Stat(p)
 	if err != nil {
-		t.Errorf("the Dockerfile copies %s, which make build-release did not produce: %v", p, err)
+		t.Errorf("%s, which the image must hold, was not built: %v", p, err)
 		return
 	}
 	if fi.Mode()&0o111 == 0 {
