@@ -136,9 +136,12 @@ func modelOrigin(pr pathReader, hr headerReader) http.HandlerFunc {
 }
 
 // readingTiers are the tiers the cases run under: docs/caching.md's
-// example (a static rule with a ttl before a logged-in bypass), and a
-// static rule that stores credentialed requests (ttlWithCredentials), as
-// the docs recommend for paths that never depend on who asks.
+// example (a static rule with a ttl before a logged-in bypass), and the
+// same with a static rule that stores credentialed requests
+// (ttlWithCredentials), as the docs recommend for paths that never depend
+// on who asks. Both bypass logged-in requests elsewhere, so that a
+// personal page the origin marks cacheable (/profile/) is a leak only
+// when a rule is chosen on a reading the origin does not share.
 var readingTiers = map[string]string{
 	"docs example": `
 l1: {maxSize: 16Mi, shards: 4}
@@ -160,6 +163,9 @@ rules:
   match: {pathPrefix: /static/}
   ttl: 24h
   ttlWithCredentials: true
+- name: logged-in
+  match: {pathPrefix: /, cookies: [{name: session, present: true}]}
+  bypass: true
 - name: tenant
   match: {pathPrefix: /t/}
   cacheKey: {headers: [X-Tenant]}
@@ -324,12 +330,15 @@ func TestAnAmbiguousPathBypassesAndSaysWhy(t *testing.T) {
 	}
 }
 
-// readingPieces are what generated targets are made of: every way of
-// writing a separator or a dot-segment that some origin reads differently.
+// readingPieces are what generated attacks are made of: every way of
+// writing a separator or a dot-segment that some origin reads differently,
+// hosts of absolute-form targets, and header lines spelt as gateways fold
+// them, repeated or with no-cache.
 var (
 	readingPrefixes = []string{"/static", "/account", "/profile", "/t", "/page", ""}
 	readingSeps     = []string{"/", "%2f", "%2F", "%5c", "%5C", `\`, "//", "%252f", ";/", "/;x=1/"}
 	readingDots     = []string{"..", ".", "%2e%2e", "%2E%2e", ".%2e", "%2e", "%252e%252e", "..;", "..;x=1", "x"}
+	readingHosts    = []string{"http://example.com", "http://EXAMPLE.com", "http://example.com.:80", "http://Example.COM:80"}
 	readingHeaders  = [][]string{
 		{"Cookie: session=victim"},
 		{"X_Tenant: EVIL"}, {"x.tenant: EVIL"}, {"X-Tenant: a", "X_Tenant: EVIL"},
@@ -349,6 +358,12 @@ func generateReadingCase(rng *rand.Rand) readingCase {
 		strings.TrimPrefix(pick(readingPrefixes), "/") + pick(readingSeps) + "x.css"
 	if !strings.HasPrefix(target, "/") {
 		target = "/" + target
+	}
+	if rng.IntN(4) == 0 {
+		// The absolute form, with the host spelt as clients may: its host
+		// replaces the Host field, and the key and the origin get it
+		// normalized.
+		target = pick(readingHosts) + target
 	}
 	var lines []string
 	if rng.IntN(2) == 0 {
