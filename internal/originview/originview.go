@@ -190,17 +190,6 @@ func SameName(a, b string) bool {
 	return true
 }
 
-// ContainsName reports whether list holds a name that is name to some
-// origin (SameName).
-func ContainsName(list []string, name string) bool {
-	for _, v := range list {
-		if SameName(v, name) {
-			return true
-		}
-	}
-	return false
-}
-
 func foldByte(c byte) byte {
 	switch {
 	case 'A' <= c && c <= 'Z':

@@ -143,33 +143,25 @@ func modelOrigin(pr pathReader, hr headerReader) http.HandlerFunc {
 // personal page the origin marks cacheable (/profile/) is a leak only
 // when a rule is chosen on a reading the origin does not share.
 var readingTiers = map[string]string{
-	"docs example": `
+	"docs example":            readingTier(""),
+	"static with credentials": readingTier("\n  ttlWithCredentials: true"),
+}
+
+// readingTier is the tier with extra added to the static rule.
+func readingTier(extra string) string {
+	return `
 l1: {maxSize: 16Mi, shards: 4}
 rules:
 - name: static
   match: {pathPrefix: /static/}
-  ttl: 24h
+  ttl: 24h` + extra + `
 - name: logged-in
   match: {pathPrefix: /, cookies: [{name: session, present: true}]}
   bypass: true
 - name: tenant
   match: {pathPrefix: /t/}
   cacheKey: {headers: [X-Tenant]}
-`,
-	"static with credentials": `
-l1: {maxSize: 16Mi, shards: 4}
-rules:
-- name: static
-  match: {pathPrefix: /static/}
-  ttl: 24h
-  ttlWithCredentials: true
-- name: logged-in
-  match: {pathPrefix: /, cookies: [{name: session, present: true}]}
-  bypass: true
-- name: tenant
-  match: {pathPrefix: /t/}
-  cacheKey: {headers: [X-Tenant]}
-`,
+`
 }
 
 // rawTarget sends "GET target HTTP/1.1" with the header lines given,
