@@ -15,6 +15,21 @@ export FUZZTIME
 # cmd/<dir> → bin/<name>; other cmd/ directories build under their own name.
 # tools/<dir> (the demo origin and the load generator: tooling, not the
 # product) → bin/<dir>.
+# The version and revision stamped into every binary (internal/version):
+# `git describe` without its leading "v" (0.1.0 on a tag, 0.1.0-3-gabc1234
+# after it, the short commit before the first tag, -dirty with local
+# changes), else 0.0.0-dev; the full commit, else empty, which leaves the
+# one the Go toolchain recorded. Outside a git checkout (the Docker build
+# context has no .git) pass them: make build-release VERSION=0.1.0
+# REVISION=<commit>, or docker build --build-arg VERSION=... --build-arg
+# REVISION=....
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+override VERSION := $(patsubst v%,%,$(or $(strip $(VERSION)),0.0.0-dev))
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+override REVISION := $(strip $(REVISION))
+VERSION_PKG := github.com/tiercache/tiercache/internal/version
+VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
+
 BIN_NAME_sidecar := tiercache-sidecar
 BIN_NAME_operator := tiercache-operator
 CMD_DIRS = $(patsubst %/,%,$(sort $(dir $(wildcard cmd/*/*.go) $(wildcard tools/*/*.go))))
@@ -31,25 +46,24 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen)
+build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen), VERSION and REVISION stamped
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
-		echo "go build -trimpath -o bin/$$n ./$$d"; \
-		$(GO) build -trimpath -o "bin/$$n" "./$$d"; \
+		echo "go build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o bin/$$n ./$$d"; \
+		$(GO) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o "bin/$$n" "./$$d"; \
 	done
 
 # The release binaries, exactly as the Dockerfile builds them (it runs this
 # target; internal/release checks that it still does and that the binaries
 # it copies come out static). CGO off for a static binary on
 # distroless/static, -trimpath and -s -w for reproducible, smaller
-# binaries. No -X version: the code has no version variable yet; the Go
-# toolchain still stamps module and VCS data (go version -m).
+# binaries, VERSION and REVISION stamped (-X) as in build.
 RELEASE_LDFLAGS ?= -s -w
-build-release: ## Build static release binaries into bin/release/ (the Dockerfile runs this)
+build-release: ## Build static release binaries into bin/release/ (the Dockerfile runs this; VERSION, REVISION)
 	@mkdir -p bin/release
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-sidecar ./cmd/sidecar
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-operator ./cmd/operator
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS) $(VERSION_LDFLAGS)" -o bin/release/tiercache-sidecar ./cmd/sidecar
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS) $(VERSION_LDFLAGS)" -o bin/release/tiercache-operator ./cmd/operator
 
 test: lint check-generated test-unit test-alloc fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, short fuzz runs, demo smoke test
 

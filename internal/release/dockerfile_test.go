@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,12 +138,26 @@ func TestDockerfile(t *testing.T) {
 	}
 	workdir := "/"
 	var runs []string
+	// The build arguments declared before `make build-release`, which
+	// sees them as environment variables.
+	args := map[string]bool{}
 	for _, in := range builder.ins {
 		switch in.cmd {
 		case "WORKDIR":
 			workdir = path.Join(workdir, in.args)
+		case "ARG":
+			if !slices.Contains(runs, "make build-release") {
+				args[in.args] = true
+			}
 		case "RUN":
 			runs = append(runs, in.args)
+		}
+	}
+	// The context has no .git (.dockerignore): only build arguments can
+	// tell make the version and revision to stamp.
+	for _, a := range versionArgs {
+		if !args[a] {
+			t.Errorf("the builder declares no ARG %s before make build-release: docker build --build-arg %s=... would not reach the binaries", a, a)
 		}
 	}
 	buildRuns := 0
@@ -225,11 +240,39 @@ func TestDockerfile(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "make", "build-release")
 	cmd.Dir = root
 	cmd.WaitDelay = 10 * time.Second
+	// As docker build --build-arg VERSION=v9.8.7-release-test passes them
+	// (the tag's leading v is dropped).
+	cmd.Env = append(os.Environ(), "VERSION=v9.8.7-release-test", "REVISION="+testRevision)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make build-release: %v (%v)\n%s", err, ctx.Err(), out)
 	}
 	for _, rel := range copied {
-		checkStaticBinary(t, filepath.Join(root, filepath.FromSlash(rel)))
+		p := filepath.Join(root, filepath.FromSlash(rel))
+		checkStaticBinary(t, p)
+		checkVersion(ctx, t, p, "9.8.7-release-test", testRevision)
+	}
+}
+
+// versionArgs are the build arguments make build-release stamps into the
+// binaries.
+var versionArgs = []string{"VERSION", "REVISION"}
+
+const testRevision = "0123456789abcdef0123456789abcdef01234567"
+
+// checkVersion: the binary's --version reports the version and revision
+// make stamped.
+func checkVersion(ctx context.Context, t *testing.T, p, version, revision string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, p, "--version")
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		t.Errorf("%s --version: %v", p, err)
+		return
+	}
+	want := filepath.Base(p) + " " + version + " (revision " + revision + ", go"
+	if !strings.HasPrefix(string(out), want) {
+		t.Errorf("%s --version printed %q, want it to start with %q", p, out, want)
 	}
 }
 
