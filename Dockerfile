@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 #
 # Tiercache image: both commands, static, on distroless, non-root.
-#   docker build -t ghcr.io/tiercache/tiercache:<version> .
+#   docker build --build-arg VERSION=<version> --build-arg REVISION=$(git rev-parse HEAD) \
+#     -t ghcr.io/tiercache/tiercache:<version> .
 # The entrypoint is the sidecar (the operator injects this image with only
 # args); the chart's operator Deployment runs /tiercache-operator.
 #
@@ -19,6 +20,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The version and commit the binaries report (--version,
+# tiercache_build_info): the build context has no .git, so make cannot
+# ask git; without them the binaries say 0.0.0-dev, revision unknown.
+ARG VERSION
+ARG REVISION
 RUN make build-release
 
 FROM gcr.io/distroless/static:nonroot

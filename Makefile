@@ -16,6 +16,21 @@ export FUZZTIME
 # tools/<dir> (the demo origin and the load generator: tooling, not the
 # product) → bin/<dir>, built with CGO off: static, so that they run in
 # an image as built (the real-node e2e runs bin/demo-origin as its app).
+# The version and revision stamped into every binary (internal/version):
+# `git describe` without its leading "v" (0.1.0 on a tag, 0.1.0-3-gabc1234
+# after it, the short commit before the first tag, -dirty with local
+# changes), else 0.0.0-dev; the full commit, else empty, which leaves the
+# one the Go toolchain recorded. Outside a git checkout (the Docker build
+# context has no .git) pass them: make build-release VERSION=0.1.0
+# REVISION=<commit>, or docker build --build-arg VERSION=... --build-arg
+# REVISION=....
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+override VERSION := $(patsubst v%,%,$(or $(strip $(VERSION)),0.0.0-dev))
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+override REVISION := $(strip $(REVISION))
+VERSION_PKG := github.com/tiercache/tiercache/internal/version
+VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
+
 BIN_NAME_sidecar := tiercache-sidecar
 BIN_NAME_operator := tiercache-operator
 CMD_DIRS = $(patsubst %/,%,$(sort $(dir $(wildcard cmd/*/*.go) $(wildcard tools/*/*.go))))
@@ -32,29 +47,28 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; static tools: demo-origin, loadgen, imagebuild, gofloor)
+build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; static tools: demo-origin, loadgen, imagebuild, gofloor), VERSION and REVISION stamped
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
 		cgo=; case "$$d" in tools/*) cgo=CGO_ENABLED=0 ;; esac; \
-		echo "$${cgo:+$$cgo }go build -trimpath -o bin/$$n ./$$d"; \
-		env $$cgo $(GO) build -trimpath -o "bin/$$n" "./$$d"; \
+		echo "$${cgo:+$$cgo }go build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o bin/$$n ./$$d"; \
+		env $$cgo $(GO) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o "bin/$$n" "./$$d"; \
 	done
 
 # The release binaries, exactly as the Dockerfile builds them (it runs this
 # target; internal/release checks that it still does and that the binaries
 # it copies come out static). CGO off for a static binary on
 # distroless/static, -trimpath and -s -w for reproducible, smaller
-# binaries. No -X version: the code has no version variable yet; the Go
-# toolchain still stamps module and VCS data (go version -m).
+# binaries, VERSION and REVISION stamped (-X) as in build.
 # RELEASE_DIR: `make image` builds each platform's into a directory of
 # its own (GOOS and GOARCH in the environment).
 RELEASE_LDFLAGS ?= -s -w
 RELEASE_DIR ?= bin/release
-build-release: ## Build static release binaries into bin/release/ (the Dockerfile runs this)
+build-release: ## Build static release binaries into bin/release/ (the Dockerfile runs this; VERSION, REVISION)
 	@mkdir -p $(RELEASE_DIR)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/tiercache-sidecar ./cmd/sidecar
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_DIR)/tiercache-operator ./cmd/operator
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS) $(VERSION_LDFLAGS)" -o $(RELEASE_DIR)/tiercache-sidecar ./cmd/sidecar
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS) $(VERSION_LDFLAGS)" -o $(RELEASE_DIR)/tiercache-operator ./cmd/operator
 
 # The images, as OCI image archives, without a container engine
 # (tools/imagebuild, on go-containerregistry): the Dockerfile's image
@@ -65,7 +79,6 @@ build-release: ## Build static release binaries into bin/release/ (the Dockerfil
 # another). Reproducible: every time in them is SOURCE_DATE_EPOCH (0
 # when unset), so the same tree and toolchain give the same digests.
 # IMAGE_REPO is the chart's image.repository (internal/release checks).
-VERSION ?= 0.0.0-dev
 IMAGE_REPO ?= ghcr.io/tiercache/tiercache
 DEMO_IMAGE_REPO ?= ghcr.io/tiercache/demo-origin
 IMAGE_ARCH ?= $(or $(GOARCH),$(shell $(GO) env GOARCH))

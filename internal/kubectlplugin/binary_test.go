@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tiercache/tiercache/internal/version"
 )
 
 // TestTheBinaryRunsAsAKubectlPlugin builds cmd/kubectl-tiercache, puts it
@@ -58,6 +60,10 @@ func TestTheBinaryRunsAsAKubectlPlugin(t *testing.T) {
 	_, errOut, code = kubectlRun("tiercache", "status", "nope", "-n", ns)
 	if code != 1 || !strings.Contains(errOut, `error: CacheTier "nope" not found in namespace "`+ns+`"`) {
 		t.Fatalf("kubectl tiercache status nope: exit %d, stderr %q; want 1 and the error", code, errOut)
+	}
+	out, errOut, code = kubectlRun("tiercache", "--version")
+	if code != 0 || !strings.HasPrefix(out, "kubectl-tiercache "+version.DevVersion+" (revision ") {
+		t.Fatalf("kubectl tiercache --version: exit %d, stdout %q, stderr %q; want the plugin's development version", code, out, errOut)
 	}
 	_, errOut, code = kubectlRun("tiercache", "purge", "shop", "-n", ns)
 	if code != 2 || !strings.Contains(errOut, "error: nothing to purge") {

@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/tiercache/tiercache/internal/version"
 )
 
 // Streams are where a command reads and writes.
@@ -73,6 +75,7 @@ func newRoot(streams Streams, o Options) *cobra.Command {
   purge    remove cached responses by URL, path prefix, tag, or all of them
   status   the tier's status and, per pod, config version, hit ratio and L2 state
   explain  which rule a URL falls under, its cache key and lifetimes
+  version  the plugin's version (also --version)
 
 It takes kubectl's flags (--kubeconfig, --context, -n/--namespace, ...).`,
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl tiercache"},
@@ -81,19 +84,25 @@ It takes kubectl's flags (--kubeconfig, --context, -n/--namespace, ...).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usagef("a command is required: purge, status or explain (see --help)")
+				return usagef("a command is required: purge, status, explain or version (see --help)")
 			}
-			return usagef("unknown command %q: use purge, status or explain (see --help)", args[0])
+			return usagef("unknown command %q: use purge, status, explain or version (see --help)", args[0])
 		},
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		// --version prints this line (cobra's version flag).
+		Version: version.Get().String(),
 	}
+	root.SetVersionTemplate(pluginName + " {{.Version}}\n")
+	// Declared here so that cobra adds no -v: kubectl users read -v as
+	// log verbosity.
+	root.Flags().Bool("version", false, "print the plugin's version and exit")
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	r.flags.AddFlags(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{Err: err} })
-	root.AddCommand(r.purgeCommand(), r.statusCommand(), r.explainCommand())
+	root.AddCommand(r.purgeCommand(), r.statusCommand(), r.explainCommand(), r.versionCommand())
 	return root
 }
 

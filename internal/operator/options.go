@@ -98,6 +98,9 @@ type Options struct {
 	// SyncPeriod re-reconciles every tier this often (a safety net; every
 	// change is watched).
 	SyncPeriod time.Duration
+	// ShowVersion (--version) prints the version and exits: no other
+	// flag is checked and the API server is not reached.
+	ShowVersion bool
 }
 
 // Cert modes and missing-tier policies.
@@ -155,8 +158,12 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
 	fs.StringVar(&excluded, "excluded-namespaces", "kube-system,kube-public,kube-node-lease", "comma-separated namespaces never injected (the operator's own always is)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Hour, "full re-reconcile period")
+	fs.BoolVar(&o.ShowVersion, "version", false, "print the version, git revision and Go version, and exit")
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err
+	}
+	if o.ShowVersion {
+		return Options{ShowVersion: true}, nil
 	}
 	if fs.NArg() > 0 {
 		return Options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())

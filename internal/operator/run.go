@@ -42,11 +42,14 @@ import (
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/operator/inject"
+	tcversion "github.com/tiercache/tiercache/internal/version"
 )
 
 // Env is what Run takes from its surroundings.
 type Env struct {
 	Getenv func(string) string
+	// Stdout takes what --version prints; nil = Stderr.
+	Stdout io.Writer
 	Stderr io.Writer
 	// RestConfig reaches the API server; nil = controller-runtime's
 	// lookup (--kubeconfig, $KUBECONFIG, in-cluster).
@@ -73,7 +76,7 @@ func Run(ctx context.Context, args []string) error {
 	log := newLogger(os.Stderr)
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
-	return RunWith(ctx, args, Env{Getenv: os.Getenv, Stderr: os.Stderr})
+	return RunWith(ctx, args, Env{Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
 }
 
 // newLogger logs JSON lines to w.
@@ -90,7 +93,26 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	build := tcversion.Get()
+	if o.ShowVersion {
+		out := env.Stdout
+		if out == nil {
+			out = env.Stderr
+		}
+		_, err := fmt.Fprintln(out, "tiercache-operator", build)
+		return err
+	}
 	log := newLogger(env.Stderr)
+	// The first line names the build, before anything can fail.
+	log.Info("starting", "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion,
+		"namespace", o.Namespace, "certMode", o.CertMode, "leaderElection", o.LeaderElect)
+	reg := env.Registerer
+	if reg == nil {
+		reg = crmetrics.Registry
+	}
+	if err := reg.Register(build.Collector()); err != nil {
+		return fmt.Errorf("registering %s: %w", tcversion.MetricBuildInfo, err)
+	}
 
 	cfg := env.RestConfig
 	if cfg == nil {
@@ -103,10 +125,6 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	rec := mgr.GetEventRecorder("tiercache-operator")
-	reg := env.Registerer
-	if reg == nil {
-		reg = crmetrics.Registry
-	}
 	// certReady is closed once the webhook certificate files exist (the
 	// control plane serves TLS with them too).
 	certReady := make(chan struct{})
@@ -145,7 +163,6 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("starting", "namespace", o.Namespace, "certMode", o.CertMode, "leaderElection", o.LeaderElect)
 	return mgr.Start(ctx)
 }
 

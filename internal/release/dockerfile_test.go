@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,9 +194,24 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("builder image %q, want golang:%s (go.mod's go %s)", builder.image, goMinor, goVersion)
 	}
 	var runs []string
+	// The build arguments declared before `make build-release`, which
+	// sees them as environment variables.
+	args := map[string]bool{}
 	for _, in := range builder.ins {
-		if in.cmd == "RUN" {
+		switch in.cmd {
+		case "ARG":
+			if !slices.Contains(runs, "make build-release") {
+				args[in.args] = true
+			}
+		case "RUN":
 			runs = append(runs, in.args)
+		}
+	}
+	// The context has no .git (.dockerignore): only build arguments can
+	// tell make the version and revision to stamp.
+	for _, a := range versionArgs {
+		if !args[a] {
+			t.Errorf("the builder declares no ARG %s before make build-release: docker build --build-arg %s=... would not reach the binaries", a, a)
 		}
 	}
 	buildRuns := 0
@@ -237,7 +253,9 @@ func TestDockerfile(t *testing.T) {
 	}
 	makeIn(t, root, "build-release")
 	for _, rel := range d.copies {
-		checkStaticBinary(t, filepath.Join(root, filepath.FromSlash(rel)))
+		p := filepath.Join(root, filepath.FromSlash(rel))
+		checkStaticBinary(t, p)
+		checkVersion(t, p, "9.8.7-release-test", testRevision)
 	}
 }
 
@@ -249,8 +267,36 @@ func makeIn(t *testing.T, root string, args ...string) {
 	cmd := exec.CommandContext(ctx, "make", args...)
 	cmd.Dir = root
 	cmd.WaitDelay = 10 * time.Second
+	// As docker build --build-arg VERSION=v9.8.7-release-test passes them
+	// (the tag's leading v is dropped).
+	cmd.Env = append(os.Environ(), "VERSION=v9.8.7-release-test", "REVISION="+testRevision)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make %s: %v (%v)\n%s", strings.Join(args, " "), err, ctx.Err(), out)
+	}
+}
+
+// versionArgs are the build arguments make build-release stamps into the
+// binaries.
+var versionArgs = []string{"VERSION", "REVISION"}
+
+const testRevision = "0123456789abcdef0123456789abcdef01234567"
+
+// checkVersion: the binary's --version reports the version and revision
+// make stamped.
+func checkVersion(t *testing.T, p, version, revision string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p, "--version")
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		t.Errorf("%s --version: %v", p, err)
+		return
+	}
+	want := filepath.Base(p) + " " + version + " (revision " + revision + ", go"
+	if !strings.HasPrefix(string(out), want) {
+		t.Errorf("%s --version printed %q, want it to start with %q", p, out, want)
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/internal/version"
 )
 
 // Options are the parsed command line.
@@ -92,6 +93,9 @@ type Options struct {
 	// --access-log-sample-percent, --access-log-exclude): what applies
 	// where the tier's accessLog says nothing.
 	AccessLog accesslog.Defaults
+	// ShowVersion (--version) prints the version and exits: nothing else
+	// is read or checked.
+	ShowVersion bool
 }
 
 // ParseArgs parses args; every flag may also come from the environment as
@@ -138,8 +142,12 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.BoolVar(&o.AccessLog.Enabled, "access-log", alogDefaults.Enabled, "write one JSON line per request to stdout (the tier's accessLog.enabled wins when set)")
 	fs.IntVar(&o.AccessLog.SamplePercent, "access-log-sample-percent", alogDefaults.SamplePercent, "log this share of requests, 1-100; 5xx answers are always logged (the tier's accessLog.samplePercent wins when set)")
 	accessExclude := fs.String("access-log-exclude", "", "comma-separated paths never logged, exact or a prefix ending in * (the tier's accessLog.excludePaths wins when set)")
+	fs.BoolVar(&o.ShowVersion, flagVersion, false, "print the version, git revision and Go version, and exit (not read from the environment)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.ShowVersion {
+		return o, nil
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -148,7 +156,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
+		// TIERCACHE_VERSION could be anyone's variable; --version is
+		// asked for on the command line only.
+		if set[f.Name] || f.Name == flagVersion {
 			return
 		}
 		env := envName(f.Name)
@@ -248,6 +258,9 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	return o, nil
 }
 
+// flagVersion is --version.
+const flagVersion = "version"
+
 // envName is the environment variable of a flag: TIERCACHE_<FLAG>.
 func envName(flag string) string {
 	return "TIERCACHE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
@@ -276,6 +289,11 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
+		return err
+	}
+	build := version.Get()
+	if o.ShowVersion {
+		_, err := fmt.Fprintln(stdout, "tiercache-sidecar", build)
 		return err
 	}
 	log, err := newLogger(stderr, o.LogLevel, o.LogFormat)
@@ -369,7 +387,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		defer func() { cancel(); <-softDone; tick.Stop() }()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build.Collector())
 	if dp.m, err = metrics.New(reg, dp.l1Stats); err != nil {
 		return err
 	}
@@ -484,6 +502,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		close(secDone)
 	}
 	log.Info("tiercache sidecar serving",
+		"version", build.Version, "revision", build.Revision,
 		"listen", serveLn.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", upstream.String(), "config", version, "source", source,
 		"control_plane", o.ControlPlane,

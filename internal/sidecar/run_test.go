@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tiercache/tiercache/internal/version"
 )
 
 func TestFlagsComeFromTheEnvironmentUnlessGivenOnTheCommandLine(t *testing.T) {
@@ -74,6 +76,36 @@ func TestRunRefusesAnInvalidConfigNamingTheField(t *testing.T) {
 }
 
 func noEnv(string) string { return "" }
+
+// buildInfoLine is the sample of tiercache_build_info for i on a metrics
+// page.
+func buildInfoLine(i version.Info) string {
+	return fmt.Sprintf(`tiercache_build_info{goversion=%q,revision=%q,version=%q} 1`, i.GoVersion, i.Revision, i.Version)
+}
+
+func TestVersionPrintsTheBuildAndNeedsNoOtherFlag(t *testing.T) {
+	var out, errOut strings.Builder
+	if err := Run(context.Background(), []string{"--version"}, &out, &errOut); err != nil {
+		t.Fatalf("Run --version: %v", err)
+	}
+	if want := "tiercache-sidecar " + version.Get().String() + "\n"; out.String() != want {
+		t.Errorf("Run --version printed %q, want %q", out.String(), want)
+	}
+	if errOut.Len() != 0 {
+		t.Errorf("Run --version wrote to stderr: %q", errOut.String())
+	}
+}
+
+func TestTheVersionFlagIsNotReadFromTheEnvironment(t *testing.T) {
+	env := map[string]string{"TIERCACHE_UPSTREAM": "http://127.0.0.1:1", "TIERCACHE_VERSION": "1.2.3"}
+	o, err := ParseArgs(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatalf("TIERCACHE_VERSION=1.2.3 in the environment: %v", err)
+	}
+	if o.ShowVersion {
+		t.Error("TIERCACHE_VERSION in the environment asked for the version")
+	}
+}
 
 // sidecar is a running sidecar in this process.
 type sidecar struct {
@@ -161,6 +193,7 @@ func TestServesCachesReportsAndShutsDownWithoutLeaks(t *testing.T) {
 		`tiercache_origin_requests_total{code="200"} 1`,
 		`tiercache_l1_entries 1`,
 		`tiercache_config_info{version="`,
+		buildInfoLine(version.Get()),
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)
