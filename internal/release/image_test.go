@@ -38,7 +38,7 @@ func TestMakeImageIsTheDockerfilesImage(t *testing.T) {
 	for _, out := range []string{first, second} {
 		makeIn(t, root, "image", "IMAGE_OUT="+out, "VERSION="+version, "IMAGE_ARCH="+arch)
 	}
-	makeIn(t, root, "build-release", "RELEASE_DIR="+release)
+	makeIn(t, root, "build-release", "RELEASE_DIR="+release, "VERSION="+version)
 
 	product := "tiercache-" + version + "-linux-" + arch + ".oci.tar"
 	demo := "demo-origin-" + version + "-linux-" + arch + ".oci.tar"
