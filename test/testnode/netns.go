@@ -114,11 +114,14 @@ func nsInode(path string) (uint64, error) {
 }
 
 // dial opens a connection from inside the network namespace at path: a
-// goroutine locks its OS thread, enters the namespace and dials. The
-// thread is never unlocked, so Go ends it with the goroutine instead of
-// reusing a thread that sits in another namespace. The socket stays in the
-// namespace it was made in, whichever thread uses it afterwards. addr must
-// be an IP address and port: name resolution would run elsewhere.
+// goroutine locks its OS thread, enters the namespace, dials, and goes
+// back to the thread's own namespace before unlocking. (A thread that
+// cannot go back stays locked, so Go ends it with the goroutine; ending
+// threads is otherwise avoided: a child's Pdeathsig fires when the thread
+// that started it ends, and any thread may have started a component.) The
+// socket stays in the namespace it was made in, whichever thread uses it
+// afterwards. addr must be an IP address and port: name resolution would
+// run elsewhere.
 func dial(ctx context.Context, path, network, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
@@ -127,7 +130,10 @@ func dial(ctx context.Context, path, network, addr string) (net.Conn, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		c, err := dialLocked(ctx, path, network, addr)
+		c, back, err := dialLocked(ctx, path, network, addr)
+		if back {
+			runtime.UnlockOSThread()
+		}
 		ch <- result{c, err}
 	}()
 	select {
@@ -143,17 +149,26 @@ func dial(ctx context.Context, path, network, addr string) (net.Conn, error) {
 	}
 }
 
-func dialLocked(ctx context.Context, path, network, addr string) (net.Conn, error) {
+// dialLocked runs on a locked thread; back says whether the thread is in
+// its own network namespace again.
+func dialLocked(ctx context.Context, path, network, addr string) (c net.Conn, back bool, err error) {
+	own, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, true, err
+	}
+	defer own.Close()
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	defer f.Close()
 	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("setns %s: %w", path, err)
+		return nil, true, fmt.Errorf("setns %s: %w", path, err)
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
+	c, err = d.DialContext(ctx, network, addr)
+	back = unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil
+	return c, back, err
 }
 
 // run runs a helper command, bounded by commandTimeout, and returns its

@@ -97,7 +97,6 @@ func Start(t testing.TB) *Node {
 		{"CoreDNS", n.startCoreDNS},
 	} {
 		if err := phase.run(ctx); err != nil {
-			n.dumpLogs()
 			t.Fatalf("testnode: %s: %v", phase.name, err)
 		}
 	}

@@ -71,7 +71,6 @@ func TestANodeRunsPodsServicesAndDNS(t *testing.T) {
 		return ready == 2, fmt.Errorf("%d of 2 ready: %v", ready, states)
 	})
 	if err != nil {
-		n.dumpLogs()
 		t.Fatal(err)
 	}
 	t.Logf("2 pods Running and Ready %.1fs after the Deployment was created", time.Since(start).Seconds())
