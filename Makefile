@@ -26,7 +26,7 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
-.PHONY: help build build-release test test-unit test-alloc lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
+.PHONY: help build build-release test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,7 +51,7 @@ build-release: ## Build static release binaries into bin/release/ (the Dockerfil
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-sidecar ./cmd/sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o bin/release/tiercache-operator ./cmd/operator
 
-test: lint check-generated test-unit test-alloc fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, short fuzz runs, demo smoke test
+test: lint check-generated test-unit test-alloc test-node fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, the real-node test, short fuzz runs, demo smoke test
 
 # The Kubernetes tools (etcd, kube-apiserver, kubectl, helm, controller-gen)
 # are built on first use (~15 min cold, cached after). With
@@ -70,6 +70,15 @@ ALLOC_PKGS = $(sort $(dir $(shell grep -rlE --include='*_test.go' '^func Test[A-
 
 test-alloc: ## Run the allocation tests (the L1 hit path's among them) without -race
 	$(GO) test -count=1 -run 'Alloc' $(addprefix ./,$(ALLOC_PKGS))
+
+# A real single-node cluster (test/testnode) in network and mount
+# namespaces of its own; its tools are built into the cache by
+# hack/node-tools.sh on first use (about 10 min cold, under a second warm).
+# TIERCACHE_REQUIRE_NODE=1: a machine that cannot run it fails here
+# instead of skipping.
+test-node: ## Run the real-node test (kubelet, containerd, kube-proxy, CoreDNS in a network namespace)
+	set -a; eval "$$(bash hack/node-tools.sh env)"; set +a; \
+	TIERCACHE_REQUIRE_NODE=1 $(GO) test -count=1 -timeout 10m -v ./test/testnode/
 
 generate: ## Regenerate deep-copy code and the CRD (config/crd) from internal/api
 	bash hack/generate.sh

@@ -53,18 +53,30 @@ TC_NODE_APT_TIMEOUT="${TC_NODE_APT_TIMEOUT:-600}"
 
 # --- Debian packages, unpacked ------------------------------------------------
 
-# _node_deb_version PACKAGE prints the version apt would install, updating
-# the package lists once when apt knows none.
-_node_deb_version() {
-  local pkg="$1" v
-  v="$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')"
-  if [[ -z "$v" || "$v" == "(none)" ]]; then
+# _node_deb_versions fills NODE_DEB_VERSION[package] with the version apt
+# would install of each of NODE_DEBS (one apt-cache call: it takes seconds),
+# updating the package lists once when apt knows none of them.
+declare -A NODE_DEB_VERSION=()
+_node_deb_versions() {
+  ((${#NODE_DEB_VERSION[@]} == 0)) || return 0
+  local out pkg
+  out="$(_node_apt_policy)"
+  if [[ "$out" != *"Candidate: "[0-9]* ]]; then
     tc_with_lock apt timeout -k 10 "$TC_NODE_APT_TIMEOUT" \
       env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >&2 || return 1
-    v="$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')"
+    out="$(_node_apt_policy)"
   fi
-  [[ -n "$v" && "$v" != "(none)" ]] || { tc_log "error: apt offers no version of $pkg"; return 1; }
-  printf '%s\n' "$v"
+  for pkg in "${NODE_DEBS[@]}"; do
+    NODE_DEB_VERSION[$pkg]="$(awk -v p="$pkg:" '$1 == p { on = 1; next } /^[^ ]/ { on = 0 } on && $1 == "Candidate:" { print $2; exit }' <<<"$out")"
+    [[ -n "${NODE_DEB_VERSION[$pkg]}" && "${NODE_DEB_VERSION[$pkg]}" != "(none)" ]] || {
+      tc_log "error: apt offers no version of $pkg"
+      return 1
+    }
+  done
+}
+
+_node_apt_policy() {
+  timeout -k 5 "$TC_K8S_CHECK_TIMEOUT" apt-cache policy "${NODE_DEBS[@]}" 2>/dev/null || true
 }
 
 _node_build_deb() {
@@ -80,13 +92,14 @@ _node_build_deb() {
 }
 
 ensure_deb() {
-  local pkg="$1" version
-  version="$(_node_deb_version "$pkg")" || return 1
-  tc_install "$pkg" "$version" "deb" _node_build_deb "$pkg" "$version"
+  local pkg="$1"
+  _node_deb_versions || return 1
+  tc_install "$pkg" "${NODE_DEB_VERSION[$pkg]}" "deb" _node_build_deb "$pkg" "${NODE_DEB_VERSION[$pkg]}"
 }
 
 ensure_debs() {
   tc_apt_install iptables iptables >/dev/null || return 1
+  _node_deb_versions || return 1
   local p
   for p in "${NODE_DEBS[@]}"; do ensure_deb "$p" || return 1; done
 }
@@ -132,10 +145,15 @@ _node_build_coredns() {
   _k8s_expect "$what" "CoreDNS-${COREDNS_VERSION#v}" "$tmp/bin/coredns" -version || return 1
   local plugins
   plugins="$(timeout 10 "$tmp/bin/coredns" -plugins 2>&1)" || return 1
+  # One plugin a line (the kubernetes plugin brings metadata, prometheus
+  # and transfer along, registered but not in the directives).
   for p in "${COREDNS_PLUGINS[@]}"; do
-    [[ "$plugins" == *"dns.$p"* ]] || { tc_log "error: $what: plugin $p missing from: $plugins"; return 1; }
+    grep -qx "[[:space:]]*\(dns\.\)\{0,1\}$p" <<<"$plugins" || { tc_log "error: $what: plugin $p missing from: $plugins"; return 1; }
   done
-  [[ "$plugins" != *dns.forward* ]] || { tc_log "error: $what: forward is linked in"; return 1; }
+  if grep -qx '[[:space:]]*\(dns\.\)\{0,1\}forward' <<<"$plugins"; then
+    tc_log "error: $what: forward is linked in"
+    return 1
+  fi
 }
 
 ensure_coredns() {
@@ -196,10 +214,11 @@ main() {
       ;;
     env)
       local containerd runc cni kube images k8s
-      ensure_debs >/dev/null
-      containerd="$(ensure_deb containerd)"
-      runc="$(ensure_deb runc)"
-      cni="$(ensure_deb containernetworking-plugins)"
+      local debs
+      debs="$(ensure_debs)"
+      containerd="$(sed -n 1p <<<"$debs")"
+      runc="$(sed -n 2p <<<"$debs")"
+      cni="$(sed -n 3p <<<"$debs")"
       kube="$(ensure_node_kube)"
       images="$(ensure_images)"
       k8s="$(bash "$TC_ROOT/hack/k8s-tools.sh" etcd && bash "$TC_ROOT/hack/k8s-tools.sh" kube)"

@@ -55,7 +55,7 @@ func TestANodeRunsPodsServicesAndDNS(t *testing.T) {
 	}
 
 	start := time.Now()
-	err = poll(ctx, 2*time.Minute, "2 hello pods Running and Ready", nil, func(ctx context.Context) (bool, error) {
+	err = poll(ctx, 90*time.Second, "2 hello pods Running and Ready", nil, func(ctx context.Context) (bool, error) {
 		pods, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
 		if err != nil {
 			return false, err
@@ -132,8 +132,8 @@ func helloDeployment() *appsv1.Deployment {
 						Image:           image,
 						ImagePullPolicy: corev1.PullNever,
 						RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
-						Args:            []string{"-listen", "127.0.0.1:8081", "-text", "sidecar"},
-						StartupProbe:    &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Host: "", Port: intstr.FromInt32(8081)}}, PeriodSeconds: 1},
+						Args:            []string{"-listen", ":8081", "-text", "sidecar"},
+						StartupProbe:    &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8081)}}, PeriodSeconds: 1},
 					}},
 					Containers: []corev1.Container{{
 						Name:            "app",
