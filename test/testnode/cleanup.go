@@ -24,9 +24,6 @@ func (n *Node) Teardown() error {
 		if n.t.Failed() {
 			n.dumpLogs()
 		}
-		if n.stopSignals != nil {
-			n.stopSignals()
-		}
 		start := time.Now()
 		n.mu.Lock()
 		procs := append([]*proc(nil), n.procs...)
@@ -41,6 +38,11 @@ func (n *Node) Teardown() error {
 		errs = append(errs, removeNode(ctx, n.l.work))
 		n.teardownErr = errors.Join(errs...)
 		n.t.Logf("testnode: teardown took %.1fs", time.Since(start).Seconds())
+		// Only now: a second ^C during the teardown waits for it (Once)
+		// instead of killing the binary halfway.
+		if n.stopSignals != nil {
+			n.stopSignals()
+		}
 	})
 	return n.teardownErr
 }
@@ -262,8 +264,18 @@ func restoreSysctls(file string) error {
 	return errors.Join(errs...)
 }
 
-// sweep removes the nodes of test binaries that died without a teardown:
-// work directories and cgroups named with the prefix whose process is gone.
+// Sweep removes the nodes of test binaries that died without a teardown:
+// work directories and cgroups named with the prefix whose process is gone
+// (with their processes, namespaces and the sysctls they changed). Start
+// runs it first; a test that looks at the machine before Start runs it
+// before looking.
+func Sweep(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sweep(ctx, t)
+}
+
 func sweep(ctx context.Context, t testing.TB) {
 	t.Helper()
 	stale := map[string]bool{}

@@ -27,6 +27,7 @@ import (
 // through CoreDNS; and after the teardown the machine has no link, mount,
 // iptables rule, cgroup or directory more than before.
 func TestANodeRunsPodsServicesAndDNS(t *testing.T) {
+	Sweep(t)
 	before := snapshotMachine(t)
 	n := Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -194,8 +195,10 @@ func get(ctx context.Context, c *http.Client, url string) (string, error) {
 }
 
 // snapshotMachine is what a node must leave as it found it, seen from the
-// test's own namespaces: links, mount points, iptables rules, cgroups and
-// directories named with the harness's prefix.
+// test's own namespaces: links, mount points, iptables rules, the sysctls
+// kubelet sets, cgroups and directories named with the harness's prefix,
+// and what is in the paths kubelet, libcni and containerd write whatever
+// their flags say.
 func snapshotMachine(t *testing.T) map[string]string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
@@ -237,6 +240,15 @@ func snapshotMachine(t *testing.T) map[string]string {
 		}
 		snap[save] = strings.Join(rules, "\n")
 	}
+	var sysctls []string
+	for _, k := range kubeletSysctls {
+		v, err := os.ReadFile(filepath.Join("/proc/sys", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sysctls = append(sysctls, k+"="+strings.TrimSpace(string(v)))
+	}
+	snap["sysctls"] = strings.Join(sysctls, "\n")
 	var owned []string
 	for _, dir := range append(cgroupHierarchies(), os.TempDir(), "/var/lib/cni", "/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/run/containerd") {
 		m, _ := filepath.Glob(filepath.Join(dir, "*"))
