@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,11 +29,23 @@ func (n *Node) Teardown() error {
 		n.mu.Lock()
 		procs := append([]*proc(nil), n.procs...)
 		n.mu.Unlock()
-		// kubelet and kube-proxy first, so nothing restarts what goes
-		// next; then the rest at once.
+		// In stages, each at once: the node first, so nothing restarts
+		// what goes next; the API server before etcd. The API server's
+		// graceful shutdown outwaited 10 s every time (with etcd still
+		// up): its state is thrown away, so it gets 2 s.
 		var errs []error
-		stopAll(procs, func(p *proc) bool { return p.name == "kubelet" || p.name == "kube-proxy" }, &errs)
-		stopAll(procs, func(*proc) bool { return true }, &errs)
+		for _, stage := range []struct {
+			names []string
+			grace time.Duration
+		}{
+			{[]string{"kubelet", "kube-proxy"}, stopTimeout},
+			{[]string{"containerd", "kube-controller-manager", "kube-scheduler"}, stopTimeout},
+			{[]string{"kube-apiserver"}, 2 * time.Second},
+			{nil, stopTimeout}, // the rest: etcd
+		} {
+			which := func(p *proc) bool { return stage.names == nil || slices.Contains(stage.names, p.name) }
+			stopAll(procs, which, stage.grace, n.t.Logf, &errs)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		errs = append(errs, removeNode(ctx, n.l.work))
@@ -47,7 +60,7 @@ func (n *Node) Teardown() error {
 	return n.teardownErr
 }
 
-func stopAll(procs []*proc, which func(*proc) bool, errs *[]error) {
+func stopAll(procs []*proc, which func(*proc) bool, grace time.Duration, logf func(string, ...any), errs *[]error) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, p := range procs {
@@ -55,7 +68,7 @@ func stopAll(procs []*proc, which func(*proc) bool, errs *[]error) {
 			continue
 		}
 		wg.Go(func() {
-			if err := p.stop(); err != nil {
+			if err := p.stop(grace, logf); err != nil {
 				mu.Lock()
 				*errs = append(*errs, err)
 				mu.Unlock()

@@ -62,9 +62,10 @@ func (p *proc) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM, then SIGKILL after stopTimeout; it returns once the
-// process has been reaped (or killTimeout after the SIGKILL).
-func (p *proc) stop() error {
+// stop sends SIGTERM, then SIGKILL after grace; it returns once the
+// process has been reaped (or killTimeout after the SIGKILL). It says
+// when it had to kill, unless grace was meant to be short.
+func (p *proc) stop(grace time.Duration, logf func(string, ...any)) error {
 	if done, _ := p.exited(); done {
 		return nil
 	}
@@ -72,7 +73,10 @@ func (p *proc) stop() error {
 	select {
 	case <-p.done:
 		return nil
-	case <-time.After(stopTimeout):
+	case <-time.After(grace):
+	}
+	if grace >= stopTimeout {
+		logf("testnode: %s did not exit %v after SIGTERM: killing it", p.name, grace)
 	}
 	_ = p.cmd.Process.Kill()
 	select {
