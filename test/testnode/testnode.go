@@ -14,7 +14,7 @@
 // cgroup root of the node's own in every v1 hierarchy. Teardown kills what
 // runs in those namespaces and cgroups and unmounts the namespaces, which
 // takes the bridge, veths, rules and mounts with them; a node left behind
-// by a killed test binary is swept at the next start (see sweep.go).
+// by a killed test binary is swept at the next start (Sweep, cleanup.go).
 //
 // Tests reach the cluster from their own process: Node.DialContext opens
 // sockets from an OS thread that entered the node's network namespace, so
