@@ -42,7 +42,7 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
-.PHONY: help build build-release image test test-unit test-alloc lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
+.PHONY: help build build-release image test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -99,7 +99,7 @@ image: ## Build the images as OCI archives in bin/image/ (tiercache-VERSION-linu
 		-name $(DEMO_IMAGE_REPO):$(VERSION) -source $(IMAGE_SOURCE) -platform linux/$(IMAGE_ARCH)=$(IMAGE_BIN) \
 		-file /demo-origin=demo-origin -entrypoint /demo-origin -arg=--listen=:8081
 
-test: lint check-generated test-unit test-alloc fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, short fuzz runs, demo smoke test
+test: lint check-generated test-unit test-alloc test-node fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, the real-node test, short fuzz runs, demo smoke test
 
 # The Kubernetes tools (etcd, kube-apiserver, kubectl, helm, controller-gen)
 # are built on first use (~15 min cold, cached after). With
@@ -118,6 +118,15 @@ ALLOC_PKGS = $(sort $(dir $(shell grep -rlE --include='*_test.go' '^func Test[A-
 
 test-alloc: ## Run the allocation tests (the L1 hit path's among them) without -race
 	$(GO) test -count=1 -run 'Alloc' $(addprefix ./,$(ALLOC_PKGS))
+
+# A real single-node cluster (test/testnode) in network and mount
+# namespaces of its own; its tools are built into the cache by
+# hack/node-tools.sh on first use (about 10 min cold, under a second warm).
+# TIERCACHE_REQUIRE_NODE=1: a machine that cannot run it fails here
+# instead of skipping.
+test-node: ## Run the real-node test (kubelet, containerd, kube-proxy, CoreDNS in a network namespace)
+	set -a; eval "$$(bash hack/node-tools.sh env)"; set +a; \
+	TIERCACHE_REQUIRE_NODE=1 $(GO) test -count=1 -timeout 10m -v ./test/testnode/
 
 generate: ## Regenerate deep-copy code and the CRD (config/crd) from internal/api
 	bash hack/generate.sh
