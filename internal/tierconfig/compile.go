@@ -200,7 +200,8 @@ func (c *Compiled) Match(path string, h http.Header) *CompiledRule {
 // selects that same rule. When they disagree, some origin routes the
 // request to a resource other than the one the rule was written for: the
 // request must neither be served from nor stored into the cache, and the
-// rule returned (the raw reading's) only names it in metrics and logs.
+// rule returned (the decoded, cleaned reading's) only names it in metrics
+// and logs.
 // A path with one reading costs one scan and no allocation.
 func (c *Compiled) MatchRequest(escapedPath string, h http.Header) (rule *CompiledRule, agreed bool) {
 	if len(c.rules) == 0 {
@@ -213,7 +214,13 @@ func (c *Compiled) MatchRequest(escapedPath string, h http.Header) (rule *Compil
 	rule = c.MatchReading(ps.At(0), h)
 	for i := 1; i < ps.Len(); i++ {
 		if c.MatchReading(ps.At(i), h) != rule {
-			return rule, false
+			// Named after the decoded, cleaned reading, as most origins
+			// read a path (/%61pi/cart counts under the rule for /api/).
+			decoded := escapedPath
+			if u, err := url.PathUnescape(escapedPath); err == nil {
+				decoded = u
+			}
+			return c.Match(decoded, h), false
 		}
 	}
 	return rule, true
