@@ -2,11 +2,15 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"crypto/x509"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -152,5 +156,52 @@ func TestSeveralPlatformsAreOneIndex(t *testing.T) {
 	}
 	if base("linux/amd64") != base("linux/arm64") {
 		t.Error("the platforms' base layers differ")
+	}
+}
+
+// A -bare image is what the real-node harness imports into containerd
+// (hack/node-tools.sh's pause and CoreDNS, test/testnode's test
+// commands): the commands alone in one layer, run as root, named for
+// ctr images import, and the same bytes from the same inputs.
+func TestABareImageIsTheCommandsAloneRunAsRoot(t *testing.T) {
+	dir := platformDir(t, map[string]string{"pause": "pause binary"})
+	args := []string{"-bare", "-name", "tiercache.local/pause:1", "-platform", "linux/amd64=" + dir,
+		"-file", "/pause=pause", "-entrypoint", "/pause"}
+	p := buildArchive(t, nil, args...)
+	a := testimage.Open(t, p)
+
+	if got := a.Entry.Annotations["io.containerd.image.name"]; got != "tiercache.local/pause:1" {
+		t.Errorf("io.containerd.image.name %q, want the full reference (ctr images import tags with it)", got)
+	}
+	img := a.Images["linux/amd64"]
+	if img == nil {
+		t.Fatalf("no linux/amd64 image: %v", a.Images)
+	}
+	cf := testimage.Config(t, img)
+	c := cf.Config
+	if c.User != "" || c.WorkingDir != "" || !slices.Equal(c.Env, []string{"PATH=/"}) || !slices.Equal(c.Entrypoint, []string{"/pause"}) {
+		t.Errorf("user %q, working dir %q, env %q, entrypoint %q: want root, none, PATH=/, /pause", c.User, c.WorkingDir, c.Env, c.Entrypoint)
+	}
+	if len(cf.History) != 1 || len(cf.RootFS.DiffIDs) != 1 {
+		t.Errorf("history %v, diff IDs %v: want one layer", cf.History, cf.RootFS.DiffIDs)
+	}
+	files := testimage.Files(t, img)
+	if len(files) != 1 || string(files["pause"].Data) != "pause binary" || files["pause"].Header.Mode != 0o755 {
+		t.Errorf("files %v, want /pause alone, 0755", files)
+	}
+
+	first, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(filepath.Join(dir, "pause"), time.Now(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	second, err := os.ReadFile(buildArchive(t, nil, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first, second) {
+		t.Fatal("two builds of the same inputs differ")
 	}
 }
