@@ -30,7 +30,7 @@
 # (hack/k8s-lib.sh); CoreDNS from the Go module proxy with a main of our own
 # that links only the plugins listed in COREDNS_PLUGINS (no `forward`: no
 # upstream to forward to, and no cloud SDKs to compile); the image archives
-# with tools/ociimage (go-containerregistry) from this repository.
+# with tools/imagebuild -bare (go-containerregistry) from this repository.
 #
 # Versions are pinned here and in hack/k8s-lib.sh; bump them there only.
 set -euo pipefail
@@ -45,7 +45,7 @@ COREDNS_VERSION=v1.14.7
 # In CoreDNS's plugin.cfg order, which is the order they run in.
 COREDNS_PLUGINS=(reload ready health errors log loadbalance cache kubernetes whoami)
 # The images' tag; the archives' directory is keyed by a hash of what goes
-# into them, so a change to tools/pause or tools/ociimage rebuilds them.
+# into them, so a change to tools/pause or tools/imagebuild rebuilds them.
 NODE_IMAGE_TAG=1
 NODE_DEBS=(containerd runc containernetworking-plugins)
 # Bound on one apt-get call, in seconds.
@@ -164,26 +164,31 @@ ensure_coredns() {
 
 # --- image archives -----------------------------------------------------------
 
-# _node_images_key prints a hash of what the image archives are made of.
+# _node_images_key prints a hash of what the image archives are made of:
+# the tools' sources, go.sum, and the commands that pack them.
 _node_images_key() {
   {
-    (cd "$TC_ROOT" && find go.sum tools/pause tools/ociimage -type f ! -name '*_test.go' -print0 |
+    (cd "$TC_ROOT" && find go.sum tools/pause tools/imagebuild -type f ! -name '*_test.go' -print0 |
       sort -z | xargs -0 cat) &&
+      declare -f _node_build_images &&
       printf '%s %s' "$COREDNS_VERSION" "$NODE_IMAGE_TAG"
   } | sha256sum | cut -c1-12
 }
 
+# The images are -bare (one layer, run as root: CoreDNS binds port 53) for
+# the node's platform, the one pause and CoreDNS are built for.
 _node_build_images() {
-  local tmp="$1" coredns="$2" what="node images"
+  local tmp="$1" coredns="$2" what="node images" platform
+  platform="linux/$(go env GOARCH)" || return 1
   mkdir -p "$tmp/bin" || return 1
   CGO_ENABLED=0 _k8s_step "$what" "$TC_ROOT" "$TC_K8S_BUILD_TIMEOUT" \
-    go build -trimpath -ldflags "-s -w" -o "$tmp/bin/" ./tools/pause ./tools/ociimage || return 1
+    go build -trimpath -ldflags "-s -w" -o "$tmp/bin/" ./tools/pause ./tools/imagebuild || return 1
   _k8s_step "$what" "$tmp" "$TC_K8S_CHECK_TIMEOUT" \
-    "$tmp/bin/ociimage" -o pause.tar -name "tiercache.local/pause:$NODE_IMAGE_TAG" \
-    -file "$tmp/bin/pause:/pause" -entrypoint /pause || return 1
+    "$tmp/bin/imagebuild" -bare -o pause.tar -name "tiercache.local/pause:$NODE_IMAGE_TAG" \
+    -platform "$platform=$tmp/bin" -file /pause=pause -entrypoint /pause || return 1
   _k8s_step "$what" "$tmp" "$TC_K8S_CHECK_TIMEOUT" \
-    "$tmp/bin/ociimage" -o coredns.tar -name "tiercache.local/coredns:${COREDNS_VERSION#v}" \
-    -file "$coredns:/coredns" -entrypoint /coredns || return 1
+    "$tmp/bin/imagebuild" -bare -o coredns.tar -name "tiercache.local/coredns:${COREDNS_VERSION#v}" \
+    -platform "$platform=$(dirname "$coredns")" -file "/coredns=$(basename "$coredns")" -entrypoint /coredns || return 1
 }
 
 ensure_images() {

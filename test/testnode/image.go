@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -29,8 +30,9 @@ func (n *Node) BuildImage(t testing.TB, pkg, name string) string {
 	}
 	archive := filepath.Join(dir, filepath.Base(pkg)+".tar")
 	dst := "/" + filepath.Base(pkg)
-	err := run(ctx, filepath.Join(n.tools.Images, "bin", "ociimage"),
-		"-o", archive, "-name", name, "-file", bin+":"+dst, "-entrypoint", dst)
+	err := run(ctx, filepath.Join(n.tools.Images, "bin", "imagebuild"), "-bare",
+		"-o", archive, "-name", name, "-platform", "linux/"+runtime.GOARCH+"="+dir,
+		"-file", dst+"="+filepath.Base(pkg), "-entrypoint", dst)
 	if err != nil {
 		t.Fatalf("testnode: %v", err)
 	}

@@ -82,7 +82,7 @@ type Tools struct {
 	ContainerdBin            string // containerd, containerd-shim-runc-v2, ctr
 	Runc                     string
 	CNIBin                   string
-	Images                   string // pause.tar, coredns.tar, bin/ociimage
+	Images                   string // pause.tar, coredns.tar, bin/imagebuild
 }
 
 // toolsFromEnv reads the TIERCACHE_NODE_* variables.

@@ -21,13 +21,19 @@ var imageEnv = []string{
 	"SSL_CERT_FILE=/" + caBundlePath,
 }
 
+// bareEnv is a -bare image's: its commands are all at the root.
+var bareEnv = []string{"PATH=/"}
+
 // build returns the index that index.json is: one entry, named with the
 // image reference, that is the platform's image manifest when there is
 // one platform, else an image index of one manifest per platform.
 func build(s spec) (v1.ImageIndex, error) {
-	base, err := newLayer(baseEntries(), s)
-	if err != nil {
-		return nil, fmt.Errorf("base layer: %w", err)
+	var base v1.Layer // none when bare
+	if !s.bare {
+		var err error
+		if base, err = newLayer(baseEntries(), s); err != nil {
+			return nil, fmt.Errorf("base layer: %w", err)
+		}
 	}
 	var images []mutate.IndexAddendum
 	for _, p := range s.platforms {
@@ -55,7 +61,8 @@ func build(s spec) (v1.ImageIndex, error) {
 	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), top), nil
 }
 
-// buildImage is one platform's image: the base layer, then its commands.
+// buildImage is one platform's image: the base layer (unless bare), then
+// its commands.
 func buildImage(s spec, p platform, base v1.Layer) (v1.Image, error) {
 	cmds, err := commandEntries(p, s.files)
 	if err != nil {
@@ -66,6 +73,14 @@ func buildImage(s spec, p platform, base v1.Layer) (v1.Image, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	created := v1.Time{Time: s.epoch}
+	var dsts []string
+	for _, f := range s.files {
+		dsts = append(dsts, f.dst)
+	}
+	layers := []mutate.Addendum{{Layer: app, MediaType: types.OCILayer, History: v1.History{
+		Created:   created,
+		CreatedBy: "imagebuild: COPY " + strings.Join(dsts, " "),
+	}}}
 	cfg := &v1.ConfigFile{
 		Created:      created,
 		OS:           p.os,
@@ -79,25 +94,19 @@ func buildImage(s spec, p platform, base v1.Layer) (v1.Image, error) {
 			WorkingDir: "/home/nonroot",
 		},
 	}
+	if base != nil {
+		layers = append([]mutate.Addendum{{Layer: base, MediaType: types.OCILayer, History: v1.History{
+			Created:   created,
+			CreatedBy: "imagebuild: base: /etc/passwd, /etc/group (nonroot 65532), /etc/nsswitch.conf, /" + caBundlePath + ", /home/nonroot, /tmp",
+		}}}, layers...)
+	} else {
+		cfg.Config.User, cfg.Config.Env, cfg.Config.WorkingDir = "", bareEnv, ""
+	}
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return nil, err
 	}
-	var dsts []string
-	for _, f := range s.files {
-		dsts = append(dsts, f.dst)
-	}
-	img, err = mutate.Append(img,
-		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{
-			Created:   created,
-			CreatedBy: "imagebuild: base: /etc/passwd, /etc/group (nonroot 65532), /etc/nsswitch.conf, /" + caBundlePath + ", /home/nonroot, /tmp",
-		}},
-		mutate.Addendum{Layer: app, MediaType: types.OCILayer, History: v1.History{
-			Created:   created,
-			CreatedBy: "imagebuild: COPY " + strings.Join(dsts, " "),
-		}},
-	)
-	if err != nil {
+	if img, err = mutate.Append(img, layers...); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return mutate.Annotations(img, s.annotations).(v1.Image), nil

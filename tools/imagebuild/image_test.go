@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/tiercache/tiercache/test/testimage"
@@ -22,16 +23,7 @@ func TestOnePlatformIsOneNamedImage(t *testing.T) {
 	if a.Entry.MediaType != types.OCIManifestSchema1 {
 		t.Errorf("index.json lists a %s, want the image manifest itself", a.Entry.MediaType)
 	}
-	if got := a.Entry.Annotations["io.containerd.image.name"]; got != "ghcr.io/tiercache/demo-origin:1.2.3" {
-		t.Errorf("io.containerd.image.name %q, want the full reference (ctr images import tags with it)", got)
-	}
-	if got := a.Entry.Annotations["org.opencontainers.image.ref.name"]; got != "1.2.3" {
-		t.Errorf("org.opencontainers.image.ref.name %q, want the tag", got)
-	}
-	img := a.Images["linux/amd64"]
-	if img == nil {
-		t.Fatalf("no linux/amd64 image: %v", a.Images)
-	}
+	img := namedImage(t, a, "ghcr.io/tiercache/demo-origin:1.2.3", "linux/amd64")
 	cf := testimage.Config(t, img)
 	if cf.OS != "linux" || cf.Architecture != "amd64" {
 		t.Errorf("config platform %s/%s", cf.OS, cf.Architecture)
@@ -153,4 +145,48 @@ func TestSeveralPlatformsAreOneIndex(t *testing.T) {
 	if base("linux/amd64") != base("linux/arm64") {
 		t.Error("the platforms' base layers differ")
 	}
+}
+
+// namedImage checks that index.json names a's image ref as ctr images
+// import and BuildKit do, and returns the image of platform.
+func namedImage(t *testing.T, a *testimage.Archive, ref, platform string) v1.Image {
+	t.Helper()
+	if got := a.Entry.Annotations["io.containerd.image.name"]; got != ref {
+		t.Errorf("io.containerd.image.name %q, want the full reference %q (ctr images import tags with it)", got, ref)
+	}
+	_, tag, _ := strings.Cut(ref[strings.LastIndex(ref, "/"):], ":")
+	if got := a.Entry.Annotations["org.opencontainers.image.ref.name"]; got != tag {
+		t.Errorf("org.opencontainers.image.ref.name %q, want the tag %q", got, tag)
+	}
+	img := a.Images[platform]
+	if img == nil {
+		t.Fatalf("no %s image: %v", platform, a.Images)
+	}
+	return img
+}
+
+// A -bare image is what the real-node harness imports into containerd
+// (hack/node-tools.sh's pause and CoreDNS, test/testnode's test
+// commands): the commands alone in one layer, run as root, named for
+// ctr images import, and the same bytes from the same inputs.
+func TestABareImageIsTheCommandsAloneRunAsRoot(t *testing.T) {
+	dir := platformDir(t, map[string]string{"pause": "pause binary"})
+	args := []string{"-bare", "-name", "tiercache.local/pause:1",
+		"-platform", "linux/amd64=" + dir, "-file", "/pause=pause", "-entrypoint", "/pause"}
+	a := testimage.Open(t, buildArchive(t, nil, args...))
+	img := namedImage(t, a, "tiercache.local/pause:1", "linux/amd64")
+	cf := testimage.Config(t, img)
+	c := cf.Config
+	if c.User != "" || c.WorkingDir != "" || !slices.Equal(c.Env, []string{"PATH=/"}) || !slices.Equal(c.Entrypoint, []string{"/pause"}) {
+		t.Errorf("user %q, working dir %q, env %q, entrypoint %q: want root, none, PATH=/, /pause", c.User, c.WorkingDir, c.Env, c.Entrypoint)
+	}
+	if len(cf.History) != 1 || len(cf.RootFS.DiffIDs) != 1 {
+		t.Errorf("history %v, diff IDs %v: want one layer", cf.History, cf.RootFS.DiffIDs)
+	}
+	files := testimage.Files(t, img)
+	if len(files) != 1 || string(files["pause"].Data) != "pause binary" || files["pause"].Header.Mode != 0o755 {
+		t.Errorf("files %v, want /pause alone, 0755", files)
+	}
+
+	buildTwice(t, dir, args...)
 }

@@ -27,6 +27,14 @@
 // One -platform gives an index.json that points at that platform's image
 // manifest; several give one image index with a manifest per platform,
 // as a multi-platform push needs.
+//
+// With -bare the image is one layer, the -file commands alone, run as
+// root with PATH=/: how hack/node-tools.sh packs the real-node harness's
+// pause and CoreDNS images (CoreDNS binds port 53, and neither reads
+// anything of the base), and how test/testnode packs a test's command.
+//
+//	imagebuild -bare -o pause.tar -name tiercache.local/pause:1 \
+//		-platform linux/amd64=bin -file /pause=pause -entrypoint /pause
 package main
 
 import (
@@ -79,6 +87,8 @@ type spec struct {
 	epoch      time.Time
 	// annotations of every image manifest (org.opencontainers.image.*).
 	annotations map[string]string
+	// bare leaves out the base layer: the commands run as root.
+	bare bool
 }
 
 // platform is an OS/architecture and the directory its commands come from.
@@ -149,6 +159,7 @@ func parseFlags(args []string, getenv func(string) string, logw io.Writer) (spec
 	ref := fs.String("name", "", "the image's reference, with a tag: ghcr.io/tiercache/tiercache:0.1.0 (required)")
 	entrypoint := fs.String("entrypoint", "", "the command the image runs: one of the -file paths (required)")
 	source := fs.String("source", "", "org.opencontainers.image.source of the manifests (optional)")
+	bare := fs.Bool("bare", false, "one layer, the -file commands alone, run as root with PATH=/: no distroless base layer")
 	var platforms platformsFlag
 	fs.Var(&platforms, "platform", "OS/ARCH=DIR: build for this platform, its commands from DIR (repeatable; at least one)")
 	var files filesFlag
@@ -204,6 +215,7 @@ func parseFlags(args []string, getenv func(string) string, logw io.Writer) (spec
 		args:        cmdArgs,
 		epoch:       epoch,
 		annotations: anns,
+		bare:        *bare,
 	}, *out, nil
 }
 

@@ -26,6 +26,7 @@ func TestFlags(t *testing.T) {
 		wantErr string
 	}{
 		"a full reference, a platform, a file and the entrypoint are enough": {args: good},
+		"-bare is a flag without a value":                                    {args: append([]string{"-bare"}, good...)},
 		"an output path is required":                                         {args: without("-o"), wantErr: "-o: required"},
 		"a name is required":                                                 {args: without("-name"), wantErr: "-name: required"},
 		"a platform is required":                                             {args: without("-platform"), wantErr: "-platform: at least one"},
@@ -78,6 +79,9 @@ func TestSpecFromFlags(t *testing.T) {
 	}
 	if strings.Join(s.args, " ") != "--listen=:8081 -v" {
 		t.Errorf("args %q", s.args)
+	}
+	if s.bare {
+		t.Error("bare without -bare")
 	}
 	if !s.epoch.Equal(time.Unix(1700000000, 0)) {
 		t.Errorf("epoch %v, want SOURCE_DATE_EPOCH's", s.epoch)
