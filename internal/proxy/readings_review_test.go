@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+)
+
+// Found by an attacker review of the issue 26 fix; each test failed
+// before its fix.
+
+// lenientUnescape decodes each valid %XX escape of p and keeps a '%' not
+// followed by two hex digits as it is, as Python's urllib.parse.unquote
+// and PHP's urldecode do (written here independently of originview).
+func lenientUnescape(p string) string {
+	hex := func(c byte) (byte, bool) {
+		switch {
+		case '0' <= c && c <= '9':
+			return c - '0', true
+		case 'a' <= c && c <= 'f':
+			return c - 'a' + 10, true
+		case 'A' <= c && c <= 'F':
+			return c - 'A' + 10, true
+		}
+		return 0, false
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '%' && i+2 < len(p) {
+			h, ok1 := hex(p[i+1])
+			l, ok2 := hex(p[i+2])
+			if ok1 && ok2 {
+				b.WriteByte(h<<4 | l)
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
+}
+
+// An application that decodes again a path its server already decoded
+// usually does it leniently (Python's unquote, PHP's urldecode): an
+// invalid escape left by the first decoding ("%25zz" is "%zz") does not
+// stop it from decoding the "%2f" next to it. The sidecar's second
+// decoding was strict: one invalid escape dropped the whole twice-decoded
+// reading, so "/static/x%25zz/..%252f..%252faccount/y" was agreed to be
+// under /static/ while such an origin serves /account/y, and a victim's
+// account page was stored under the static rule's ttlWithCredentials.
+func TestAnInvalidEscapeCannotHideTheTwiceDecodedReading(t *testing.T) {
+	lenientTwice := pathReader{"lenient twice", func(raw string) string {
+		return cleanSlash(lenientUnescape(unescapeOnce(raw)))
+	}}
+	for _, target := range []string{
+		"/static/x%25zz/..%252f..%252faccount/y",
+		"/static/%25/..%252f..%252faccount/y",
+		"/static/x/..%252f..%252faccount/y%25",
+	} {
+		t.Run(target, func(t *testing.T) {
+			checkReadingCase(t, readingTiers["static with credentials"], lenientTwice, exactHeader,
+				readingCase{target, []string{"Cookie: session=victim"}})
+		})
+	}
+}
