@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -60,5 +62,41 @@ func TestAnInvalidEscapeCannotHideTheTwiceDecodedReading(t *testing.T) {
 			checkReadingCase(t, readingTiers["static with credentials"], lenientTwice, exactHeader,
 				readingCase{target, []string{"Cookie: session=victim"}})
 		})
+	}
+}
+
+// An absolute-form target without a path ("GET http://example.com")
+// reaches the origin as "/", but rules were matched on the empty path, so
+// a rule written for "/..." (the docs example's logged-in bypass) did not
+// apply: a victim's personal page that the origin marks max-age=60 was
+// stored. And an opaque target ("GET http:x") has no path either: it was
+// keyed as the empty path, so any client could read (or, before an
+// origin that answers such a target, fill) that entry.
+func TestAnAbsoluteFormTargetIsMatchedOnThePathTheOriginReceives(t *testing.T) {
+	f := newFixture(t, readingTiers["docs example"], func(w http.ResponseWriter, r *http.Request) {
+		user := "anonymous"
+		if c, err := r.Cookie("session"); err == nil {
+			user = c.Value
+		}
+		w.Header().Set("Cache-Control", "max-age=60")
+		fmt.Fprintf(w, "home of %s at %s", user, r.RequestURI)
+	})
+	addr := f.srv.Listener.Addr().String()
+	rawTarget(t, addr, "http://example.com", []string{"Cookie: session=victim"})
+	for _, target := range []string{"http://example.com", "/", "http:x", "http:example.com"} {
+		if r := rawTarget(t, addr, target, nil); strings.Contains(r.body, "victim") {
+			t.Fatalf("GET %s without a cookie got %q (X-Cache %q): the victim's page", target, r.body, r.xcache())
+		}
+	}
+	// The origin reads both as "/": one entry.
+	rawTarget(t, addr, "http://example.com", nil)
+	if r := rawTarget(t, addr, "/", nil); r.xcache() != "HIT; layer=l1" || r.body != "home of anonymous at /" {
+		t.Fatalf("GET / after GET http://example.com: %q %q, want a hit of the same entry", r.xcache(), r.body)
+	}
+	// An opaque target is no path any rule describes: never cached.
+	for range 2 {
+		if r := rawTarget(t, addr, "http:x?a", nil); r.xcache() != "BYPASS" {
+			t.Fatalf("GET http:x?a: X-Cache %q, want BYPASS", r.xcache())
+		}
 	}
 }
