@@ -100,3 +100,33 @@ func TestAnAbsoluteFormTargetIsMatchedOnThePathTheOriginReceives(t *testing.T) {
 		}
 	}
 }
+
+// oddPath passes uncached a path whose decoding holds a control
+// character, '?' or '#' (origins cut the path there), but it looked at the
+// path decoded once only, while the readings assume origins that decode
+// twice. "/account/x%253f.css" is "/account/x?.css" to such an origin,
+// that is "/account/x": under a rule for "\.css$" that stores
+// credentialed requests, a victim's account page was stored and served
+// to anyone.
+func TestATwiceEncodedCutCannotChooseTheRule(t *testing.T) {
+	tier := `
+l1: {maxSize: 16Mi, shards: 4}
+rules:
+- name: styles
+  match: {regex: '\.css$'}
+  ttl: 24h
+  ttlWithCredentials: true
+`
+	cutTwice := pathReader{"twice, cut", func(raw string) string {
+		p := unescapeOnce(unescapeOnce(raw))
+		if i := strings.IndexAny(p, "?#\x00"); i >= 0 {
+			p = p[:i]
+		}
+		return cleanSlash(p)
+	}}
+	for _, target := range []string{"/account/x%253f.css", "/account/x%2523.css", "/account/x%2500.css"} {
+		t.Run(target, func(t *testing.T) {
+			checkReadingCase(t, tier, cutTwice, exactHeader, readingCase{target, []string{"Cookie: session=victim"}})
+		})
+	}
+}
