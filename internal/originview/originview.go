@@ -35,10 +35,7 @@
 // read one path, which is the point of this package.
 package originview
 
-import (
-	"net/url"
-	"strings"
-)
+import "strings"
 
 // maxReadings bounds the readings of a path (Paths): three decodings
 // (none, once, twice), three cleanings each with and without a trailing
@@ -66,24 +63,58 @@ func Readings(escapedPath string) Paths {
 		if strings.IndexByte(dec, '%') < 0 {
 			break
 		}
-		d, err := url.PathUnescape(dec)
-		if err != nil {
-			// Not a valid escaping: read as received (net/http refuses
-			// such a target before it gets here).
-			break
-		}
-		dec = d
+		// Decoded leniently: net/http refuses a target with an invalid
+		// escape, but the first decoding may leave one ("%25zz" is
+		// "%zz"), and an application that decodes again (Python's
+		// unquote, PHP's urldecode) still decodes the escapes around it.
+		dec = unescape(dec)
 		ps.add(dec)
 		ps.addCleaned(dec)
 	}
 	// Servlet containers remove ";parameters" before they decode, so an
 	// escaped ';' stays in its segment.
 	if strings.IndexByte(escapedPath, ';') >= 0 {
-		if d, err := url.PathUnescape(clean(escapedPath, cleanParams)); err == nil {
-			ps.addClean(d, 0)
-		}
+		ps.addClean(unescape(clean(escapedPath, cleanParams)), 0)
 	}
 	return ps
+}
+
+// unescape decodes every valid %XX escape of p and keeps a '%' that is not
+// followed by two hex digits as it is: a strict decoder's result wherever
+// that has one, and the lenient decoders' otherwise. '+' stays '+' (it is
+// a space only in a query).
+func unescape(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			if b.Cap() == 0 {
+				b.Grow(len(p))
+				b.WriteString(p[:i])
+			}
+			b.WriteByte(unhex(p[i+1])<<4 | unhex(p[i+2]))
+			i += 2
+		} else if b.Cap() != 0 {
+			b.WriteByte(c)
+		}
+	}
+	if b.Cap() == 0 {
+		return p
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // addCleaned adds p as each kind of origin cleans it: '/' alone

@@ -58,6 +58,7 @@ func TestReadings(t *testing.T) {
 		"servlets remove parameters before decoding": {"/a%3b/../b;x/", []string{"/b/"}, 0},
 		"a parameter segment at the end is a slash":  {"/static/;x", []string{"/static/"}, 0},
 		"a space is decoded and cleaned alike":       {"/static/a%20b.css", []string{"/static/a%20b.css", "/static/a b.css"}, 2},
+		"an invalid escape does not stop decoding":   {"/static/x%25zz/..%252f..%252faccount/y", []string{"/static/x%zz/../../account/y", "/account/y"}, 0},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

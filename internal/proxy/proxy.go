@@ -309,7 +309,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// decoded, cleaned: originview); when they disagree, some origin
 	// serves the request from a resource other than the rule's, and the
 	// request is neither served from nor stored into the cache.
+	//
+	// An absolute-form target without a path ("GET http://host") reaches
+	// the origin as "/" (URL.RequestURI), so it is matched and keyed as
+	// "/". An opaque one ("GET http:x") reaches it as "x", which no rule
+	// describes and which has no path to key: it bypasses the cache.
+	if r.URL.Path == "" && r.URL.Opaque == "" && r.Method != http.MethodConnect {
+		r.URL.Path = "/"
+	}
 	rule, agreed := cfg.MatchRequest(r.URL.EscapedPath(), r.Header)
+	agreed = agreed && r.URL.Opaque == ""
 	var dbg *debugInfo
 	if _, ok := r.Header[debugHeader]; ok {
 		dbg = debugRequest(r, cfg)

@@ -252,15 +252,36 @@ func pick(layer string, l1, l2 []string) []string {
 
 // oddPath reports a decoded path with bytes that can only have come from
 // percent-encoding and that origins decode and route differently: control
-// characters (%00, %0d, %0a), '?' and '#'. Such requests are passed
-// uncached rather than matched against rules whose meaning they may dodge.
+// characters (%00, %0d, %0a), '?' and '#', in p or once p is decoded again
+// ("%2500", "%253f": origins that decode twice, as the path readings
+// assume, cut the path there, and a rule such as "\.css$" no longer
+// describes what they serve). Such requests are passed uncached rather
+// than matched against rules whose meaning they may dodge.
 func oddPath(p string) bool {
 	for i := 0; i < len(p); i++ {
-		if c := p[i]; c < 0x20 || c == 0x7f || c == '?' || c == '#' {
+		c := p[i]
+		if c == '%' && i+2 < len(p) && isHexDigit(p[i+1]) && isHexDigit(p[i+2]) {
+			c = hexValue(p[i+1])<<4 | hexValue(p[i+2])
+		}
+		if c < 0x20 || c == 0x7f || c == '?' || c == '#' {
 			return true
 		}
 	}
 	return false
+}
+
+func isHexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func hexValue(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // hasBody reports whether the request carries a body (Content-Length > 0,
