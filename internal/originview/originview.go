@@ -86,21 +86,30 @@ func Readings(escapedPath string) Paths {
 func unescape(p string) string {
 	var b strings.Builder
 	for i := 0; i < len(p); i++ {
-		if c := p[i]; c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+		if c, ok := Escaped(p, i); ok {
 			if b.Cap() == 0 {
 				b.Grow(len(p))
 				b.WriteString(p[:i])
 			}
-			b.WriteByte(unhex(p[i+1])<<4 | unhex(p[i+2]))
+			b.WriteByte(c)
 			i += 2
 		} else if b.Cap() != 0 {
-			b.WriteByte(c)
+			b.WriteByte(p[i])
 		}
 	}
 	if b.Cap() == 0 {
 		return p
 	}
 	return b.String()
+}
+
+// Escaped returns the byte the escape "%XY" at p[i] stands for, and
+// false when p[i] starts no valid escape.
+func Escaped(p string, i int) (byte, bool) {
+	if p[i] != '%' || i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+		return 0, false
+	}
+	return unhex(p[i+1])<<4 | unhex(p[i+2]), true
 }
 
 func isHex(c byte) bool {

@@ -10,6 +10,7 @@ import (
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/metrics"
+	"github.com/tiercache/tiercache/internal/originview"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
@@ -260,28 +261,14 @@ func pick(layer string, l1, l2 []string) []string {
 func oddPath(p string) bool {
 	for i := 0; i < len(p); i++ {
 		c := p[i]
-		if c == '%' && i+2 < len(p) && isHexDigit(p[i+1]) && isHexDigit(p[i+2]) {
-			c = hexValue(p[i+1])<<4 | hexValue(p[i+2])
+		if e, ok := originview.Escaped(p, i); ok {
+			c = e
 		}
 		if c < 0x20 || c == 0x7f || c == '?' || c == '#' {
 			return true
 		}
 	}
 	return false
-}
-
-func isHexDigit(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func hexValue(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
 }
 
 // hasBody reports whether the request carries a body (Content-Length > 0,
