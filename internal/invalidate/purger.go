@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/originview"
@@ -100,8 +102,10 @@ type Purger struct {
 	seqs seqs
 	// auth signs published messages and checks received ones.
 	auth *channelAuth
-	// now is the clock soft purges are made at.
-	now func() time.Time
+	// clock is the time purges are made at (a soft purge marks as of
+	// it) and the delay of their repeats runs on (repeat.go); tests
+	// inject a fake one.
+	clock clock.WithDelayedExecution
 	// OnPurge, when set, is called after every purge or invalidation (for
 	// metrics), not after their repeats.
 	OnPurge func()
@@ -115,7 +119,7 @@ type Purger struct {
 // NewPurger returns a Purger over local, shaping URLs with the tier config
 // in effect.
 func NewPurger(local Local, cfg *tierconfig.Holder) *Purger {
-	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches(), auth: newChannelAuth(Auth{}), now: time.Now,
+	return &Purger{local: local, cfg: cfg, log: slog.Default(), watches: NewWatches(), auth: newChannelAuth(Auth{}), clock: clock.RealClock{},
 		again: repeats{after: RepeatAfter, budget: closeTimeout}}
 }
 
@@ -161,7 +165,7 @@ func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog
 //
 // With a Remote it is repeated after RepeatAfter (repeat.go).
 func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
-	at := p.now()
+	at := p.clock.Now()
 	p.invalidate(ctx, urls, time.Time{})
 	if p.remote != nil {
 		p.repeatInvalidate(urls, at.Add(repeatMargin))
@@ -287,7 +291,7 @@ type Result struct {
 //
 // With a Remote it is repeated after RepeatAfter (repeat.go).
 func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
-	at := p.now()
+	at := p.clock.Now()
 	res, err := p.purge(ctx, r, at, time.Time{})
 	if p.remote != nil {
 		p.repeatPurge(r, at.Add(repeatMargin))
@@ -494,7 +498,7 @@ func (p *Purger) HandleMessage(b []byte) {
 		if m.Request.Validate() == nil {
 			// A soft purge is marked at its arrival here: the sender's
 			// clock may differ, and marking a little more is safe.
-			at := p.now()
+			at := p.clock.Now()
 			if before.IsZero() {
 				p.purgeLocal(m.Request, p.markPurged(m.Request), at, before)
 			} else {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/tiercache/tiercache/internal/entry"
 )
 
@@ -79,8 +81,8 @@ type repeats struct {
 	// pending maps each timer to the repeat it will run; keyed maps a
 	// repeat's key to its timer; bytes are the keyed repeats' keys'
 	// bytes; closed: Close ran and no repeat is scheduled any more.
-	pending map[*time.Timer]repeat
-	keyed   map[string]*time.Timer
+	pending map[clock.Timer]repeat
+	keyed   map[string]clock.Timer
 	bytes   int
 	closed  bool
 	running sync.WaitGroup
@@ -95,21 +97,21 @@ type repeat struct {
 	size int // len of its key
 }
 
-// schedule runs f (bounded by repeatTimeout) after r.after. A repeat
+// schedule runs f (bounded by repeatTimeout) after r.after on c. A repeat
 // with the same key (not "") still waiting is dropped for this one: the
 // unsafe requests to a URL written many times a second cost one repeat,
 // made after the last of them (each of which applied itself at once).
 // A keyed repeat past maxRepeats or maxRepeatBytes is not scheduled:
 // schedule reports false.
-func (r *repeats) schedule(key string, f func(context.Context)) bool {
+func (r *repeats) schedule(c clock.WithDelayedExecution, key string, f func(context.Context)) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return true
 	}
 	if r.pending == nil {
-		r.pending = make(map[*time.Timer]repeat)
-		r.keyed = make(map[string]*time.Timer)
+		r.pending = make(map[clock.Timer]repeat)
+		r.keyed = make(map[string]clock.Timer)
 		r.base, r.stop = context.WithCancel(context.Background())
 	}
 	if t, ok := r.keyed[key]; ok && key != "" {
@@ -124,8 +126,8 @@ func (r *repeats) schedule(key string, f func(context.Context)) bool {
 		return false
 	}
 	r.running.Add(1)
-	var t *time.Timer
-	t = time.AfterFunc(r.after, func() {
+	var t clock.Timer
+	t = c.AfterFunc(r.after, func() {
 		defer r.running.Done()
 		r.mu.Lock()
 		rp, ok := r.pending[t]
@@ -205,7 +207,7 @@ func (p *Purger) repeatInvalidate(urls []*url.URL, before time.Time) {
 		key.WriteString(u.String())
 		key.WriteByte(' ')
 	}
-	if !p.again.schedule(key.String(), func(ctx context.Context) { p.invalidate(ctx, urls, before) }) && p.OnRepeatDropped != nil {
+	if !p.again.schedule(p.clock, key.String(), func(ctx context.Context) { p.invalidate(ctx, urls, before) }) && p.OnRepeatDropped != nil {
 		p.OnRepeatDropped()
 	}
 }
@@ -213,7 +215,7 @@ func (p *Purger) repeatInvalidate(urls []*url.URL, before time.Time) {
 // repeatPurge schedules Purge's repeat, limited to what was requested
 // before before (a soft purge's repeat marks as of before).
 func (p *Purger) repeatPurge(r Request, before time.Time) {
-	p.again.schedule("", func(ctx context.Context) {
+	p.again.schedule(p.clock, "", func(ctx context.Context) {
 		if _, err := p.purge(ctx, r, before, before); err != nil {
 			p.log.Warn("repeating a purge: l2 failed", "err", err)
 		}

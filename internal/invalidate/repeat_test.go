@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store/l1"
 )
@@ -166,22 +168,27 @@ func TestAClusterWidePurgeIsAppliedAgainAfterItsDelay(t *testing.T) {
 	}
 }
 
-// The repeat comes by itself, after the delay.
+// The repeat comes by itself, RepeatAfter after the purge on the
+// Purger's clock, and not before.
 func TestThePurgesRepeatComesAfterItsDelay(t *testing.T) {
 	p, cache, _ := newPurger(t, "")
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC))
+	p.clock = clk
 	l2 := newSharedL2()
 	p.SetRemote(l2, "me", time.Second, nil)
-	p.again.after = time.Millisecond
 	t.Cleanup(p.Close)
 	key := put(t, cache, "http", "a.example", "/x")
 	_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}})
 	l2.put(key)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(l2.messages()) < 2 || l2.has(key) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no repeat within 5s: messages %d, key in L2 %v", len(l2.messages()), l2.has(key))
-		}
-		time.Sleep(time.Millisecond)
+	// The fake clock runs a due repeat inside Step, so each check below
+	// follows the repeat or its absence, with no wait.
+	clk.Step(RepeatAfter - time.Millisecond)
+	if n := len(l2.messages()); n != 1 || !l2.has(key) {
+		t.Fatalf("before RepeatAfter: %d messages, key in L2 %v; want 1 and the key still there (no repeat yet)", n, l2.has(key))
+	}
+	clk.Step(time.Millisecond)
+	if n := len(l2.messages()); n != 2 || l2.has(key) {
+		t.Fatalf("at RepeatAfter: %d messages, key in L2 %v; want 2 and the key removed (the repeat)", n, l2.has(key))
 	}
 }
 
@@ -191,10 +198,10 @@ func TestThePurgesRepeatComesAfterItsDelay(t *testing.T) {
 func TestASoftPurgeIsRepeatedAsMadeAtItsFirstTime(t *testing.T) {
 	p, _, l2 := repeatingPurger(t, "me")
 	first := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
-	now := first
-	p.now = func() time.Time { return now }
+	clk := testingclock.NewFakeClock(first)
+	p.clock = clk
 	_, _ = p.Purge(context.Background(), Request{URLs: []string{"http://a.example/x"}, Soft: true})
-	now = first.Add(time.Minute)
+	clk.SetTime(first.Add(time.Minute))
 	p.Close()
 	if len(l2.softAt) != 2 || !l2.softAt[0].Equal(first) || !l2.softAt[1].Equal(first.Add(repeatMargin)) {
 		t.Fatalf("soft purges made at %v, want at %v, then at %v", l2.softAt, first, first.Add(repeatMargin))

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // A replica whose clock runs behind the purging sidecar's applies the
@@ -35,7 +37,7 @@ func TestALaggingReplicaAppliesARepeatToWhatAnotherReplicaFetchedBeforeThePurge(
 			l2 := newSharedL2()
 			sender.SetRemote(l2, "sender", time.Second, nil)
 			sender.again.after = time.Hour // Close runs it
-			sender.now = func() time.Time { return purged }
+			sender.clock = testingclock.NewFakeClock(purged)
 			purge(sender)
 			sender.Close()
 			l2.mu.Lock()
@@ -48,7 +50,7 @@ func TestALaggingReplicaAppliesARepeatToWhatAnotherReplicaFetchedBeforeThePurge(
 			replica, cache, _ := newPurger(t, "")
 			// The repeat arrives RepeatAfter after the purge, on a clock
 			// that reads lag less.
-			replica.now = func() time.Time { return purged.Add(RepeatAfter - lag) }
+			replica.clock = testingclock.NewFakeClock(purged.Add(RepeatAfter - lag))
 			replica.HandleMessage(raw[0])
 			// Another replica (on the sender's time) sent its request
 			// 100 ms before the purge and wrote the response to L2 after
@@ -139,12 +141,12 @@ func TestAReplicaThatMissedAPurgeDropsItsQueuedL2WritesWhenItResubscribes(t *tes
 			sender, _, _ := newPurger(t, "")
 			sender.SetRemote(l2, "sender", time.Second, nil)
 			sender.again.after = time.Hour // Close runs it
-			sender.now = func() time.Time { return purged }
+			sender.clock = testingclock.NewFakeClock(purged)
 
 			replica, cache, _ := newPurger(t, "")
 			q := &queuedL2{sharedL2: l2}
 			replica.SetRemote(q, "replica", time.Second, nil)
-			replica.now = func() time.Time { return purged }
+			replica.clock = testingclock.NewFakeClock(purged)
 			replica.Subscribed(context.Background(), purged.Add(-time.Minute))
 
 			// The replica's fill, requested 100 ms before the purge, is

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store/l1"
@@ -51,7 +53,7 @@ func TestARepeatRemovesOnlyWhatWasRequestedBeforeThePurge(t *testing.T) {
 			t.Run(name+"/"+c.name, func(t *testing.T) {
 				p, cache, l2 := repeatingPurger(t, "me") // Close runs it
 				purged := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
-				p.now = func() time.Time { return purged }
+				p.clock = testingclock.NewFakeClock(purged)
 				putRequested(t, cache, "a.example", "/x", purged.Add(-time.Minute))
 				purge(p)
 
@@ -84,7 +86,7 @@ func TestAReplicaAppliesARepeatToWhatWasRequestedBeforeItsLimit(t *testing.T) {
 		for _, c := range repeatCases {
 			t.Run(name+"/"+c.name, func(t *testing.T) {
 				sender, _, l2 := repeatingPurger(t, "sender")
-				sender.now = func() time.Time { return purged }
+				sender.clock = testingclock.NewFakeClock(purged)
 				purge(sender)
 				sender.Close()
 				raw := l2.raws()
@@ -93,7 +95,7 @@ func TestAReplicaAppliesARepeatToWhatWasRequestedBeforeItsLimit(t *testing.T) {
 				}
 
 				replica, cache, _ := newPurger(t, "")
-				replica.now = func() time.Time { return purged.Add(RepeatAfter) }
+				replica.clock = testingclock.NewFakeClock(purged.Add(RepeatAfter))
 				replica.HandleMessage(raw[0])
 				key := putRequested(t, cache, "a.example", "/x", purged.Add(c.after))
 				replica.HandleMessage(raw[1])
@@ -111,7 +113,7 @@ func TestAReplicaAppliesARepeatToWhatWasRequestedBeforeItsLimit(t *testing.T) {
 		// ReplicaFetchedBeforeThePurge).
 		replica, cache, _ := newPurger(t, "")
 		now := purged.Add(RepeatAfter)
-		replica.now = func() time.Time { return now }
+		replica.clock = testingclock.NewFakeClock(now)
 		before := now.Add(time.Hour)
 		gone := putRequested(t, cache, "a.example", "/x", now.Add(time.Millisecond))
 		kept := putRequested(t, cache, "a.example", "/y", before.Add(time.Millisecond))
@@ -126,7 +128,7 @@ func TestAReplicaAppliesARepeatToWhatWasRequestedBeforeItsLimit(t *testing.T) {
 	})
 	t.Run("a repeat without a limit", func(t *testing.T) {
 		replica, cache, _ := newPurger(t, "")
-		replica.now = func() time.Time { return purged }
+		replica.clock = testingclock.NewFakeClock(purged)
 		key := putRequested(t, cache, "a.example", "/x", purged.Add(time.Hour))
 		replica.HandleMessage(mustMarshal(t, message{From: "old", Request: Request{URLs: []string{"http://a.example/x"}}, Repeat: true}))
 		if present(cache, key) {

@@ -7,13 +7,13 @@ import (
 )
 
 // clock is a settable time for the purgers of one sidecar.
-type clock struct{ now time.Time }
+type fakeTime struct{ now time.Time }
 
-func (c *clock) Now() time.Time { return c.now }
+func (c *fakeTime) Now() time.Time { return c.now }
 
 // generation is a purger as dataPlane.build makes one: sharing the
 // sidecar's keyring, counting the purges it applies.
-func generation(t *testing.T, keys *Keyring, ch string, c *clock) (*Purger, *int) {
+func generation(t *testing.T, keys *Keyring, ch string, c *fakeTime) (*Purger, *int) {
 	t.Helper()
 	p, _, _ := newPurger(t, "")
 	p.SetAuth(Auth{Keys: keys, Channel: ch, Now: c.Now})
@@ -100,7 +100,7 @@ func TestAMessageSignedBeforeTheSubscriptionIsRefusedAfterARestart(t *testing.T)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			sub := t0.Add(time.Minute)
-			c := &clock{now: sub.Add(tc.signedAt)}
+			c := &fakeTime{now: sub.Add(tc.signedAt)}
 			senderKeys := NewKeyring()
 			senderKeys.Set(key, t0)
 			msg, err := newChannelAuth(Auth{Keys: senderKeys, Channel: ch, Now: c.Now}).seal([]byte(`{"from":"shop/web-1#0001","all":true}`))
@@ -127,10 +127,10 @@ func TestAMessageSignedBeforeTheSubscriptionIsRefusedAfterARestart(t *testing.T)
 
 // signedChannel is a tier's channel with a key set at t0, a test clock at
 // t0 and a sender signing with that key.
-func signedChannel() (ch string, t0 time.Time, c *clock, keys *Keyring, sender *channelAuth) {
+func signedChannel() (ch string, t0 time.Time, c *fakeTime, keys *Keyring, sender *channelAuth) {
 	ch = "tc:shop/web:inval"
 	t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	c = &clock{now: t0}
+	c = &fakeTime{now: t0}
 	keys = NewKeyring()
 	keys.Set([]byte("0123456789abcdef0123456789abcdef"), t0)
 	return ch, t0, c, keys, newChannelAuth(Auth{Keys: keys, Channel: ch, Now: c.Now})

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/tiercache/tiercache/internal/cachekey"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/store/l1"
@@ -50,7 +52,7 @@ func TestASoftPurgeMarksStaleWhatAHardPurgeWouldRemove(t *testing.T) {
 				all[name] = put(t, cache, "http", host, "/"+target, tagsOf[name]...)
 			}
 			at := time.Now()
-			p.now = func() time.Time { return at }
+			p.clock = testingclock.NewFakeClock(at)
 			c.req.Soft = true
 			res, err := p.Purge(context.Background(), c.req)
 			if err != nil || !res.Soft || res.L1 != len(c.marked) || res.Purged != len(c.marked) || res.L2 != nil || res.Bodies != 0 {

@@ -142,8 +142,12 @@ func checkAgrees(t *testing.T, stream string, head bool) (lost bool) {
 }
 
 // TestTheFramerAgreesWithNetHTTP runs checkAgrees over generated exchanges
-// with a fixed seed, and counts those the framer gives up on although
-// net/http reuses the connection (they are refused their next request).
+// with a fixed seed. The framer may give up on an exchange that net/http
+// would reuse the connection after (odd framing the framer refuses to
+// guess at, such as "Content-Length: +5"): that connection is closed
+// instead of reused, which costs a reconnect, never a wrong answer. The
+// test bounds how often: at most 1 in 100 reusable exchanges (14 of 3163
+// with this seed when written).
 func TestTheFramerAgreesWithNetHTTP(t *testing.T) {
 	n := 20000
 	if testing.Short() {
@@ -161,6 +165,12 @@ func TestTheFramerAgreesWithNetHTTP(t *testing.T) {
 		}
 	}
 	t.Logf("%d exchanges, %d reusable by net/http, %d of them given up by the framer", n, reusable, lost)
+	if reusable < n/20 {
+		t.Fatalf("only %d of %d generated exchanges are reusable by net/http: the generator no longer makes ordinary exchanges", reusable, n)
+	}
+	if lost*100 > reusable {
+		t.Fatalf("the framer gives up on %d of the %d exchanges net/http reuses the connection after (more than 1 in 100): each costs a reconnect", lost, reusable)
+	}
 }
 
 func FuzzFramer(f *testing.F) {
