@@ -147,3 +147,39 @@ func BenchmarkServeHTTPHitAccessLog(b *testing.B) {
 		}
 	}
 }
+
+// Attack: the access log logs the request target as received
+// (RequestURI up to '?'). An absolute-form target carries userinfo
+// ("GET http://alice:s3cret@host/page"), which browsers and many HTTP
+// libraries put there from a URL with credentials: the password lands in
+// every access log line, readable by whoever reads the pod's stdout (a
+// log pipeline shared by the cluster's tenants).
+// Defence: log the path (and host) from the parsed URL, never userinfo;
+// or refuse absolute-form targets with userinfo with a 400.
+func TestTheAccessLogNeverHoldsTheUserinfoOfAnAbsoluteFormTarget(t *testing.T) {
+	out := &lockedBuffer{}
+	lg, err := accesslog.New(accesslog.Options{Writer: out, Defaults: accesslog.DefaultDefaults(), FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lg.Close(context.Background()) })
+	o := newOrigin(t, cacheFor("max-age=60", "page"))
+	f := newFixtureWith(t, "{}\n", o, func(po *Options) { po.AccessLog = lg }, nil)
+
+	if status, _ := rawGet(t, f.srv.Listener.Addr().String(),
+		"GET http://alice:pw-s3cret@example.com/page HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"); status != http.StatusOK {
+		t.Fatalf("status %d, want 200", status)
+	}
+
+	f.srv.Close() // every handler has logged
+	lines := logLines(t, lg, out)
+	if len(lines) != 1 {
+		t.Fatalf("%d lines, want 1: %v", len(lines), lines)
+	}
+	out.mu.Lock()
+	all := out.b.String()
+	out.mu.Unlock()
+	if strings.Contains(all, "pw-s3cret") {
+		t.Errorf("the access log holds the password of the request target's userinfo: %s", all)
+	}
+}

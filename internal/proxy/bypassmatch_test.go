@@ -162,3 +162,65 @@ func benchHitPath(b *testing.B, cfgYAML string, hdr http.Header) {
 	f, req := hitPathFixture(b, cfgYAML, hdr)
 	hitPathLoop(b, f, req)
 }
+
+// rawGet sends one request as raw bytes on a new connection to addr and
+// returns the answer's status and body.
+func rawGet(t *testing.T, addr, request string) (int, string) {
+	t.Helper()
+	res, body := rawExchange(t, addr, request, false)
+	return res.StatusCode, body
+}
+
+// phpCookie reads cookie name as PHP's $_COOKIE does: in every cookie
+// name, '+' and percent-escapes are decoded (urldecode) and then ' ', '.'
+// and a lone '[' become '_' (PHP's "dots and spaces in variable names are
+// converted to underscores").
+func phpCookie(r *http.Request, name string) (string, bool) {
+	for _, line := range r.Header.Values("Cookie") {
+		for _, part := range strings.Split(line, ";") {
+			n, v, ok := strings.Cut(strings.TrimLeft(part, " \t"), "=")
+			if !ok {
+				continue
+			}
+			n = strings.NewReplacer("+", "_", " ", "_", ".", "_", "[", "_").Replace(n)
+			if n == name {
+				return v, true
+			}
+		}
+	}
+	return "", false
+}
+
+// A bypass rule keeps logged-in pages out of the cache with a cookie
+// condition on the PHP session cookie "session_id". PHP (and so WordPress,
+// Drupal, Magento) reads the cookie "session.id", "session id",
+// "session+id" or "session[id" as $_COOKIE["session_id"]. Unless the
+// sidecar counts those names as the condition's (ambiguous, so met), it
+// sees an anonymous request, the origin sees a session, and the personal
+// page (max-age=60 for anonymous pages, as the origin sends it) is stored
+// for every anonymous client of the URL.
+func TestPHPMangledSessionCookieNamesBypassTheCache(t *testing.T) {
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		if s, ok := phpCookie(r, "session_id"); ok {
+			_, _ = io.WriteString(w, "hello "+s)
+			return
+		}
+		_, _ = io.WriteString(w, "hello anon")
+	})
+	f := newFixtureFor(t, `
+rules:
+  - name: logged-in
+    match: {pathPrefix: /, cookies: [{name: session_id, present: true}]}
+    bypass: true
+`, o)
+	for i, spelled := range []string{"session.id=mallory", "session id=mallory", "session+id=mallory", "session[id=mallory"} {
+		path := "/page" + string(rune('a'+i))
+		if r := f.get(path, "Cookie", spelled); r.body != "hello mallory" {
+			t.Fatalf("cookie %q: the origin answered %q, want the personal page (the test's origin must read the name as PHP does)", spelled, r.body)
+		}
+		if r := f.get(path); r.body != "hello anon" {
+			t.Errorf("cookie %q: the next anonymous client got %q (%s): a personal page was stored for all", spelled, r.body, r.xcache())
+		}
+	}
+}

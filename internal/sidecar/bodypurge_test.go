@@ -11,8 +11,7 @@ import (
 	"testing"
 )
 
-// TestAPurgedBodyWhoseEntryLeftL1DoesNotComeBackAfterARestart (found by
-// the attacker review of issue 12): without L2, a purge used to remove a
+// TestAPurgedBodyWhoseEntryLeftL1DoesNotComeBackAfterARestart: without L2, a purge used to remove a
 // body file only when the purged entry was still in L1 (it read the
 // reference from L1 first). A file-backed entry that already left L1
 // (bigcache evicts FIFO when full; any client fills it with a few hundred

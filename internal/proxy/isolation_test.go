@@ -1,8 +1,5 @@
 package proxy
 
-// Attacks found by an attacker's review of the first cut of the
-// poisoning and invalidation defences; each test failed before its fix.
-
 import (
 	"fmt"
 	"io"
@@ -13,7 +10,13 @@ import (
 	"time"
 )
 
-// a parameter the key drops still reaches the origin on a fill, so an
+// One client never decides what another receives: each test sends, as an
+// attacker would, a request the cache could read otherwise than the
+// origin (a parameter or cookie the key drops or reads differently, an
+// encoded delimiter, a credential, a forced revalidation, a request that
+// overtakes a fill) and checks what the next client gets.
+
+// A parameter the key drops still reaches the origin on a fill, so an
 // origin that reflects the request URL (canonical/og:url links, analytics
 // campaign tags, pagination) stores the attacker's value for everyone.
 func TestAQueryParameterTheKeyDropsDoesNotReachTheOriginOnAFill(t *testing.T) {

@@ -10,8 +10,11 @@ import (
 	"time"
 )
 
-// Issue 13 §4 and the Vary part of §1, each against a real origin: what
-// reached the origin and what the client got.
+// Details of RFC 9110 and RFC 9111 that the conformance suite does not
+// reach (validators without Last-Modified, responses without Date, Age on
+// a miss, public on a status, Vary spelt over several lines, 304s without
+// Date) and Accept-Language normalization, each against a real origin:
+// what reached the origin and what the client got.
 
 // RFC 9110 §13.1.3, RFC 9111 §4.3.2: a stored response without
 // Last-Modified is compared by its Date.

@@ -19,6 +19,10 @@ import (
 	"github.com/tiercache/tiercache/internal/store"
 )
 
+// Building a complete response from stored pieces (ranges) of a large
+// representation: one build per key, never across representations or
+// purges, and never holding a reservation for a client that stalls.
+
 // A client that sends one tiny no-cache range after another, while the
 // complete response of pieces covering a large representation is being
 // built, must not start a full copy per request: each copy reserves the

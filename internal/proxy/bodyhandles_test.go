@@ -16,14 +16,14 @@ import (
 // Attacks on the body files' kept descriptors (bodystore handle.go) and
 // on what the hit path hands the body store.
 
-// TestATTACK_AnEntryNamingAnotherKeysFileIsNeverServedItAfterAHit: the
+// TestAnEntryNamingAnotherKeysFileIsNeverServedItAfterAHit: the
 // hit path opens body files with the key of its pooled key buffer
 // (kb.Key() aliases the buffer the next request builds its key in). An
 // entry under /b that names /a's file (a reference crossed by a bug or
 // written by a peer with the tier's Redis ACL) is refused by the file's
 // header check, and must stay refused once /a's hits keep its
 // descriptor: the check must not compare /b's key with itself.
-func TestATTACK_AnEntryNamingAnotherKeysFileIsNeverServedItAfterAHit(t *testing.T) {
+func TestAnEntryNamingAnotherKeysFileIsNeverServedItAfterAHit(t *testing.T) {
 	f := newFileFixture(t, "", newOrigin(t, bodies(fileSize)), bodystore.Options{})
 	wantA, wantB := bodyFor("/a", fileSize), bodyFor("/b", fileSize)
 	expectBody(t, f.get("/a"), 200, "MISS", wantA)
@@ -56,7 +56,7 @@ func TestATTACK_AnEntryNamingAnotherKeysFileIsNeverServedItAfterAHit(t *testing.
 	}
 }
 
-// TestATTACK_ACopyFromL2ThatOutlivesItsRequestKeepsTheRequestsKey: a
+// TestACopyFromL2ThatOutlivesItsRequestKeepsTheRequestsKey: a
 // request whose body is copied from L2 (openShared) may leave before the
 // copy, which it started and which runs on, has created its file: a
 // client that gives up, or one that disconnects on purpose. Its key
@@ -65,7 +65,7 @@ func TestATTACK_AnEntryNamingAnotherKeysFileIsNeverServedItAfterAHit(t *testing.
 // under the next request's key is never served for its own (every hit
 // refetches from the origin), and at the next start it is put back into
 // L1 under that other key: /y would be served /x's body.
-func TestATTACK_ACopyFromL2ThatOutlivesItsRequestKeepsTheRequestsKey(t *testing.T) {
+func TestACopyFromL2ThatOutlivesItsRequestKeepsTheRequestsKey(t *testing.T) {
 	srv := testredis.Start(t)
 	rc := rawRedis(t, srv.Addr())
 	const size = 1 << 20
