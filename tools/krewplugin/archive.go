@@ -44,7 +44,7 @@ func writeArchive(out string, members []member, mtime time.Time) (sum string, er
 		}
 	}()
 	h := sha256.New()
-	zw, err := gzip.NewWriterLevel(f, gzip.BestCompression)
+	zw, err := gzip.NewWriterLevel(f, gzip.DefaultCompression)
 	if err != nil {
 		f.Close()
 		return "", err
