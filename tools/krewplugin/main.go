@@ -117,8 +117,7 @@ type platform struct {
 func (p platform) String() string { return p.os + "/" + p.arch }
 
 type platformsFlag struct {
-	list     []platform
-	needsBin bool
+	list []platform
 }
 
 func (f *platformsFlag) String() string { return fmt.Sprint(f.list) }
