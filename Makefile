@@ -42,12 +42,12 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
-.PHONY: help build build-release image test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
+.PHONY: help build build-release image release test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; static tools: demo-origin, loadgen, imagebuild, gofloor), VERSION and REVISION stamped
+build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; static tools: demo-origin, loadgen, imagebuild, krewplugin, gofloor, pause), VERSION and REVISION stamped
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
@@ -85,6 +85,9 @@ IMAGE_ARCH ?= $(or $(GOARCH),$(shell $(GO) env GOARCH))
 IMAGE_OUT ?= bin/image
 IMAGE_BIN = $(IMAGE_OUT)/linux-$(IMAGE_ARCH)
 IMAGE_SOURCE = https://github.com/tiercache/tiercache
+# What the product image holds and runs (make image, make release).
+IMAGE_CONTENT = -file /tiercache-sidecar=tiercache-sidecar -file /tiercache-operator=tiercache-operator \
+	-entrypoint /tiercache-sidecar
 
 image: ## Build the images as OCI archives in bin/image/ (tiercache-VERSION-linux-ARCH.oci.tar, demo-origin-...; no Docker)
 	@mkdir -p $(IMAGE_BIN)
@@ -93,11 +96,27 @@ image: ## Build the images as OCI archives in bin/image/ (tiercache-VERSION-linu
 	GOOS= GOARCH= $(GO) build -o $(IMAGE_OUT)/imagebuild ./tools/imagebuild
 	$(IMAGE_OUT)/imagebuild -o $(IMAGE_OUT)/tiercache-$(VERSION)-linux-$(IMAGE_ARCH).oci.tar \
 		-name $(IMAGE_REPO):$(VERSION) -source $(IMAGE_SOURCE) -platform linux/$(IMAGE_ARCH)=$(IMAGE_BIN) \
-		-file /tiercache-sidecar=tiercache-sidecar -file /tiercache-operator=tiercache-operator \
-		-entrypoint /tiercache-sidecar
+		$(IMAGE_CONTENT)
 	$(IMAGE_OUT)/imagebuild -o $(IMAGE_OUT)/demo-origin-$(VERSION)-linux-$(IMAGE_ARCH).oci.tar \
 		-name $(DEMO_IMAGE_REPO):$(VERSION) -source $(IMAGE_SOURCE) -platform linux/$(IMAGE_ARCH)=$(IMAGE_BIN) \
 		-file /demo-origin=demo-origin -entrypoint /demo-origin -arg=--listen=:8081
+
+# Every artifact of a release, into $(RELEASE_OUT), by hack/release.sh
+# (its header lists them): the kubectl plugin's archives for linux and
+# darwin on amd64 and arm64 (tools/krewplugin) and their krew manifest,
+# whose uris start with RELEASE_URL; the chart packaged with version and
+# appVersion VERSION; the image for linux/amd64 and linux/arm64 under one
+# index (tools/imagebuild, IMAGE_REPO:VERSION); SHA256SUMS. No network
+# but the Go module proxy. VERSION must be a semantic version
+# (git describe after a tag is; before the first tag pass VERSION=...).
+RELEASE_OUT ?= bin/release/$(VERSION)
+RELEASE_URL ?= $(IMAGE_SOURCE)/releases/download/v$(VERSION)
+release: ## Build every release artifact into bin/release/VERSION/: plugin archives + krew manifest, chart, multi-arch image archive, SHA256SUMS
+	VERSION='$(VERSION)' REVISION='$(REVISION)' GO='$(GO)' MAKE='$(MAKE)' \
+	RELEASE_OUT='$(RELEASE_OUT)' RELEASE_URL='$(RELEASE_URL)' \
+	RELEASE_GO_LDFLAGS='$(RELEASE_LDFLAGS) $(VERSION_LDFLAGS)' \
+	IMAGE_REPO='$(IMAGE_REPO)' IMAGE_SOURCE='$(IMAGE_SOURCE)' IMAGE_CONTENT='$(IMAGE_CONTENT)' \
+	bash hack/release.sh
 
 test: lint check-generated test-unit test-alloc test-node fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, the real-node test, short fuzz runs, demo smoke test
 

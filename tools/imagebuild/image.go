@@ -42,7 +42,7 @@ func build(s spec) (v1.ImageIndex, error) {
 			return nil, err
 		}
 		images = append(images, mutate.IndexAddendum{
-			Add:        img,
+			Add:        plainImage{img},
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: p.os, Architecture: p.arch}},
 		})
 	}
@@ -60,6 +60,17 @@ func build(s spec) (v1.ImageIndex, error) {
 	}
 	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), top), nil
 }
+
+// plainImage is an image whose descriptor has no artifactType.
+// go-containerregistry gives an image's the config's media type (image-spec
+// 1.1 allows it; BuildKit and the Docker CLI write none), and copiers
+// built on image-spec 1.0 drop the field and so rewrite the index under
+// another digest (skopeo 1.9 copy --all; its --preserve-digests then
+// refuses): without it, the index a release pushes keeps its digest
+// through every tool.
+type plainImage struct{ v1.Image }
+
+func (plainImage) ArtifactType() (string, error) { return "", nil }
 
 // buildImage is one platform's image: the base layer (unless bare), then
 // its commands.

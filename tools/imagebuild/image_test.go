@@ -3,7 +3,10 @@ package main
 import (
 	"archive/tar"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -105,9 +108,10 @@ func checkCABundle(t *testing.T, f testimage.File) {
 func TestSeveralPlatformsAreOneIndex(t *testing.T) {
 	amd := platformDir(t, map[string]string{"tiercache-sidecar": "amd64 sidecar"})
 	arm := platformDir(t, map[string]string{"tiercache-sidecar": "arm64 sidecar"})
-	a := testimage.Open(t, buildArchive(t, nil, "-name", "ghcr.io/tiercache/tiercache:1.2.3",
+	archive := buildArchive(t, nil, "-name", "ghcr.io/tiercache/tiercache:1.2.3",
 		"-platform", "linux/amd64="+amd, "-platform", "linux/arm64="+arm,
-		"-file", "/tiercache-sidecar=tiercache-sidecar", "-entrypoint", "/tiercache-sidecar"))
+		"-file", "/tiercache-sidecar=tiercache-sidecar", "-entrypoint", "/tiercache-sidecar")
+	a := testimage.Open(t, archive)
 
 	if a.Entry.MediaType != types.OCIImageIndex {
 		t.Fatalf("index.json lists a %s, want an image index of the platforms", a.Entry.MediaType)
@@ -128,6 +132,20 @@ func TestSeveralPlatformsAreOneIndex(t *testing.T) {
 		}
 		if got := string(testimage.Files(t, img)["tiercache-sidecar"].Data); got != want {
 			t.Errorf("%s image's /tiercache-sidecar holds %q, want %q", p, got, want)
+		}
+	}
+	// The index's descriptors are image-spec 1.0's fields alone, which
+	// every copier keeps: no artifactType.
+	index := rawBlob(t, archive, a.Entry.Digest)
+	var im struct{ Manifests []map[string]any }
+	if err := json.Unmarshal(index, &im); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range im.Manifests {
+		for k := range d {
+			if !slices.Contains([]string{"mediaType", "size", "digest", "platform"}, k) {
+				t.Errorf("the index's descriptor has %s: %s", k, index)
+			}
 		}
 	}
 	// The base layer is one blob, shared by both.
@@ -189,4 +207,28 @@ func TestABareImageIsTheCommandsAloneRunAsRoot(t *testing.T) {
 	}
 
 	buildTwice(t, dir, args...)
+}
+
+// rawBlob reads the blob of digest d out of an archive's tar, as written.
+func rawBlob(t *testing.T, archive string, d v1.Hash) []byte {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s: no blob %s (%v)", archive, d, err)
+		}
+		if h.Name == "blobs/"+d.Algorithm+"/"+d.Hex {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
 }
