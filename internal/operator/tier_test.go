@@ -39,11 +39,11 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 		L1: v1alpha1.L1Spec{MaxSize: qty("64Mi"), Shards: 64},
 		L2: &v1alpha1.L2Spec{Addresses: []string{"redis.shop.svc:6379"}, Timeout: "80ms", PasswordSecretRef: secretRef("redis", "password")},
 		Defaults: v1alpha1.DefaultsSpec{
-			FallbackTTL: "1m", StaleWhileRevalidate: "30s", StaleIfError: "1h", NegativeTTL: "10s", HeuristicPercent: 10,
+			FallbackTTL: "1m", StaleWhileRevalidate: "30s", StaleIfError: "1d", NegativeTTL: "10s", HeuristicPercent: 10,
 		},
 		Rules: []v1alpha1.Rule{
 			{Name: "api", Match: v1alpha1.Match{PathPrefix: "/api/"}, Bypass: true},
-			{Name: "static", Match: v1alpha1.Match{Regex: `^/static/.*\.(css|js)$`}, TTL: "24h",
+			{Name: "static", Match: v1alpha1.Match{Regex: `^/static/.*\.(css|js)$`}, TTL: "7d",
 				CacheKey: v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true, Headers: []string{"Accept-Language"}, Cookies: []string{"currency"}}},
 		},
 		Coalescing:     v1alpha1.CoalescingSpec{Timeout: "5s"},
@@ -64,9 +64,9 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 			spec: v1alpha1.CacheTierSpec{L1: v1alpha1.L1Spec{Shards: 3}},
 			want: []string{"spec.l1.shards", "Unsupported value"},
 		},
-		"a duration that is not a Go duration is refused by the schema": {
+		"a duration that is not a duration is refused by the schema, with the units": {
 			spec: v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "5 minutes"}},
-			want: []string{"spec.origin.timeout", "should match"},
+			want: []string{"spec.origin.timeout", "must be a duration such as 30s, 1h30m or 7d (units ns, us, ms, s, m, h, d = 24h, w = 7d, y = 365d), or 0"},
 		},
 		"sentinel mode without a master name is refused by a CEL rule": {
 			spec: v1alpha1.CacheTierSpec{L2: &v1alpha1.L2Spec{Addresses: []string{"s:26379"}, Mode: v1alpha1.L2Sentinel}},

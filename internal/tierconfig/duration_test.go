@@ -7,7 +7,7 @@ import (
 )
 
 func TestDurationUnmarshalJSON(t *testing.T) {
-	const syntax = `want a Go duration such as "30s" or "1h30m" (units ns, us, ms, s, m, h)`
+	const syntax = `want a duration such as "30s", "1h30m" or "7d" (units ns, us, ms, s, m, h, d = 24h, w = 7d, y = 365d)`
 	tests := map[string]struct {
 		in      string
 		want    Duration
@@ -20,7 +20,17 @@ func TestDurationUnmarshalJSON(t *testing.T) {
 		"a number zero is accepted (bare YAML 0)":            {in: `0`, want: 0},
 		"negative parses; Validate refuses it":               {in: `"-5s"`, want: Duration(-5 * time.Second)},
 		"null leaves the value unchanged":                    {in: `null`, want: 7},
-		"days are not a Go unit":                             {in: `"1d"`, wantErr: `invalid duration "1d": ` + syntax},
+		"a day, as Varnish and nginx write it":               {in: `"1d"`, want: Duration(24 * time.Hour)},
+		"a week of days":                                     {in: `"7d"`, want: Duration(7 * 24 * time.Hour)},
+		"weeks":                                              {in: `"2w"`, want: Duration(14 * 24 * time.Hour)},
+		"a year is 365 days":                                 {in: `"1y"`, want: Duration(365 * 24 * time.Hour)},
+		"days mixed with Go units":                           {in: `"1d12h30m"`, want: Duration(36*time.Hour + 30*time.Minute)},
+		"a fraction of a day":                                {in: `"1.5d"`, want: Duration(36 * time.Hour)},
+		"a negative day parses; Validate refuses it":         {in: `"-1d"`, want: Duration(-24 * time.Hour)},
+		"a unit without a number is refused":                 {in: `"d"`, wantErr: `invalid duration "d": ` + syntax},
+		"an unknown unit is refused":                         {in: `"1mo"`, wantErr: `invalid duration "1mo": ` + syntax},
+		"a day count past int64 is refused":                  {in: `"999999999d"`, wantErr: `invalid duration "999999999d": ` + syntax},
+		"a space is refused":                                 {in: `"1 d"`, wantErr: `invalid duration "1 d": ` + syntax},
 		"a unitless string is refused":                       {in: `"30"`, wantErr: `invalid duration "30": ` + syntax},
 		"an empty string is refused":                         {in: `""`, wantErr: `invalid duration "": ` + syntax},
 		"a non-zero number needs a unit":                     {in: `30`, wantErr: `invalid duration 30: a number needs a unit, such as "30s"`},

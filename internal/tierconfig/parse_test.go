@@ -258,8 +258,8 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`l1.maxSize: invalid size "1GB": unknown suffix "GB" (want Ki, Mi, Gi, Ti, k, M, G or T)`},
 		},
 		"a bad duration names its field": {
-			in:   "rules:\n- name: a\n  match: {path: /}\n  ttl: 1d\n",
-			want: []string{`rules[0].ttl: invalid duration "1d": want a Go duration such as "30s" or "1h30m" (units ns, us, ms, s, m, h)`},
+			in:   "rules:\n- name: a\n  match: {path: /}\n  ttl: 1 day\n",
+			want: []string{`rules[0].ttl: invalid duration "1 day": want a duration such as "30s", "1h30m" or "7d" (units ns, us, ms, s, m, h, d = 24h, w = 7d, y = 365d)`},
 		},
 		"a unitless duration names its field": {
 			in:   "origin:\n  timeout: 30\n",

@@ -6,8 +6,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Duration is a Go duration string: "30s", "5m", "1h30m", "250ms" or "0".
-// +kubebuilder:validation:Pattern=`^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+)$`
+// Duration is a Go duration string, which may also count days, weeks and
+// years as Varnish and nginx do: "30s", "5m", "1h30m", "250ms", "1d",
+// "7d", "2w", "1y" (d = 24h, w = 7d, y = 365d) or "0".
+// +kubebuilder:validation:XValidation:rule="self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|ms|s|m|h|d|w|y))+)$')",message="must be a duration such as 30s, 1h30m or 7d (units ns, us, ms, s, m, h, d = 24h, w = 7d, y = 365d), or 0"
 // +kubebuilder:validation:MaxLength=32
 type Duration string
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -130,21 +131,29 @@ func rules(s apiextv1.JSONSchemaProps, required bool) string {
 	if s.MaxItems != nil {
 		r = append(r, fmt.Sprintf("at most %d items", *s.MaxItems))
 	}
-	if s.MaxLength != nil && !strings.Contains(s.Pattern, "(ns|us|µs|ms|s|m|h)") {
+	duration := slices.ContainsFunc(s.XValidations, isDurationRule)
+	if s.MaxLength != nil && !duration {
 		r = append(r, fmt.Sprintf("at most %d characters", *s.MaxLength))
 	}
 	switch {
 	case s.XIntOrString:
 		r = append(r, "a Kubernetes quantity (`64Mi`, `1Gi`)")
-	case strings.Contains(s.Pattern, "(ns|us|µs|ms|s|m|h)"):
-		r = append(r, "a Go duration (`30s`, `5m`, `1h30m`)")
+	case duration:
+		r = append(r, "a duration (`30s`, `1h30m`, `7d`; d = 24h, w = 7d, y = 365d)")
 	case s.Pattern != "":
 		r = append(r, "pattern `"+s.Pattern+"`")
 	}
 	for _, v := range s.XValidations {
-		r = append(r, v.Message)
+		if !isDurationRule(v) {
+			r = append(r, v.Message)
+		}
 	}
 	return cell(strings.Join(r, "; "))
+}
+
+// isDurationRule tells the rule of the Duration type.
+func isDurationRule(v apiextv1.ValidationRule) bool {
+	return strings.Contains(v.Rule, "(ns|us|µs|ms|s|m|h|d|w|y)")
 }
 
 func cell(s string) string {

@@ -161,7 +161,7 @@ func duration(fieldPath string, d v1alpha1.Duration) (tierconfig.Duration, error
 	}
 	v, err := tierconfig.ParseDuration(string(d))
 	if err != nil {
-		return 0, &tierconfig.FieldError{Field: fieldPath, Message: fmt.Sprintf("must be a Go duration such as 30s or 5m (got %q)", string(d))}
+		return 0, &tierconfig.FieldError{Field: fieldPath, Message: fmt.Sprintf("must be %s (got %q)", tierconfig.DurationSyntax, string(d))}
 	}
 	return v, nil
 }

@@ -72,7 +72,7 @@ func TestRenderFillsTheModel(t *testing.T) {
 		Defaults: v1alpha1.DefaultsSpec{FallbackTTL: "1m", HeuristicPercent: 20, StaleIfError: "1h",
 			StaleIfUnreachable: ptr(v1alpha1.Duration("0")), NormalizeAcceptLanguage: true},
 		Rules: []v1alpha1.Rule{{
-			Name: "static", Match: v1alpha1.Match{PathPrefix: "/static/"}, TTL: "24h", TTLWithCredentials: true,
+			Name: "static", Match: v1alpha1.Match{PathPrefix: "/static/"}, TTL: "7d", TTLWithCredentials: true,
 			StaleWhileRevalidate: ptr(v1alpha1.Duration("30s")),
 			CacheKey:             v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true},
 		}},
@@ -105,7 +105,7 @@ func TestRenderFillsTheModel(t *testing.T) {
 		{"the fallback TTL is parsed", c.Defaults.FallbackTTL, tierconfig.Duration(time.Minute)},
 		{"a staleIfUnreachable of 0 is carried as set", c.Defaults.StaleIfUnreachable != nil && *c.Defaults.StaleIfUnreachable == 0, true},
 		{"normalizeAcceptLanguage is carried", c.Defaults.NormalizeAcceptLanguage, true},
-		{"the rule TTL is parsed", c.Rules[0].TTL, tierconfig.Duration(24 * time.Hour)},
+		{"the rule TTL is parsed, days included", c.Rules[0].TTL, tierconfig.Duration(7 * 24 * time.Hour)},
 		{"the rule's stale-while-revalidate override is kept", *c.Rules[0].StaleWhileRevalidate, tierconfig.Duration(30 * time.Second)},
 		{"no purge token is rendered", c.Purge.Token, ""},
 		{"the serving port's PURGE setting is carried", c.Purge.HTTPMethod, true},
@@ -180,7 +180,7 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 		},
 		"an unparsable duration is refused on its field": {
 			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "5 minutes"}},
-			field: "spec.origin.timeout", substring: "Go duration",
+			field: "spec.origin.timeout", substring: "a duration such as",
 		},
 		"a staleIfUnreachable over a day is refused on its field": {
 			spec:  v1alpha1.CacheTierSpec{Defaults: v1alpha1.DefaultsSpec{StaleIfUnreachable: ptr(v1alpha1.Duration("25h"))}},
@@ -188,7 +188,7 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 		},
 		"an unparsable staleIfUnreachable is refused on its field": {
 			spec:  v1alpha1.CacheTierSpec{Defaults: v1alpha1.DefaultsSpec{StaleIfUnreachable: ptr(v1alpha1.Duration("ten minutes"))}},
-			field: "spec.defaults.staleIfUnreachable", substring: "Go duration",
+			field: "spec.defaults.staleIfUnreachable", substring: "a duration such as",
 		},
 		"an origin timeout over 10m is refused": {
 			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{Timeout: "11m"}},
@@ -196,7 +196,7 @@ func TestInvalidSpecsNameTheCacheTierField(t *testing.T) {
 		},
 		"an unparsable response header timeout is refused on its field": {
 			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{ResponseHeaderTimeout: "a minute"}},
-			field: "spec.origin.responseHeaderTimeout", substring: "Go duration",
+			field: "spec.origin.responseHeaderTimeout", substring: "a duration such as",
 		},
 		"an idle timeout over an hour is refused": {
 			spec:  v1alpha1.CacheTierSpec{Origin: v1alpha1.OriginSpec{IdleTimeout: "2h"}},
