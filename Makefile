@@ -31,6 +31,12 @@ override REVISION := $(strip $(REVISION))
 VERSION_PKG := github.com/tiercache/tiercache/internal/version
 VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 
+# Recipes whose tests start redis-server begin with this: hack/ensure-redis.sh
+# installs it into the tool cache (on first use) and test/testredis runs the
+# one TIERCACHE_REDIS_SERVER names. (An assignment of its own, not `export
+# X=$$(...)`, so that a failing install fails the recipe.)
+REDIS_ENV = TIERCACHE_REDIS_SERVER="$$(bash hack/ensure-redis.sh)"; export TIERCACHE_REDIS_SERVER
+
 BIN_NAME_sidecar := tiercache-sidecar
 BIN_NAME_operator := tiercache-operator
 CMD_DIRS = $(patsubst %/,%,$(sort $(dir $(wildcard cmd/*/*.go) $(wildcard tools/*/*.go))))
@@ -38,8 +44,7 @@ CMD_DIRS = $(patsubst %/,%,$(sort $(dir $(wildcard cmd/*/*.go) $(wildcard tools/
 
 .PHONY: e2e
 e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redis)
-	bash hack/ensure-redis.sh >/dev/null
-	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
+	$(REDIS_ENV); set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
 .PHONY: help build build-release image release test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
@@ -125,8 +130,7 @@ test: lint check-generated test-unit test-alloc test-node fuzz-short demo-smoke 
 # TIERCACHE_REQUIRE_ENVTEST=1 the API-server tests fail instead of skipping
 # when KUBEBUILDER_ASSETS is missing.
 test-unit: ## Run every package's tests with the race detector (real redis-server, real API server)
-	bash hack/ensure-redis.sh >/dev/null
-	set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
+	$(REDIS_ENV); set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -race -count=1 -timeout 20m ./...
 
 # Allocation tests (testing.AllocsPerRun, the L1 hit path's among them)
@@ -136,7 +140,7 @@ test-unit: ## Run every package's tests with the race detector (real redis-serve
 ALLOC_PKGS = $(sort $(dir $(shell grep -rlE --include='*_test.go' '^func Test[A-Za-z0-9_]*Alloc' internal)))
 
 test-alloc: ## Run the allocation tests (the L1 hit path's among them) without -race
-	$(GO) test -count=1 -run 'Alloc' $(addprefix ./,$(ALLOC_PKGS))
+	$(REDIS_ENV); $(GO) test -count=1 -run 'Alloc' $(addprefix ./,$(ALLOC_PKGS))
 
 # A real single-node cluster (test/testnode) in network and mount
 # namespaces of its own; its tools are built into the cache by

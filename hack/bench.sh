@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # hack/bench.sh — what `make bench` runs. Eight parts, results under
 # bench-results/<time>/ and a summary ready to paste into docs/benchmarks.md.
-# nginx (Debian's package, hack/ensure-nginx.sh) is the yardstick of parts
-# 2, 3 and 8: it runs next to the sidecar in the same run, in front of the
-# same origin, the two measured in turn (Tiercache, nginx, Tiercache, nginx,
-# ... BENCH_REPS times), and the summary gives medians and every figure as a
-# ratio to nginx's.
+# nginx (Debian's package, unpacked into the tool cache with wrk by
+# hack/ensure-nginx.sh) is the yardstick of parts 2, 3 and 8: it runs next
+# to the sidecar in the same run, in front of the same origin, the two
+# measured in turn (Tiercache, nginx, Tiercache, nginx, ... BENCH_REPS
+# times), and the summary gives medians and every figure as a ratio to
+# nginx's.
 #
 #   1. in-process Go benchmarks of ./internal/... (go test -bench)
 #   2. warm hits, Tiercache vs nginx: 1 KiB, 100 KiB and 1 MiB bodies with
@@ -215,13 +216,9 @@ start_redis() {
 }
 
 # redis_keys prints the number of keys in the Redis at REDIS_ADDR ("?" when
-# redis-cli is not installed).
+# redis-cli cannot tell).
 redis_keys() {
-  if command -v redis-cli >/dev/null 2>&1; then
-    redis-cli -h 127.0.0.1 -p "${REDIS_ADDR##*:}" dbsize 2>/dev/null || echo "?"
-  else
-    echo "?"
-  fi
+  "$REDIS_CLI" -h 127.0.0.1 -p "${REDIS_ADDR##*:}" dbsize 2>/dev/null || echo "?"
 }
 
 # metric ADMIN NAME prints the sum of a sidecar metric's samples.
@@ -684,9 +681,12 @@ step "Building"
 "${MAKE:-make}" --no-print-directory build
 [[ -x bin/tiercache-sidecar ]] || tc_die "bin/tiercache-sidecar was not built (is cmd/sidecar there?)"
 # Part 1's packages (internal/store and its tests' harness, test/testredis)
-# need redis-server too: the harness only finds it, never installs it.
+# need redis-server too: the harness only finds it, never installs it, and
+# runs the one TIERCACHE_REDIS_SERVER names. Both from the tool cache.
 if want 1 || want 4 || want 5 || want 6; then
   REDIS_SERVER="$(bash hack/ensure-redis.sh)"
+  REDIS_CLI="$(bash hack/ensure-redis.sh cli)"
+  export TIERCACHE_REDIS_SERVER="$REDIS_SERVER"
 fi
 if want 2 || want 3 || want 8; then
   { read -r NGINX_BIN; read -r WRK_BIN; } < <(bash hack/ensure-nginx.sh)

@@ -14,8 +14,10 @@ FUZZRETRY="${FUZZRETRY:-100000x}"
 GO="${GO:-go}"
 
 # Some fuzzed packages' tests start redis-server (internal/store/l2's
-# TestMain checks for it); test/testredis only finds it, so install it here.
-bash hack/ensure-redis.sh >/dev/null
+# TestMain checks for it); test/testredis only finds it, so install it into
+# the tool cache here and say where.
+TIERCACHE_REDIS_SERVER="$(bash hack/ensure-redis.sh)"
+export TIERCACHE_REDIS_SERVER
 
 # "<package dir> <target>" lines, sorted, from test files outside testdata,
 # vendor and hidden directories.

@@ -22,10 +22,11 @@
 # Paths go to stdout, logs to stderr.
 #
 # Sources: Debian's `containerd`, `runc` and `containernetworking-plugins`
-# (`apt-get download` + `dpkg -x`, keyed by the package version apt offers;
-# `iptables`, which kube-proxy, kubelet and the CNI bridge run from PATH, is
-# the one package installed system-wide, as hack/ensure-redis.sh installs
-# redis-server); the Kubernetes binaries from the Go module proxy in a
+# (`apt-get download` + `dpkg -x`, keyed by the package version apt offers:
+# tc_install_deb in hack/lib.sh, which hack/ensure-redis.sh, ensure-nginx.sh
+# and ensure-varnish.sh use too; `iptables`, which kube-proxy, kubelet and
+# the CNI bridge run from PATH, is the one package installed system-wide,
+# with tc_apt_install); the Kubernetes binaries from the Go module proxy in a
 # throwaway module exactly as hack/k8s-tools.sh builds kube-apiserver
 # (hack/k8s-lib.sh); CoreDNS from the Go module proxy with a main of our own
 # that links only the plugins listed in COREDNS_PLUGINS (no `forward`: no
@@ -48,58 +49,21 @@ COREDNS_PLUGINS=(reload ready health errors log loadbalance cache kubernetes who
 # into them, so a change to tools/pause or tools/imagebuild rebuilds them.
 NODE_IMAGE_TAG=1
 NODE_DEBS=(containerd runc containernetworking-plugins)
-# Bound on one apt-get call, in seconds.
-TC_NODE_APT_TIMEOUT="${TC_NODE_APT_TIMEOUT:-600}"
+# Bound on one apt-get call, in seconds (hack/lib.sh's TC_APT_TIMEOUT).
+TC_APT_TIMEOUT="${TC_NODE_APT_TIMEOUT:-$TC_APT_TIMEOUT}"
 
 # --- Debian packages, unpacked ------------------------------------------------
 
-# _node_deb_versions fills NODE_DEB_VERSION[package] with the version apt
-# would install of each of NODE_DEBS (one apt-cache call: it takes seconds),
-# updating the package lists once when apt knows none of them.
-declare -A NODE_DEB_VERSION=()
-_node_deb_versions() {
-  ((${#NODE_DEB_VERSION[@]} == 0)) || return 0
-  local out pkg
-  out="$(_node_apt_policy)"
-  if [[ "$out" != *"Candidate: "[0-9]* ]]; then
-    tc_with_lock apt timeout -k 10 "$TC_NODE_APT_TIMEOUT" \
-      env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >&2 || return 1
-    out="$(_node_apt_policy)"
-  fi
-  for pkg in "${NODE_DEBS[@]}"; do
-    NODE_DEB_VERSION[$pkg]="$(awk -v p="$pkg:" '$1 == p { on = 1; next } /^[^ ]/ { on = 0 } on && $1 == "Candidate:" { print $2; exit }' <<<"$out")"
-    [[ -n "${NODE_DEB_VERSION[$pkg]}" && "${NODE_DEB_VERSION[$pkg]}" != "(none)" ]] || {
-      tc_log "error: apt offers no version of $pkg"
-      return 1
-    }
-  done
-}
-
-_node_apt_policy() {
-  timeout -k 5 "$TC_K8S_CHECK_TIMEOUT" apt-cache policy "${NODE_DEBS[@]}" 2>/dev/null || true
-}
-
-_node_build_deb() {
-  local tmp="$1" pkg="$2" version="$3" dl="$1/deb"
-  mkdir -p "$dl" || return 1
-  # As root apt downloads unsandboxed anyway; saying so quiets its warning
-  # about a directory its _apt user cannot enter.
-  _k8s_step "$pkg $version" "$dl" "$TC_NODE_APT_TIMEOUT" \
-    apt-get download -q -o APT::Sandbox::User=root "$pkg=$version" || return 1
-  _k8s_step "$pkg $version" "$dl" "$TC_K8S_CHECK_TIMEOUT" \
-    sh -c 'dpkg-deb -x ./*.deb "$1"' sh "$tmp" || return 1
-  rm -rf "$dl"
-}
-
+# Each of NODE_DEBS into <cache>/<package>-<version>/ (tc_install_deb in
+# hack/lib.sh: the version apt offers, apt-get update when it offers none).
 ensure_deb() {
-  local pkg="$1"
-  _node_deb_versions || return 1
-  tc_install "$pkg" "${NODE_DEB_VERSION[$pkg]}" "deb" _node_build_deb "$pkg" "${NODE_DEB_VERSION[$pkg]}"
+  tc_install_deb - "$1"
 }
 
 ensure_debs() {
   tc_apt_install iptables iptables >/dev/null || return 1
-  _node_deb_versions || return 1
+  # One apt-cache call for the three (it takes seconds).
+  tc_deb_versions "${NODE_DEBS[@]}" || return 1
   local p
   for p in "${NODE_DEBS[@]}"; do ensure_deb "$p" || return 1; done
 }
@@ -204,7 +168,7 @@ usage() {
 }
 
 main() {
-  tc_need_cmd go timeout awk sed grep sha256sum apt-get apt-cache dpkg-deb
+  tc_need_cmd go timeout awk sed grep sha256sum apt-get apt-cache dpkg-deb dpkg-query ldd
   local what="${1:-all}"
   (($# <= 1)) || { usage; tc_die "one argument at most"; }
   case "$what" in

@@ -10,9 +10,10 @@
 // the test binary dies (Pdeathsig); every wait is bounded. A missing
 // redis-server is a test failure, never a skip: CI must not pass by running
 // none of the Redis tests. This package only finds the binary; it never
-// installs anything. hack/ensure-redis.sh installs it, and every make
-// target that runs tests needing it (test, test-unit, e2e, fuzz, bench)
-// runs that script first.
+// installs anything. hack/ensure-redis.sh installs it into the tool cache,
+// and every make target that runs tests needing it (test, test-unit,
+// test-alloc, e2e, fuzz, fuzz-short, bench) runs that script first and
+// passes its path in TIERCACHE_REDIS_SERVER.
 package testredis
 
 import (
@@ -21,13 +22,21 @@ import (
 	"os/exec"
 )
 
-// installedPath is where hack/ensure-redis.sh puts redis-server (Debian's
-// redis-server package): found even when PATH does not name /usr/bin.
+// envVar names the variable that holds the path of the redis-server to
+// run: the one hack/ensure-redis.sh printed (`eval "$(bash
+// hack/ensure-redis.sh env)"` sets it).
+const envVar = "TIERCACHE_REDIS_SERVER"
+
+// installedPath is where Debian's redis-server package, installed
+// system-wide, puts redis-server: a fallback for machines set up by hand,
+// found even when PATH does not name /usr/bin.
 const installedPath = "/usr/bin/redis-server"
 
-// Binary returns the path of redis-server: the one on PATH, else the one
-// hack/ensure-redis.sh installs. When there is neither, the error says to
-// run `make test` or `bash hack/ensure-redis.sh`. Suitable for TestMain:
+// Binary returns the path of redis-server: $TIERCACHE_REDIS_SERVER when it
+// is set (an error when it names no executable file: a stale path must not
+// quietly fall back to another redis-server), else the one on PATH, else
+// /usr/bin/redis-server. When there is none, the error names
+// hack/ensure-redis.sh. Suitable for TestMain:
 //
 //	func TestMain(m *testing.M) {
 //		if _, err := testredis.Binary(); err != nil {
@@ -36,16 +45,31 @@ const installedPath = "/usr/bin/redis-server"
 //		}
 //		os.Exit(m.Run())
 //	}
-func Binary() (string, error) { return findBinary(installedPath) }
+func Binary() (string, error) { return findBinary(os.Getenv(envVar), installedPath) }
 
-// findBinary is Binary with the installed path as a parameter (tests).
-func findBinary(installed string) (string, error) {
+// findBinary is Binary with the variable's value and the installed path as
+// parameters (tests).
+func findBinary(fromEnv, installed string) (string, error) {
+	if fromEnv != "" {
+		if isExecutable(fromEnv) {
+			return fromEnv, nil
+		}
+		return "", fmt.Errorf("testredis: %s=%s is not an executable file; "+
+			"run `bash hack/ensure-redis.sh` from the repository root and set %s to the path it prints "+
+			"(`make test` does both)", envVar, fromEnv, envVar)
+	}
 	if p, err := exec.LookPath("redis-server"); err == nil {
 		return p, nil
 	}
-	if fi, err := os.Stat(installed); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+	if isExecutable(installed) {
 		return installed, nil
 	}
-	return "", fmt.Errorf("testredis: redis-server is neither on PATH nor at %s; "+
-		"install it with `bash hack/ensure-redis.sh` from the repository root (`make test` does that first)", installed)
+	return "", fmt.Errorf("testredis: no redis-server: %s is not set, and there is none on PATH or at %s; "+
+		"from the repository root run `eval \"$(bash hack/ensure-redis.sh env)\"; export %s`, "+
+		"which installs it into the tool cache (`make test` does that first)", envVar, installed, envVar)
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }

@@ -125,9 +125,10 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
-// Binary only looks for redis-server: on PATH, else where
-// hack/ensure-redis.sh installs it. It never runs a script or a package
-// manager; without a binary it fails naming the command that installs one.
+// Binary only looks for redis-server: $TIERCACHE_REDIS_SERVER (the path
+// hack/ensure-redis.sh printed), else on PATH, else where Debian's package
+// puts it. It never runs a script or a package manager; without a binary
+// it fails naming the command that installs one.
 func TestBinaryOnlyFindsRedisServer(t *testing.T) {
 	// A PATH of one directory whose "bash", "sudo" and "apt-get" record
 	// that they ran: nothing may run them.
@@ -153,21 +154,39 @@ func TestBinaryOnlyFindsRedisServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	fromEnv := filepath.Join(t.TempDir(), "redis-server")
+	if err := os.WriteFile(fromEnv, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	both := filepath.Dir(onPath) + string(os.PathListSeparator) + pathDir
+
 	tests := map[string]struct {
+		env       string // TIERCACHE_REDIS_SERVER
 		path      string
 		installed string
 		want      string   // the path found; "" for an error
 		wantErr   []string // substrings of the error
 	}{
-		"the one on PATH wins": {
-			path: filepath.Dir(onPath) + string(os.PathListSeparator) + pathDir, installed: installed, want: onPath,
+		"the variable's path wins over PATH and the installed one": {
+			env: fromEnv, path: both, installed: installed, want: fromEnv,
+		},
+		"a variable naming a missing file is an error, not a fallback": {
+			env: filepath.Join(installedDir, "gone"), path: both, installed: installed,
+			wantErr: []string{"TIERCACHE_REDIS_SERVER", "gone", "bash hack/ensure-redis.sh"},
+		},
+		"a variable naming a file that cannot run is an error": {
+			env: notExecutable, path: both, installed: installed,
+			wantErr: []string{"TIERCACHE_REDIS_SERVER", "bash hack/ensure-redis.sh"},
+		},
+		"without the variable the one on PATH wins": {
+			path: both, installed: installed, want: onPath,
 		},
 		"the installed one is found when PATH lacks it": {
 			path: pathDir, installed: installed, want: installed,
 		},
-		"neither is an error naming how to install it": {
+		"none is an error naming how to install it": {
 			path: pathDir, installed: filepath.Join(installedDir, "missing"),
-			wantErr: []string{"bash hack/ensure-redis.sh", "make test", "missing"},
+			wantErr: []string{"bash hack/ensure-redis.sh env", "TIERCACHE_REDIS_SERVER", "make test", "missing"},
 		},
 		"an installed file that cannot run is not found": {
 			path: pathDir, installed: notExecutable,
@@ -178,7 +197,7 @@ func TestBinaryOnlyFindsRedisServer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_ = os.Remove(ran) // each case on its own
 			t.Setenv("PATH", tc.path)
-			got, err := findBinary(tc.installed)
+			got, err := findBinary(tc.env, tc.installed)
 			if tc.want != "" {
 				if err != nil || got != tc.want {
 					t.Fatalf("findBinary = %q, %v; want %q", got, err, tc.want)
