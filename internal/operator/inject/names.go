@@ -71,8 +71,8 @@ const (
 
 // Environment variables of the sidecar container. No secret of the tier is
 // ever in one: Secrets reach the sidecar as files in SecretsDir. The drain
-// token is the one value that guards anything, and it is in the pod spec
-// anyway (the app container's preStop hook sends it).
+// token is the exception: it guards only this pod's drain, and it is in
+// the pod spec anyway (the app container's preStop hook sends it).
 const (
 	EnvPodName       = "TIERCACHE_POD_NAME"
 	EnvPodNamespace  = "TIERCACHE_POD_NAMESPACE"
