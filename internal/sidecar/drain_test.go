@@ -430,6 +430,10 @@ func TestADrainThatNoSIGTERMFollowsIsUndone(t *testing.T) {
 // path of the sidecar it injects, with the token it gives it: the names
 // on both sides are one contract.
 func TestTheInjectedPreStopHookDrainsTheInjectedSidecar(t *testing.T) {
+	if inject.DrainHoldHeader != drainHoldHeader || inject.EnvDrainToken != envName("drain-token") {
+		t.Fatalf("the injector's names (%s, %s) are not the sidecar's (%s, %s)",
+			inject.DrainHoldHeader, inject.EnvDrainToken, drainHoldHeader, envName("drain-token"))
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "shop", Annotations: map[string]string{inject.AnnotationTier: "pages"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
