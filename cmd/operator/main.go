@@ -16,6 +16,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The operator keeps serving for --shutdown-delay after the first
+	// signal; a second one kills it at once (the default action).
+	context.AfterFunc(ctx, stop)
 	if err := operator.Run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "tiercache-operator:", err)
 		os.Exit(1)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -91,6 +92,15 @@ func TestOperatorArgs(t *testing.T) {
 				if p == nil || p.HTTPGet == nil || p.HTTPGet.Port != intstr.FromString("health") {
 					t.Errorf("%s probe %+v is not an HTTP GET on the health port", name, p)
 				}
+			}
+			// SIGTERM, the shutdown delay, then the manager's stop: all
+			// inside the grace period, or the kubelet kills the replica
+			// while admissions are in flight.
+			if g := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < o.ShutdownDelay+operator.ManagerStopTimeout {
+				t.Errorf("terminationGracePeriodSeconds %v is less than --shutdown-delay %s + the manager's stop %s", g, o.ShutdownDelay, operator.ManagerStopTimeout)
+			}
+			if o.ShutdownDelay == 0 {
+				t.Errorf("--shutdown-delay is 0: the replica stops at SIGTERM while the API server still calls it")
 			}
 			if *dep.Spec.Replicas > 1 && !o.LeaderElect {
 				t.Errorf("%d replicas without --leader-elect", *dep.Spec.Replicas)

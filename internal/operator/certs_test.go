@@ -138,6 +138,8 @@ func TestSelfManagedCertificates(t *testing.T) {
 			"--xds-service=tc-xds",
 			"--control-plane-address=tc-xds.tc-certs.svc:" + strconv.Itoa(xdsPort),
 			"--status-refresh=1s",
+			// Stopped at once: shutdown_test.go tests the delay.
+			"--shutdown-delay=0",
 		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cfg, CertExtraDNSNames: []string{"localhost"}, SkipNameValidation: true, Registerer: reg})
 	}()
 	t.Cleanup(func() {

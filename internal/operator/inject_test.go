@@ -359,3 +359,43 @@ func TestPerPodOverridesThroughTheAPIServer(t *testing.T) {
 		})
 	}
 }
+
+// TestEachInjectedPodGetsItsOwnDrainHook: the app container's preStop hook
+// sends the sidecar the token in its environment, and no two pods share
+// one (knowing a pod's token drains only that pod).
+func TestEachInjectedPodGetsItsOwnDrainHook(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+	if err := c.Create(ctx, newTier(ns, "pages", v1alpha1.CacheTierSpec{})); err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[string]string{}
+	for _, name := range []string{"web-0", "web-1"} {
+		pod := appPod(ns, name, map[string]string{inject.AnnotationTier: "pages"})
+		eventually(t, 30*time.Second, func() error { return c.Create(ctx, pod) })
+		var got corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
+			t.Fatal(err)
+		}
+		env, ok := envValue(sidecarOf(&got), inject.EnvDrainToken)
+		if !ok || len(env.Value) < 20 {
+			t.Fatalf("%s: the sidecar's drain token %q is missing or short", name, env.Value)
+		}
+		ls := got.Spec.Containers[0].Lifecycle
+		if ls == nil || ls.PreStop == nil || ls.PreStop.HTTPGet == nil {
+			t.Fatalf("%s: the app has no preStop httpGet: %+v", name, ls)
+		}
+		get := ls.PreStop.HTTPGet
+		if get.Path != inject.DrainPath || get.Port.IntValue() != int(inject.DefaultAdminPort) ||
+			len(get.HTTPHeaders) != 1 || get.HTTPHeaders[0].Name != "Authorization" || get.HTTPHeaders[0].Value != "Bearer "+env.Value {
+			t.Errorf("%s: preStop %+v does not send the sidecar's token %q to %s on the admin port", name, get, env.Value, inject.DrainPath)
+		}
+		for other, tok := range tokens {
+			if tok == env.Value {
+				t.Errorf("%s and %s share a drain token", name, other)
+			}
+		}
+		tokens[name] = env.Value
+	}
+}

@@ -98,6 +98,9 @@ type Options struct {
 	// SyncPeriod re-reconciles every tier this often (a safety net; every
 	// change is watched).
 	SyncPeriod time.Duration
+	// ShutdownDelay is how long the operator keeps serving after SIGTERM,
+	// not ready, before it stops (shutdown.go).
+	ShutdownDelay time.Duration
 	// ShowVersion (--version) prints the version and exits: no other
 	// flag is checked and the API server is not reached.
 	ShowVersion bool
@@ -158,6 +161,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
 	fs.StringVar(&excluded, "excluded-namespaces", "kube-system,kube-public,kube-node-lease", "comma-separated namespaces never injected (the operator's own always is)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Hour, "full re-reconcile period")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", DefaultShutdownDelay, "on SIGTERM, keep serving webhooks and xDS this long with /readyz failing (webhook answers close their connections) before stopping, so that the API server's calls move to another replica first; 0-5m")
 	fs.BoolVar(&o.ShowVersion, "version", false, "print the version, git revision and Go version, and exit")
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err
@@ -239,6 +243,9 @@ func (o Options) Validate() error {
 	}
 	if o.SyncPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("--sync-period: must be > 0 (got %s)", o.SyncPeriod))
+	}
+	if o.ShutdownDelay < 0 || o.ShutdownDelay > maxShutdownDelay {
+		errs = append(errs, fmt.Errorf("--shutdown-delay: must be between 0s and %s (got %s)", maxShutdownDelay, o.ShutdownDelay))
 	}
 	return errors.Join(errs...)
 }

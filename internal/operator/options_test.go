@@ -36,6 +36,8 @@ func TestParseArgsNamesTheBadFlag(t *testing.T) {
 		"a sidecar uid of root":                            {[]string{"--sidecar-run-as-user=0"}, "--sidecar-run-as-user"},
 		"a sidecar gid that is not a number":               {[]string{"--sidecar-run-as-group=staff"}, "sidecar-run-as-group"},
 		"a sidecar drain delay above 5m":                   {[]string{"--sidecar-drain-delay=10m"}, "--sidecar-drain-delay"},
+		"a shutdown delay above 5m":                        {[]string{"--shutdown-delay=6m"}, "--shutdown-delay: must be between 0s and 5m0s"},
+		"a negative shutdown delay":                        {[]string{"--shutdown-delay=-1s"}, "--shutdown-delay"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

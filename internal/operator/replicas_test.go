@@ -287,6 +287,8 @@ func startReplica(t *testing.T, name, xdsAddr string) func() {
 			"--xds-listen=" + xdsAddr,
 			"--xds-ca-file=" + cluster.caFile,
 			"--status-refresh=1s",
+			// Stopped at once: shutdown_test.go tests the delay.
+			"--shutdown-delay=0",
 		}, Env{Getenv: func(string) string { return "" }, Stderr: logSink(), RestConfig: cluster.cfg, SkipNameValidation: true, Registerer: prometheus.NewRegistry()})
 	}()
 	stopped := false

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -124,6 +125,9 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	// Set at SIGTERM: readiness fails, webhook answers close their
+	// connections, and the manager stops --shutdown-delay later.
+	var bye leaving
 	rec := mgr.GetEventRecorder("tiercache-operator")
 	// certReady is closed once the webhook certificate files exist (the
 	// control plane serves TLS with them too).
@@ -157,13 +161,16 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	if err := (&PublishReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Publisher: pub}).SetupWithManager(mgr, secretToTiers); err != nil {
 		return err
 	}
-	if err := setupWebhooks(ctx, mgr, o, env, certReady); err != nil {
+	if err := setupWebhooks(ctx, mgr, o, env, certReady, &bye); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	return mgr.Start(ctx)
+	if err := mgr.AddReadyzCheck("shutdown", bye.readyz); err != nil {
+		return err
+	}
+	return runLeaving(ctx, o.ShutdownDelay, &bye, log, mgr.Start)
 }
 
 func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation bool) (manager.Manager, error) {
@@ -195,6 +202,7 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       ptr.To(ManagerStopTimeout),
 		Controller:                    config.Controller{SkipNameValidation: &skipNameValidation},
 		Cache: cache.Options{
 			SyncPeriod: &sync,
@@ -221,15 +229,15 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 // --cert-mode=external, after the rotator wrote it with --cert-mode=self.
 // The self-managed certificate also names the xDS Service. Every replica
 // serves webhooks; none needs to lead.
-func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env, ready chan struct{}) error {
+func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env, ready chan struct{}, bye *leaving) error {
 	srv := webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})
-	srv.Register(PodMutatePath, admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
+	srv.Register(PodMutatePath, bye.closeConns(admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o,
-	})))
-	srv.Register(CacheTierValidatePath, admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{
+	}))))
+	srv.Register(CacheTierValidatePath, bye.closeConns(admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{
 		Opts:    o,
 		secrets: secretLookup{cache: mgr.GetClient(), api: mgr.GetAPIReader()},
-	})))
+	}))))
 
 	switch o.CertMode {
 	case CertModeExternal:

@@ -137,6 +137,8 @@ func runMain(m *testing.M) int {
 		"--xds-listen=" + cluster.xdsAddr,
 		"--xds-ca-file=" + cluster.caFile,
 		"--status-refresh=1s",
+		// Stopped at once: shutdown_test.go tests the delay.
+		"--shutdown-delay=0",
 	}
 	if err := startSuiteOperator(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -77,6 +78,8 @@ func (w *podInjector) Default(ctx context.Context, pod *corev1.Pod) error {
 	if err := w.controlPlane(&p); err != nil {
 		return err
 	}
+	// One per pod: knowing it drains only that pod.
+	p.DrainToken = rand.Text()
 	if err := inject.Inject(pod, p); err != nil {
 		return fmt.Errorf("tiercache: cannot inject the sidecar: %w", err)
 	}

@@ -76,6 +76,9 @@ type Options struct {
 	// response for this long (connguard.SendTimeout; nginx's
 	// send_timeout).
 	SendTimeout time.Duration
+	// DrainToken lets the pod's preStop hook drain the sidecar before
+	// the app gets SIGTERM (drain.go); "" refuses every such call.
+	DrainToken string
 	// Rate limit of admin purges.
 	PurgeRate  float64
 	PurgeBurst int
@@ -126,7 +129,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", "json", "json or text")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 25*time.Second, "how long in-flight requests may take to finish on SIGTERM")
-	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz failing before draining (lets endpoints update first)")
+	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM or the drain hook, keep serving this long with /readyz failing and keep-alives off (every response says Connection: close) before shutting down, so that endpoints update and clients move first")
+	fs.StringVar(&o.DrainToken, "drain-token", "", "bearer token of GET /drain on the admin port, which the pod's preStop hook calls to drain the sidecar while the app still runs (prefer TIERCACHE_DRAIN_TOKEN; the operator injects a random one per pod); empty: /drain refuses every call")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
 	fs.IntVar(&o.MaxConns, "max-connections", connguard.DefaultMaxConns, "most client connections open at once on --listen, upgraded ones included (0: no bound); at the bound the connection waiting longest for a request (idle keep-alive, or new and silent for 1s) is closed to make room, else new ones wait")
 	fs.IntVar(&o.MaxUpgraded, "max-upgraded-connections", proxy.DefaultMaxUpgraded, "most upgraded (WebSocket) connections open at once; more get 503")
@@ -465,7 +469,6 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		return fmt.Errorf("--admin-listen: %w", err)
 	}
 
-	var draining atomic.Bool
 	serve := &http.Server{
 		Handler:           connguard.Middleware(dp),
 		ConnContext:       connguard.ConnContext,
@@ -475,8 +478,10 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	drain := newDrainer(o.DrainDelay, o.ShutdownTimeout, o.DrainToken, serve, log)
+	defer drain.stop()
 	admin := &http.Server{
-		Handler:           adminMux(reg, dp.purgeHandler(), &draining, &warm, o.AdminPprof),
+		Handler:           adminMux(reg, dp.purgeHandler(), drain.hook(ctx), drain.draining, &warm, o.AdminPprof),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -519,12 +524,14 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 			runErr = err
 		}
 	}
-	// Drain: report not ready, keep serving while endpoints catch up, then
-	// stop accepting and let in-flight requests end.
-	draining.Store(true)
-	log.Info("shutting down", "drain_delay", o.DrainDelay.String(), "timeout", o.ShutdownTimeout.String())
-	if o.DrainDelay > 0 && runErr == nil {
-		t := time.NewTimer(o.DrainDelay)
+	// Drain: report not ready, keep serving (closing each connection after
+	// its response) while endpoints catch up, then stop accepting and let
+	// in-flight requests end. After the preStop hook held the app for the
+	// drain delay, none of it is left to wait.
+	drainEnd := drain.terminate(time.Now())
+	log.Info("shutting down", "drain_delay", o.DrainDelay.String(), "drain_left", max(time.Until(drainEnd), 0).Round(time.Millisecond).String(), "timeout", o.ShutdownTimeout.String())
+	if left := time.Until(drainEnd); left > 0 && runErr == nil {
+		t := time.NewTimer(left)
 		select {
 		case <-t.C:
 		case err := <-errc:
@@ -558,7 +565,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	return runErr
 }
 
-func adminMux(reg *prometheus.Registry, purge http.Handler, draining, warm *atomic.Bool, profiles bool) *http.ServeMux {
+func adminMux(reg *prometheus.Registry, purge, drain http.Handler, draining func() bool, warm *atomic.Bool, profiles bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -569,7 +576,7 @@ func adminMux(reg *prometheus.Registry, purge http.Handler, draining, warm *atom
 	// origin, Redis being up, or the control plane (a config pushed later
 	// that rebuilds L1 or L2 does not make the sidecar unready).
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if draining.Load() {
+		if draining() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
 			return
 		}
@@ -580,6 +587,7 @@ func adminMux(reg *prometheus.Registry, purge http.Handler, draining, warm *atom
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/purge", purge)
+	mux.Handle(drainPath, drain)
 	if profiles {
 		// Not pprof.Cmdline: the command line may carry secrets
 		// (--redis-password, --purge-token).

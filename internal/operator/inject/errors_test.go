@@ -150,6 +150,10 @@ func TestInjectErrors(t *testing.T) {
 			},
 			want: `params: secret file "purge-token" is projected twice`,
 		},
+		"a drain token that cannot be a header value is refused": {
+			params: func(p *Params) { p.DrainToken = "two words" },
+			want:   `params: DrainToken must be printable ASCII without spaces`,
+		},
 		"an app container named tiercache is refused": {
 			pod:  func(p *corev1.Pod) { p.Spec.Containers[0].Name = ContainerName },
 			want: `container name "tiercache" is reserved for the sidecar; rename the container`,

@@ -50,13 +50,16 @@ type caseParams struct {
 	RunAsUser       *int64                       `json:"runAsUser"`
 	RunAsGroup      *int64                       `json:"runAsGroup"`
 	DrainDelay      *metav1.Duration             `json:"drainDelay"`
+	DrainToken      string                       `json:"drainToken"`
 }
 
 // defaultCaseParams are the Params of every golden case unless its
 // <case>.params.yaml says otherwise: a 256Mi L1 (448Mi derived memory),
-// default ports, no control plane, no secrets.
+// default ports, no control plane, no secrets, a fixed drain token (the
+// webhook makes a random one per pod).
 func defaultCaseParams() caseParams {
 	return caseParams{
+		DrainToken:    "golden-drain-token",
 		InitialConfig: `{"l1":{"maxSize":"256Mi"},"tier":"pages"}`,
 		ConfigHash:    "9f86d081884c7d65",
 		L1MaxSize:     resource.MustParse("256Mi"),
@@ -81,6 +84,7 @@ func (c caseParams) params(pod *corev1.Pod) Params {
 		RunAsUser:       c.RunAsUser,
 		RunAsGroup:      c.RunAsGroup,
 		DrainDelay:      drain,
+		DrainToken:      c.DrainToken,
 		BodyStoreSize:   bodies,
 		BodyStoreMedium: c.BodyStoreMedium,
 		Tier:            tier,

@@ -81,6 +81,12 @@ type Params struct {
 	// AnnotationDrainDelay sets one; nil means DefaultDrainDelay. It is
 	// cut to half the pod's grace period (see shutdown).
 	DrainDelay *time.Duration
+	// DrainToken is the pod's drain token: the fronted app container gets
+	// a preStop hook that sends it to the sidecar's DrainPath, and the
+	// sidecar gets it in EnvDrainToken (see drainHook). The webhook makes
+	// a random one per pod. "" means no hook: the sidecar drains at its
+	// SIGTERM only.
+	DrainToken string
 }
 
 // SecretFile is one key of a Secret, projected as a file of SecretsDir.
@@ -143,6 +149,9 @@ func (p Params) validate() error {
 		if id.v != nil && *id.v < 1 {
 			return fmt.Errorf("%s: must be > 0, the sidecar runs as non-root (got %d)", id.name, *id.v)
 		}
+	}
+	if err := checkDrainToken(p.DrainToken); err != nil {
+		return err
 	}
 	if d := p.DrainDelay; d != nil && (*d < 0 || *d > MaxDrainDelay) {
 		return fmt.Errorf("--sidecar-drain-delay: must be between 0s and %s (got %s)", MaxDrainDelay, *d)
@@ -237,6 +246,13 @@ func mutate(pod *corev1.Pod, p Params) error {
 		appPort.Name = ""
 	}
 
+	// The sidecar gets the token only when the app gets the hook.
+	if p.DrainToken != "" {
+		_, admin := p.ports()
+		if !drainHook(&spec.Containers[app.container], admin, p.DrainToken, drain) {
+			p.DrainToken = ""
+		}
+	}
 	sidecar, err := sidecarContainer(p, portName, appPort.ContainerPort, ov, drain, timeout)
 	if err != nil {
 		return err

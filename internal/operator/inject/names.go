@@ -69,8 +69,10 @@ const (
 	DefaultAdminPort int32 = 15190
 )
 
-// Environment variables of the sidecar container. No secret value is ever
-// in one: Secrets reach the sidecar as files in SecretsDir.
+// Environment variables of the sidecar container. No secret of the tier is
+// ever in one: Secrets reach the sidecar as files in SecretsDir. The drain
+// token is the exception: it guards only this pod's drain, and it is in
+// the pod spec anyway (the app container's preStop hook sends it).
 const (
 	EnvPodName       = "TIERCACHE_POD_NAME"
 	EnvPodNamespace  = "TIERCACHE_POD_NAMESPACE"
@@ -78,6 +80,9 @@ const (
 	// EnvControlPlaneCAPEM carries the PEM CA of the control plane's
 	// certificate (public): the sidecar connects with TLS when it is set.
 	EnvControlPlaneCAPEM = "TIERCACHE_CONTROL_PLANE_CA_PEM"
+	// EnvDrainToken is the pod's drain token (Params.DrainToken): the
+	// bearer token the sidecar's DrainPath requires.
+	EnvDrainToken = "TIERCACHE_DRAIN_TOKEN"
 	// EnvGOMAXPROCS is Go's own variable, set from the sidecar's CPU
 	// limit when it has one (see maxProcsEnv).
 	EnvGOMAXPROCS = "GOMAXPROCS"

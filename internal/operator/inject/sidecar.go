@@ -188,6 +188,9 @@ func env(p Params, res corev1.ResourceRequirements) []corev1.EnvVar {
 	if len(p.InitialConfig) > 0 {
 		vars = append(vars, corev1.EnvVar{Name: EnvInitialConfig, Value: string(p.InitialConfig)})
 	}
+	if p.DrainToken != "" {
+		vars = append(vars, corev1.EnvVar{Name: EnvDrainToken, Value: p.DrainToken})
+	}
 	return vars
 }
 
