@@ -352,12 +352,12 @@ func stuckSidecar(t *testing.T, conn *grpc.ClientConn, tok, id, tierKey string) 
 	})
 }
 
-// checkGetColumns runs kubectl get ct and checks the named columns of the
-// tier's row.
-func checkGetColumns(t *testing.T, ns, name string, want map[string]string) {
+// checkGetColumns runs kubectl get ct (with the extra arguments, such as
+// -o wide) and checks the named columns of the tier's row.
+func checkGetColumns(t *testing.T, ns, name string, want map[string]string, extra ...string) {
 	t.Helper()
 	kubeconfig := testkube.Kubeconfig(t, cluster.env, testkube.Admin)
-	out, err := exec.Command(kubectlPath(t), "--kubeconfig", kubeconfig, "get", "ct", "-n", ns, name).CombinedOutput()
+	out, err := exec.Command(kubectlPath(t), append([]string{"--kubeconfig", kubeconfig, "get", "ct", "-n", ns, name}, extra...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl get ct: %v\n%s", err, out)
 	}

@@ -824,10 +824,12 @@ type CacheTierStatus struct {
 	// InjectedPods counts the pods of the namespace injected for this
 	// tier.
 	// +optional
+	// +kubebuilder:default=0
 	InjectedPods int32 `json:"injectedPods"`
 	// ConnectedSidecars counts the sidecars connected to the control plane
 	// of any operator replica for this tier (sidecars.total).
 	// +optional
+	// +kubebuilder:default=0
 	ConnectedSidecars int32 `json:"connectedSidecars"`
 	// NACKs counts the pushed configs that sidecars refused (their own
 	// validation failed), summed over the running operator replicas, each
