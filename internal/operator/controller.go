@@ -122,15 +122,18 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if lerr := r.Client.List(ctx, &pods, client.InNamespace(tier.Namespace), client.MatchingLabels{inject.LabelTier: tier.Name}); lerr != nil {
 		return reconcile.Result{}, lerr
 	}
-	status.InjectedPods = 0
+	live := make([]*corev1.Pod, 0, len(pods.Items))
 	for i := range pods.Items {
 		if p := &pods.Items[i]; p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			status.InjectedPods++
+			live = append(live, p)
 		}
 	}
+	status.InjectedPods = int32(len(live))
 
 	var perr error
+	var restart []podRestart
 	if err == nil {
+		restart = restartsNeeded(live, secretFilesToProject(tier, cfg.SecretVersions))
 		status.ConfigHash = cfg.Hash()
 		status.L2Mode = "none"
 		if len(cfg.L2.Addresses) > 0 {
@@ -165,7 +168,7 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		} else if r.Sidecars == nil {
 			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "the rendered config is published; no control plane counts the sidecars that apply it")
 		} else {
-			st, reason, msg := readiness(*status.Sidecars, status.ConfigHash, status.LastNACK)
+			st, reason, msg := readiness(*status.Sidecars, status.InjectedPods, restart, status.ConfigHash, status.LastNACK)
 			setCondition(status, gen, v1alpha1.ConditionReady, st, reason, msg)
 		}
 	case v.Reason != v1alpha1.ReasonInvalidSpec:

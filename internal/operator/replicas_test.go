@@ -61,7 +61,7 @@ func TestSidecarStatusAcrossReplicasAndALeaderChange(t *testing.T) {
 
 	// All four run the first config: Ready, Applied.
 	v1 := waitSidecars(t, c, key, want{total: 4, current: 4, replicas: 2, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonApplied,
-		message: "all 4 connected sidecars applied config version"})
+		message: "all 4 injected pods have a connected sidecar that applied config version"})
 	if got := tierOf(t, c, key).Status.Sidecars.Versions; len(got) != 1 || got[0] != (v1alpha1.VersionCount{Version: v1[:12], Sidecars: 4}) {
 		t.Errorf("versions %+v, want all 4 on %.12s (the configHash is the pushed version)", got, v1)
 	}
@@ -125,11 +125,13 @@ func TestSidecarStatusAcrossReplicasAndALeaderChange(t *testing.T) {
 
 	// The second replica stops: the first leads again and counts its own
 	// sidecar. The NACK was heard by the second replica: its count went
-	// with it (status.nacks is a sum over the running replicas).
+	// with it (status.nacks is a sum over the running replicas). The
+	// sidecars of web-1 and web-2 knew only the second replica: their
+	// pods are there, not connected, so the tier is not Ready.
 	stopSecond()
 	waitLeaderChange(t, c, second)
-	waitSidecars(t, c, key, want{total: 1, current: 1, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonApplied,
-		message: "all 1 connected sidecars applied config version " + v2[:12]})
+	waitSidecars(t, c, key, want{total: 1, current: 1, replicas: 1, ready: metav1.ConditionFalse, reason: v1alpha1.ReasonSidecarsNotConnected,
+		message: "1 of 4 injected pods have a sidecar connected to the control plane (1 applied config version " + v2[:12]})
 }
 
 // TestAnExpiredReportStopsCounting: a replica that died without deleting
@@ -144,8 +146,8 @@ func TestAnExpiredReportStopsCounting(t *testing.T) {
 	if err := c.Create(ctx, newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
 		t.Fatal(err)
 	}
-	hash := waitSidecars(t, c, key, want{total: 0, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoSidecars,
-		message: "no sidecar is connected"})
+	hash := waitSidecars(t, c, key, want{total: 0, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods,
+		message: "no pod is injected"})
 
 	// What a dead replica left: 5 sidecars of the tier, 3 on its current
 	// version, 2 on an old one, renewed just now for 5 seconds.
@@ -170,7 +172,7 @@ func TestAnExpiredReportStopsCounting(t *testing.T) {
 		message: "3 of 5 connected sidecars applied config version " + hash[:12] + "; 2 still run an older one"})
 
 	// Once it expired it does not count, while it is still there...
-	waitSidecars(t, c, key, want{total: 0, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoSidecars, message: "no sidecar is connected"})
+	waitSidecars(t, c, key, want{total: 0, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods, message: "no pod is injected"})
 	dropped := time.Now()
 	if dropped.Before(now.Add(duration)) {
 		t.Errorf("the report stopped counting before it expired")

@@ -774,9 +774,12 @@ const (
 	// ConditionValid says whether the spec (with its Secrets) renders to a
 	// config the sidecar accepts.
 	ConditionValid = "Valid"
-	// ConditionReady says whether the tier's connected sidecars run the
-	// rendered config: True when every one applied (ACKed) the version of
-	// status.configHash, or none is connected.
+	// ConditionReady says whether the tier's pods run the rendered config:
+	// True when every injected pod has a sidecar connected to the control
+	// plane, every connected sidecar applied (ACKed) the version of
+	// status.configHash, and no pod must be restarted to use the Secrets
+	// the tier names; or when the tier has no injected pod (nothing to
+	// wait for, as a Deployment scaled to 0 is Available).
 	ConditionReady = "Ready"
 
 	ReasonRendered      = "Rendered"
@@ -794,14 +797,26 @@ const (
 	// ReasonConfigRejected is the Event reason of a sidecar's NACK, and
 	// Ready's while connected sidecars refuse the current version.
 	ReasonConfigRejected = "ConfigRejected"
-	// ReasonApplied: every connected sidecar applied the current version.
+	// ReasonApplied: every injected pod's sidecar is connected and
+	// applied the current version.
 	ReasonApplied = "Applied"
-	// ReasonNoSidecars: the config is published and no sidecar is
-	// connected to any operator replica (nothing to wait for).
-	ReasonNoSidecars = "NoSidecars"
+	// ReasonNoPods: the config is published and no pod is injected for
+	// the tier (nothing to wait for; a pod admitted later gets the
+	// current version).
+	ReasonNoPods = "NoPods"
+	// ReasonSidecarsNotConnected: fewer sidecars are connected to the
+	// control plane than the tier has injected pods (starting, or cut off
+	// from the control plane).
+	ReasonSidecarsNotConnected = "SidecarsNotConnected"
 	// ReasonSidecarsBehind: some connected sidecars still run an older
 	// version (not yet sent, being applied, or stuck), none refused it.
 	ReasonSidecarsBehind = "SidecarsBehind"
+	// ReasonRestartRequired: some pods were admitted with other Secret
+	// references than the tier names now (spec.purge.tokenSecretRef,
+	// spec.l2.passwordSecretRef, spec.l2.tls.caSecretRef): a pod's
+	// volumes are fixed at admission, so they keep the old Secrets until
+	// restarted.
+	ReasonRestartRequired = "RestartRequired"
 )
 
 // CacheTierStatus is what the operator observed and rendered.
