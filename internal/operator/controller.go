@@ -50,8 +50,9 @@ func (NoPublisher) Connected(string) int                                     { r
 
 // TierReconciler renders each CacheTier (its Secrets by resourceVersion,
 // never by value), publishes the result and reports it in status:
-// conditions Valid and Ready, observedGeneration, config hash, L2 mode,
-// injected pods and connected sidecars. It creates the tier's generated
+// conditions Valid and Ready (see readiness: every injected pod connected,
+// current, and mounting the Secrets the tier names), observedGeneration,
+// config hash, L2 mode, injected pods and connected sidecars. It creates the tier's generated
 // Secret (<tier>-tiercache: purge token, invalidation key) when missing;
 // the Secret is owned by the tier and garbage collected with it, so there
 // is no finalizer: a deleted tier is only cleared from the publisher.
@@ -213,8 +214,9 @@ func liveTier(ctx context.Context, c client.Reader, req reconcile.Request, pub P
 // emitTransitions records an Event when Valid changes or its message
 // does, and when Ready's status or reason changes (its message carries
 // sidecar counts, which move with every rollout), so `kubectl describe
-// ct` tells the story. Sidecars still applying a new version is the
-// normal course of a change: a Normal Event.
+// ct` tells the story. Sidecars still applying a new version, and new
+// pods whose sidecars have not connected yet, are the normal course of a
+// change or a rollout: Normal Events.
 func (r *TierReconciler) emitTransitions(tier *v1alpha1.CacheTier, next *v1alpha1.CacheTierStatus) {
 	if r.Events == nil {
 		return
@@ -227,7 +229,7 @@ func (r *TierReconciler) emitTransitions(tier *v1alpha1.CacheTier, next *v1alpha
 			continue
 		}
 		kind := corev1.EventTypeNormal
-		if now.Status != metav1.ConditionTrue && now.Reason != v1alpha1.ReasonSidecarsBehind {
+		if now.Status != metav1.ConditionTrue && now.Reason != v1alpha1.ReasonSidecarsBehind && now.Reason != v1alpha1.ReasonSidecarsNotConnected {
 			kind = corev1.EventTypeWarning
 		}
 		r.Events.Eventf(tier, nil, kind, now.Reason, "Reconcile", "%s", now.Message)
