@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -385,4 +386,97 @@ func checkGetColumns(t *testing.T, ns, name string, want map[string]string, extr
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return "127.0.0.1:" + strconv.Itoa(freePort(t))
+}
+
+// operatorPod creates a pod in the operator's namespace, standing for an
+// operator replica's (envtest runs no kubelet: it only exists).
+func operatorPod(t *testing.T, c client.Client, name string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNS, Name: name},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: "example.test/operator"}}},
+	}
+	if err := c.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+	return p
+}
+
+// TestAReportIsOwnedByItsOperatorPod: a replica's report names the
+// replica's pod as its owner, so that the garbage collector deletes it
+// with the pod even when the replica could not (helm uninstall deletes
+// the operator's RBAC while its pods stop).
+func TestAReportIsOwnedByItsOperatorPod(t *testing.T) {
+	c := needCluster(t)
+	name := "operator-" + strings.ToLower(strconv.FormatInt(time.Now().UnixNano(), 36))
+	pod := operatorPod(t, c, name)
+	startReplica(t, name, freeAddr(t))
+	eventually(t, 30*time.Second, func() error {
+		var l coordinationv1.Lease
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: operatorNS, Name: connectedLeasePrefix + name}, &l); err != nil {
+			return err
+		}
+		if len(l.OwnerReferences) != 1 || l.OwnerReferences[0].Kind != "Pod" || l.OwnerReferences[0].Name != name || l.OwnerReferences[0].UID != pod.UID {
+			return fmt.Errorf("owner references %+v, want the pod %s (%s)", l.OwnerReferences, name, pod.UID)
+		}
+		return nil
+	})
+}
+
+// TestAReportOfAGoneOperatorPodStopsCounting: what an uninstall leaves
+// behind. Reports of replicas whose pods are gone (deleted while they
+// could not delete their reports) do not count the moment the leader
+// sees it, long before they expire, and are deleted; a report whose pod
+// is there counts.
+func TestAReportOfAGoneOperatorPodStopsCounting(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: ns, Name: "web"}
+	if err := c.Create(ctx, newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
+		t.Fatal(err)
+	}
+	hash := waitSidecars(t, c, key, want{replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods})
+
+	suffix := strings.ToLower(strconv.FormatInt(time.Now().UnixNano(), 36))
+	live := operatorPod(t, c, "live-"+suffix)
+	gone := operatorPod(t, c, "gone-"+suffix)
+	if err := c.Delete(ctx, gone, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	// Reports renewed just now, for a minute.
+	report := func(owner *corev1.Pod, sidecars int) *coordinationv1.Lease {
+		rep, _, err := encodeReport(map[string]controlplane.Sidecars{ns + "/web": {Connected: sidecars, Applied: map[string]int{hash: sidecars}}}, maxReportBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := metav1.NewMicroTime(time.Now())
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: operatorNS, Name: connectedLeasePrefix + owner.Name,
+				Labels: map[string]string{labelConnectedReport: "true"}, Annotations: map[string]string{annotationSidecars: string(rep)},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID}}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(owner.Name), RenewTime: &now, LeaseDurationSeconds: ptr.To(int32(60))},
+		}
+		if err := c.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), l) })
+		return l
+	}
+	start := time.Now()
+	stale := report(gone, 5)
+	report(live, 2)
+
+	eventually(t, 15*time.Second, func() error {
+		err := c.Get(ctx, client.ObjectKeyFromObject(stale), &coordinationv1.Lease{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the report of the gone pod is still there (%v)", err)
+	})
+	waitSidecars(t, c, key, want{total: 2, current: 2, replicas: 2, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods})
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the stale report stopped counting after %s: it must not wait for its expiry", took)
+	}
 }

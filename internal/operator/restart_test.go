@@ -18,7 +18,7 @@ func injectedWith(t *testing.T, name string, tier *v1alpha1.CacheTier) *corev1.P
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Annotations: map[string]string{inject.AnnotationTier: tier.Name}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
 	}
 	var files []inject.SecretFile
 	for _, f := range secretFilesToProject(tier, allResolved(tier)) {
