@@ -130,6 +130,16 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	status.InjectedPods = int32(len(live))
+	var svcs corev1.ServiceList
+	if lerr := r.Client.List(ctx, &svcs, client.InNamespace(tier.Namespace)); lerr != nil {
+		return reconcile.Result{}, lerr
+	}
+	bypass := servicesBypassing(svcs.Items, live)
+	if ok, reason, msg := servicesRouted(bypass); ok {
+		setCondition(status, gen, v1alpha1.ConditionServicesRouted, metav1.ConditionTrue, reason, msg)
+	} else {
+		setCondition(status, gen, v1alpha1.ConditionServicesRouted, metav1.ConditionFalse, reason, msg)
+	}
 
 	var perr error
 	var restart []podRestart
@@ -182,6 +192,7 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 
 	if !equality.Semantic.DeepEqual(status, &tier.Status) {
 		r.emitTransitions(tier, status)
+		r.warnServices(tier, status, bypass)
 		patch := client.MergeFrom(tier.DeepCopy())
 		tier.Status = *status
 		if serr := r.Client.Status().Patch(ctx, tier, patch); serr != nil {
@@ -221,18 +232,35 @@ func (r *TierReconciler) emitTransitions(tier *v1alpha1.CacheTier, next *v1alpha
 	if r.Events == nil {
 		return
 	}
-	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady} {
+	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady, v1alpha1.ConditionServicesRouted} {
 		now := meta.FindStatusCondition(next.Conditions, t)
 		before := meta.FindStatusCondition(tier.Status.Conditions, t)
 		if now == nil || (before != nil && before.Status == now.Status && before.Reason == now.Reason &&
 			(t == v1alpha1.ConditionReady || before.Message == now.Message)) {
 			continue
 		}
+		if t == v1alpha1.ConditionServicesRouted && before == nil && now.Status == metav1.ConditionTrue {
+			continue // nothing to tell
+		}
 		kind := corev1.EventTypeNormal
 		if now.Status != metav1.ConditionTrue && now.Reason != v1alpha1.ReasonSidecarsBehind && now.Reason != v1alpha1.ReasonSidecarsNotConnected {
 			kind = corev1.EventTypeWarning
 		}
 		r.Events.Eventf(tier, nil, kind, now.Reason, "Reconcile", "%s", now.Message)
+	}
+}
+
+// warnServices records a Warning Event on each Service that goes around
+// the sidecar, when the ServicesRouted condition turns False or names
+// other ports: `kubectl describe svc` is where a user looks.
+func (r *TierReconciler) warnServices(tier *v1alpha1.CacheTier, next *v1alpha1.CacheTierStatus, bypass []serviceBypass) {
+	now := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionServicesRouted)
+	before := meta.FindStatusCondition(tier.Status.Conditions, v1alpha1.ConditionServicesRouted)
+	if r.Events == nil || now == nil || now.Status != metav1.ConditionFalse || (before != nil && before.Status == now.Status && before.Message == now.Message) {
+		return
+	}
+	for _, b := range bypass {
+		r.Events.Eventf(b.Service, tier, corev1.EventTypeWarning, v1alpha1.ReasonServiceTargetsAppPort, "Reconcile", "%s (pods of CacheTier %s)", b.String(), tier.Name)
 	}
 }
 
@@ -294,7 +322,8 @@ func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handler.EventHandle
 // CacheTiers, the Secrets they reference and their generated Secrets
 // (metadata only, and only labelled ones: see newManager), injected Pods
 // (by their tier label; the manager's cache holds only Pods that carry
-// it), and, with a control plane, the replicas' sidecar reports (the
+// it), Services (every tier of their namespace: ServicesRouted), and,
+// with a control plane, the replicas' sidecar reports (the
 // tiers a report's change touches).
 func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handler.EventHandler, reports *sidecarReports) error {
 	podToTier := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -308,9 +337,26 @@ func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handle
 		Named("cachetier").
 		For(&v1alpha1.CacheTier{}).
 		Watches(&corev1.Secret{}, secretToTiers, builder.OnlyMetadata).
-		Watches(&corev1.Pod{}, podToTier)
+		Watches(&corev1.Pod{}, podToTier).
+		Watches(&corev1.Service{}, serviceToTiers(mgr.GetClient()))
 	if reports != nil {
 		b = b.Watches(&coordinationv1.Lease{}, reports.handler())
 	}
 	return b.Complete(r)
+}
+
+// serviceToTiers maps a Service to the tiers of its namespace: which
+// pods it selects is the reconcile's to find out.
+func serviceToTiers(c client.Reader) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var tiers v1alpha1.CacheTierList
+		if err := c.List(ctx, &tiers, client.InNamespace(o.GetNamespace())); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(tiers.Items))
+		for _, t := range tiers.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}})
+		}
+		return reqs
+	})
 }

@@ -781,6 +781,11 @@ const (
 	// the tier names; or when the tier has no injected pod (nothing to
 	// wait for, as a Deployment scaled to 0 is Available).
 	ConditionReady = "Ready"
+	// ConditionServicesRouted says whether the Services that select the
+	// tier's pods reach the sidecar: False when one targets the
+	// application's port by number (the sidecar takes over the port's
+	// name), so its traffic goes around the cache.
+	ConditionServicesRouted = "ServicesRouted"
 
 	ReasonRendered      = "Rendered"
 	ReasonInvalidSpec   = "InvalidSpec"
@@ -817,6 +822,13 @@ const (
 	// volumes are fixed at admission, so they keep the old Secrets until
 	// restarted.
 	ReasonRestartRequired = "RestartRequired"
+	// ReasonThroughSidecar: no Service that selects the tier's pods
+	// targets their application port by number.
+	ReasonThroughSidecar = "ThroughSidecar"
+	// ReasonServiceTargetsAppPort: a Service targets the application's
+	// port by number, around the sidecar; also the reason of the Warning
+	// Event on the Service.
+	ReasonServiceTargetsAppPort = "ServiceTargetsAppPort"
 )
 
 // CacheTierStatus is what the operator observed and rendered.
@@ -824,7 +836,7 @@ type CacheTierStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Valid and Ready.
+	// Conditions: Valid, Ready and ServicesRouted.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
