@@ -14,8 +14,9 @@ export FUZZTIME
 
 # cmd/<dir> → bin/<name>; other cmd/ directories build under their own name.
 # tools/<dir> (the demo origin and the load generator: tooling, not the
-# product) → bin/<dir>, built with CGO off: static, so that they run in
-# an image as built (the real-node e2e runs bin/demo-origin as its app).
+# product) → bin/<dir>. Every binary is built with CGO off: static, so
+# that any of them runs in an image as built (the real-node e2e runs
+# bin/demo-origin as its app; a cgo build links the machine's libc).
 # The version and revision stamped into every binary (internal/version):
 # `git describe` without its leading "v" (0.1.0 on a tag, 0.1.0-3-gabc1234
 # after it, the short commit before the first tag, -dirty with local
@@ -52,13 +53,12 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/ (tiercache-sidecar, tiercache-operator, kubectl-tiercache; static tools: demo-origin, loadgen, imagebuild, krewplugin, gofloor, pause), VERSION and REVISION stamped
+build: ## Build the commands into bin/, static (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen, imagebuild, krewplugin, gofloor, pause), VERSION and REVISION stamped
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
-		cgo=; case "$$d" in tools/*) cgo=CGO_ENABLED=0 ;; esac; \
-		echo "$${cgo:+$$cgo }go build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o bin/$$n ./$$d"; \
-		env $$cgo $(GO) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o "bin/$$n" "./$$d"; \
+		echo "CGO_ENABLED=0 go build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o bin/$$n ./$$d"; \
+		CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o "bin/$$n" "./$$d"; \
 	done
 
 # The release binaries, exactly as the Dockerfile builds them (it runs this

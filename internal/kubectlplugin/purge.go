@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,6 +30,13 @@ const (
 	maxAnswer = 1 << 20
 	// parallelPurges is how many pods a purge without L2 reaches at once.
 	parallelPurges = 8
+	// A sidecar over its purge rate limit answers 429 with Retry-After
+	// (a purge of everything empties the bucket: with the default
+	// --purge-rate and --purge-burst the next purge waits 5s). purge
+	// waits that long and sends again, up to rateRetries times, when the
+	// wait is at most maxRetryAfter; a longer one is the user's to wait.
+	maxRetryAfter = 5 * time.Second
+	rateRetries   = 3
 )
 
 type purgeFlags struct {
@@ -60,6 +68,10 @@ channel, every replica's L1. Without L2 every running pod of the tier is purged.
 Pods are reached by port-forward (like kubectl port-forward, so you need create on
 pods/portforward). --address sends the purge straight to admin addresses instead
 (standalone sidecars, or a port-forward of your own).
+
+A sidecar over its purge rate limit answers 429 with Retry-After (as right after
+--all, which takes its whole burst): purge waits that long and sends again, at most
+3 times, when it is 5s or less, and fails naming the wait otherwise.
 
 Each sidecar's answer is printed; the exit code is 1 unless the purge reached the
 whole tier.`,
@@ -225,12 +237,17 @@ func (f *purgeFlags) fileToken() (token string, fromFlags bool, err error) {
 // which one sidecar's purge reaches every replica.
 func hasL2(t *v1alpha1.CacheTier) bool { return t.Spec.L2 != nil && len(t.Spec.L2.Addresses) > 0 }
 
-// allOK returns an error naming the sidecars that did not purge.
+// allOK returns an error naming the sidecars that did not purge (and,
+// when one was rate limited, what it asks).
 func allOK(as []answer) error {
 	var bad []string
 	for i := range as {
-		if !as[i].ok() {
-			bad = append(bad, as[i].Sidecar)
+		switch a := &as[i]; {
+		case a.ok():
+		case a.Status == http.StatusTooManyRequests && a.Error != "":
+			bad = append(bad, a.Sidecar+" ("+a.Error+")")
+		default:
+			bad = append(bad, a.Sidecar)
 		}
 	}
 	if len(bad) > 0 {
@@ -344,6 +361,9 @@ func (s sender) toPods(ctx context.Context, access PodAccess, tier *v1alpha1.Cac
 		case a.Status != 0:
 			// Refused (token, rate limit, bad request): every sidecar of
 			// the tier would answer the same.
+			if a.Error != "" {
+				return fmt.Errorf("sidecar %s refused the purge with %d: %s", p.Name, a.Status, a.Error)
+			}
 			return fmt.Errorf("sidecar %s refused the purge with %d", p.Name, a.Status)
 		}
 		// No answer: try the next pod.
@@ -351,15 +371,63 @@ func (s sender) toPods(ctx context.Context, access PodAccess, tier *v1alpha1.Cac
 	return fmt.Errorf("no sidecar of CacheTier %s/%s answered the purge", tier.Namespace, tier.Name)
 }
 
-// send POSTs the purge to the admin address addr (host:port).
+// send POSTs the purge to the admin address addr (host:port). Over the
+// sidecar's rate limit it waits the Retry-After the sidecar names and
+// sends again, when that is short (see maxRetryAfter).
 func (s sender) send(ctx context.Context, name, addr string) answer {
-	a := answer{Sidecar: name}
 	ctx, cancel := context.WithTimeout(ctx, purgeTimeout)
 	defer cancel()
+	for try := 0; ; try++ {
+		a, retryAfter := s.sendOnce(ctx, name, addr)
+		if a.Status != http.StatusTooManyRequests {
+			return a
+		}
+		switch {
+		case retryAfter < 0:
+			a.Error = "rate limited by the sidecar (no Retry-After): run the purge again in a few seconds"
+			return a
+		case retryAfter > maxRetryAfter:
+			a.Error = fmt.Sprintf("rate limited by the sidecar: it asks to wait %s, longer than the %s purge waits; run the purge again after that", retryAfter, maxRetryAfter)
+			return a
+		case try == rateRetries:
+			a.Error = fmt.Sprintf("rate limited by the sidecar %d times in a row (waited its Retry-After each time); run the purge again in a few seconds", rateRetries+1)
+			return a
+		}
+		t := time.NewTimer(retryAfter)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			a.Error = fmt.Sprintf("rate limited by the sidecar; gave up waiting its Retry-After (%s): %v", retryAfter, ctx.Err())
+			return a
+		case <-t.C:
+		}
+	}
+}
+
+// retryAfter parses a Retry-After header: delay-seconds or an HTTP-date
+// (RFC 9110 10.2.3); -1 when absent or unreadable.
+func retryAfter(h string, now time.Time) time.Duration {
+	if h == "" {
+		return -1
+	}
+	if n, err := strconv.ParseUint(strings.TrimSpace(h), 10, 31); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	if at, err := http.ParseTime(h); err == nil {
+		return max(at.Sub(now), 0)
+	}
+	return -1
+}
+
+// sendOnce POSTs the purge once; retry is the answer's Retry-After (-1
+// when it names none).
+func (s sender) sendOnce(ctx context.Context, name, addr string) (a answer, retry time.Duration) {
+	a = answer{Sidecar: name}
+	retry = -1
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/purge", bytes.NewReader(s.body))
 	if err != nil {
 		a.Error = err.Error()
-		return a
+		return a, retry
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if s.token != "" {
@@ -372,10 +440,13 @@ func (s sender) send(ctx context.Context, name, addr string) answer {
 	resp, err := c.Do(req)
 	if err != nil {
 		a.Error = err.Error()
-		return a
+		return a, retry
 	}
 	defer resp.Body.Close()
 	a.Status = resp.StatusCode
+	if a.Status == http.StatusTooManyRequests {
+		retry = retryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	switch {
 	case err != nil:
@@ -385,7 +456,7 @@ func (s sender) send(ctx context.Context, name, addr string) answer {
 	default:
 		a.Error = fmt.Sprintf("not a purge answer (no JSON): %.200q", b)
 	}
-	return a
+	return a, retry
 }
 
 func (r *runner) printPurge(rep *purgeReport, output string) error {

@@ -510,3 +510,89 @@ func TestPurgeDoesNotFollowARedirectWithTheToken(t *testing.T) {
 		t.Fatalf("purge through a redirect: exit %d, answers %+v; want 1 and the 307 itself", r.code(), rep.Answers)
 	}
 }
+
+// TestPurgeWaitsAShortRetryAfter: a purge of everything takes the whole
+// burst of a sidecar's rate limit, so the next purge right after it is
+// answered 429 with Retry-After. A short one (here 2s: a burst of 20 at
+// 10/s) is waited and the purge sent again; a long one (10s) fails at
+// once, naming the wait.
+func TestPurgeWaitsAShortRetryAfter(t *testing.T) {
+	o := newOrigin(t)
+	const token = "rate-limited-token-0000"
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	purge := func(t *testing.T, admin string, flags ...string) result {
+		return run(t, Options{}, append([]string{"purge", "web", "--address", admin, "--purge-token-file", tokenFile}, flags...)...)
+	}
+
+	t.Run("a short Retry-After is waited", func(t *testing.T) {
+		sc := startSidecar(t, o.URL, "127.0.0.1", token, smallL1, "--purge-rate", "10", "--purge-burst", "20")
+		if r := purge(t, sc.admin, "--all"); r.err != nil {
+			t.Fatalf("first purge --all: %v\n%s", r.err, r.out)
+		}
+		sc.expect(t, "/after", "MISS")
+		sc.expect(t, "/after", "HIT")
+		start := time.Now()
+		r := purge(t, sc.admin, "--all")
+		if r.err != nil {
+			t.Fatalf("purge --all right after another: exit %d, %v\n%s\nwant it to wait the sidecar's Retry-After and succeed", r.code(), r.err, r.out)
+		}
+		if waited := time.Since(start); waited < time.Second {
+			t.Errorf("the second purge returned after %s: it cannot have waited the 2s Retry-After", waited)
+		}
+		if !strings.Contains(r.out, " 200 ") {
+			t.Errorf("purge printed:\n%s\nwant the sidecar's 200", r.out)
+		}
+		sc.expect(t, "/after", "MISS")
+	})
+
+	t.Run("a long Retry-After fails at once and names the wait", func(t *testing.T) {
+		sc := startSidecar(t, o.URL, "127.0.0.1", token, smallL1, "--purge-rate", "0.1", "--purge-burst", "1")
+		if r := purge(t, sc.admin, "--all"); r.err != nil {
+			t.Fatalf("first purge --all: %v\n%s", r.err, r.out)
+		}
+		start := time.Now()
+		r := purge(t, sc.admin, "--url", "/x")
+		if r.code() != 1 {
+			t.Fatalf("purge over a 10s Retry-After: exit %d (%v), want 1", r.code(), r.err)
+		}
+		if time.Since(start) > 4*time.Second {
+			t.Errorf("the purge took %s: a Retry-After over 5s must not be waited", time.Since(start))
+		}
+		for _, want := range []string{"rate limited", "wait 10s"} {
+			if !strings.Contains(r.err.Error(), want) || !strings.Contains(r.out, want) {
+				t.Errorf("error %q and output %q: want both to name %q", r.err, r.out, want)
+			}
+		}
+		if !strings.Contains(r.out, " 429 ") {
+			t.Errorf("purge printed:\n%s\nwant the sidecar's 429", r.out)
+		}
+	})
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	cases := map[string]struct {
+		header string
+		want   time.Duration
+	}{
+		"seconds are a delay":               {"2", 2 * time.Second},
+		"zero seconds is no wait":           {"0", 0},
+		"an HTTP-date is the wait until it": {now.Add(3 * time.Second).Format(http.TimeFormat), 3 * time.Second},
+		"an HTTP-date past is no wait":      {now.Add(-time.Minute).Format(http.TimeFormat), 0},
+		"no header is unknown":              {"", -1},
+		"a negative number is unknown":      {"-1", -1},
+		"a fraction is unknown (RFC 9110)":  {"1.5", -1},
+		"a number past 2^31 is unknown":     {"99999999999", -1},
+		"anything else is unknown":          {"soon", -1},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := retryAfter(c.header, now); got != c.want {
+				t.Errorf("retryAfter(%q) = %s, want %s", c.header, got, c.want)
+			}
+		})
+	}
+}

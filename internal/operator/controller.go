@@ -50,8 +50,9 @@ func (NoPublisher) Connected(string) int                                     { r
 
 // TierReconciler renders each CacheTier (its Secrets by resourceVersion,
 // never by value), publishes the result and reports it in status:
-// conditions Valid and Ready, observedGeneration, config hash, L2 mode,
-// injected pods and connected sidecars. It creates the tier's generated
+// conditions Valid and Ready (see readiness: every injected pod connected,
+// current, and mounting the Secrets the tier names), observedGeneration,
+// config hash, L2 mode, injected pods and connected sidecars. It creates the tier's generated
 // Secret (<tier>-tiercache: purge token, invalidation key) when missing;
 // the Secret is owned by the tier and garbage collected with it, so there
 // is no finalizer: a deleted tier is only cleared from the publisher.
@@ -122,15 +123,28 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if lerr := r.Client.List(ctx, &pods, client.InNamespace(tier.Namespace), client.MatchingLabels{inject.LabelTier: tier.Name}); lerr != nil {
 		return reconcile.Result{}, lerr
 	}
-	status.InjectedPods = 0
+	live := make([]*corev1.Pod, 0, len(pods.Items))
 	for i := range pods.Items {
 		if p := &pods.Items[i]; p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			status.InjectedPods++
+			live = append(live, p)
 		}
+	}
+	status.InjectedPods = int32(len(live))
+	var svcs corev1.ServiceList
+	if lerr := r.Client.List(ctx, &svcs, client.InNamespace(tier.Namespace)); lerr != nil {
+		return reconcile.Result{}, lerr
+	}
+	bypass := servicesBypassing(svcs.Items, live)
+	if ok, reason, msg := servicesRouted(bypass); ok {
+		setCondition(status, gen, v1alpha1.ConditionServicesRouted, metav1.ConditionTrue, reason, msg)
+	} else {
+		setCondition(status, gen, v1alpha1.ConditionServicesRouted, metav1.ConditionFalse, reason, msg)
 	}
 
 	var perr error
+	var restart []podRestart
 	if err == nil {
+		restart = restartsNeeded(live, secretFilesToProject(tier, cfg.SecretVersions))
 		status.ConfigHash = cfg.Hash()
 		status.L2Mode = "none"
 		if len(cfg.L2.Addresses) > 0 {
@@ -165,7 +179,7 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		} else if r.Sidecars == nil {
 			setCondition(status, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "the rendered config is published; no control plane counts the sidecars that apply it")
 		} else {
-			st, reason, msg := readiness(*status.Sidecars, status.ConfigHash, status.LastNACK)
+			st, reason, msg := readiness(*status.Sidecars, status.InjectedPods, restart, status.ConfigHash, status.LastNACK)
 			setCondition(status, gen, v1alpha1.ConditionReady, st, reason, msg)
 		}
 	case v.Reason != v1alpha1.ReasonInvalidSpec:
@@ -178,6 +192,7 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 
 	if !equality.Semantic.DeepEqual(status, &tier.Status) {
 		r.emitTransitions(tier, status)
+		r.warnServices(tier, status, bypass)
 		patch := client.MergeFrom(tier.DeepCopy())
 		tier.Status = *status
 		if serr := r.Client.Status().Patch(ctx, tier, patch); serr != nil {
@@ -210,24 +225,42 @@ func liveTier(ctx context.Context, c client.Reader, req reconcile.Request, pub P
 // emitTransitions records an Event when Valid changes or its message
 // does, and when Ready's status or reason changes (its message carries
 // sidecar counts, which move with every rollout), so `kubectl describe
-// ct` tells the story. Sidecars still applying a new version is the
-// normal course of a change: a Normal Event.
+// ct` tells the story. Sidecars still applying a new version, and new
+// pods whose sidecars have not connected yet, are the normal course of a
+// change or a rollout: Normal Events.
 func (r *TierReconciler) emitTransitions(tier *v1alpha1.CacheTier, next *v1alpha1.CacheTierStatus) {
 	if r.Events == nil {
 		return
 	}
-	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady} {
+	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady, v1alpha1.ConditionServicesRouted} {
 		now := meta.FindStatusCondition(next.Conditions, t)
 		before := meta.FindStatusCondition(tier.Status.Conditions, t)
 		if now == nil || (before != nil && before.Status == now.Status && before.Reason == now.Reason &&
 			(t == v1alpha1.ConditionReady || before.Message == now.Message)) {
 			continue
 		}
+		if t == v1alpha1.ConditionServicesRouted && before == nil && now.Status == metav1.ConditionTrue {
+			continue // nothing to tell
+		}
 		kind := corev1.EventTypeNormal
-		if now.Status != metav1.ConditionTrue && now.Reason != v1alpha1.ReasonSidecarsBehind {
+		if now.Status != metav1.ConditionTrue && now.Reason != v1alpha1.ReasonSidecarsBehind && now.Reason != v1alpha1.ReasonSidecarsNotConnected {
 			kind = corev1.EventTypeWarning
 		}
 		r.Events.Eventf(tier, nil, kind, now.Reason, "Reconcile", "%s", now.Message)
+	}
+}
+
+// warnServices records a Warning Event on each Service that goes around
+// the sidecar, when the ServicesRouted condition turns False or names
+// other ports: `kubectl describe svc` is where a user looks.
+func (r *TierReconciler) warnServices(tier *v1alpha1.CacheTier, next *v1alpha1.CacheTierStatus, bypass []serviceBypass) {
+	now := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionServicesRouted)
+	before := meta.FindStatusCondition(tier.Status.Conditions, v1alpha1.ConditionServicesRouted)
+	if r.Events == nil || now == nil || now.Status != metav1.ConditionFalse || (before != nil && before.Status == now.Status && before.Message == now.Message) {
+		return
+	}
+	for _, b := range bypass {
+		r.Events.Eventf(b.Service, tier, corev1.EventTypeWarning, v1alpha1.ReasonServiceTargetsAppPort, "Reconcile", "%s (pods of CacheTier %s)", b.String(), tier.Name)
 	}
 }
 
@@ -289,7 +322,8 @@ func indexSecretRefs(ctx context.Context, mgr ctrl.Manager) (handler.EventHandle
 // CacheTiers, the Secrets they reference and their generated Secrets
 // (metadata only, and only labelled ones: see newManager), injected Pods
 // (by their tier label; the manager's cache holds only Pods that carry
-// it), and, with a control plane, the replicas' sidecar reports (the
+// it), Services (every tier of their namespace: ServicesRouted), and,
+// with a control plane, the replicas' sidecar reports (the
 // tiers a report's change touches).
 func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handler.EventHandler, reports *sidecarReports) error {
 	podToTier := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -303,9 +337,26 @@ func (r *TierReconciler) SetupWithManager(mgr ctrl.Manager, secretToTiers handle
 		Named("cachetier").
 		For(&v1alpha1.CacheTier{}).
 		Watches(&corev1.Secret{}, secretToTiers, builder.OnlyMetadata).
-		Watches(&corev1.Pod{}, podToTier)
+		Watches(&corev1.Pod{}, podToTier).
+		Watches(&corev1.Service{}, serviceToTiers(mgr.GetClient()))
 	if reports != nil {
 		b = b.Watches(&coordinationv1.Lease{}, reports.handler())
 	}
 	return b.Complete(r)
+}
+
+// serviceToTiers maps a Service to the tiers of its namespace: which
+// pods it selects is the reconcile's to find out.
+func serviceToTiers(c client.Reader) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var tiers v1alpha1.CacheTierList
+		if err := c.List(ctx, &tiers, client.InNamespace(o.GetNamespace())); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(tiers.Items))
+		for _, t := range tiers.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}})
+		}
+		return reqs
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -61,7 +62,7 @@ func TestSidecarStatusAcrossReplicasAndALeaderChange(t *testing.T) {
 
 	// All four run the first config: Ready, Applied.
 	v1 := waitSidecars(t, c, key, want{total: 4, current: 4, replicas: 2, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonApplied,
-		message: "all 4 connected sidecars applied config version"})
+		message: "all 4 injected pods have a connected sidecar that applied config version"})
 	if got := tierOf(t, c, key).Status.Sidecars.Versions; len(got) != 1 || got[0] != (v1alpha1.VersionCount{Version: v1[:12], Sidecars: 4}) {
 		t.Errorf("versions %+v, want all 4 on %.12s (the configHash is the pushed version)", got, v1)
 	}
@@ -125,11 +126,13 @@ func TestSidecarStatusAcrossReplicasAndALeaderChange(t *testing.T) {
 
 	// The second replica stops: the first leads again and counts its own
 	// sidecar. The NACK was heard by the second replica: its count went
-	// with it (status.nacks is a sum over the running replicas).
+	// with it (status.nacks is a sum over the running replicas). The
+	// sidecars of web-1 and web-2 knew only the second replica: their
+	// pods are there, not connected, so the tier is not Ready.
 	stopSecond()
 	waitLeaderChange(t, c, second)
-	waitSidecars(t, c, key, want{total: 1, current: 1, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonApplied,
-		message: "all 1 connected sidecars applied config version " + v2[:12]})
+	waitSidecars(t, c, key, want{total: 1, current: 1, replicas: 1, ready: metav1.ConditionFalse, reason: v1alpha1.ReasonSidecarsNotConnected,
+		message: "1 of 4 injected pods have a sidecar connected to the control plane (1 applied config version " + v2[:12]})
 }
 
 // TestAnExpiredReportStopsCounting: a replica that died without deleting
@@ -144,8 +147,8 @@ func TestAnExpiredReportStopsCounting(t *testing.T) {
 	if err := c.Create(ctx, newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
 		t.Fatal(err)
 	}
-	hash := waitSidecars(t, c, key, want{total: 0, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoSidecars,
-		message: "no sidecar is connected"})
+	hash := waitSidecars(t, c, key, want{total: 0, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods,
+		message: "no pod is injected"})
 
 	// What a dead replica left: 5 sidecars of the tier, 3 on its current
 	// version, 2 on an old one, renewed just now for 5 seconds.
@@ -170,7 +173,7 @@ func TestAnExpiredReportStopsCounting(t *testing.T) {
 		message: "3 of 5 connected sidecars applied config version " + hash[:12] + "; 2 still run an older one"})
 
 	// Once it expired it does not count, while it is still there...
-	waitSidecars(t, c, key, want{total: 0, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoSidecars, message: "no sidecar is connected"})
+	waitSidecars(t, c, key, want{total: 0, replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods, message: "no pod is injected"})
 	dropped := time.Now()
 	if dropped.Before(now.Add(duration)) {
 		t.Errorf("the report stopped counting before it expired")
@@ -354,12 +357,12 @@ func stuckSidecar(t *testing.T, conn *grpc.ClientConn, tok, id, tierKey string) 
 	})
 }
 
-// checkGetColumns runs kubectl get ct and checks the named columns of the
-// tier's row.
-func checkGetColumns(t *testing.T, ns, name string, want map[string]string) {
+// checkGetColumns runs kubectl get ct (with the extra arguments, such as
+// -o wide) and checks the named columns of the tier's row.
+func checkGetColumns(t *testing.T, ns, name string, want map[string]string, extra ...string) {
 	t.Helper()
 	kubeconfig := testkube.Kubeconfig(t, cluster.env, testkube.Admin)
-	out, err := exec.Command(kubectlPath(t), "--kubeconfig", kubeconfig, "get", "ct", "-n", ns, name).CombinedOutput()
+	out, err := exec.Command(kubectlPath(t), append([]string{"--kubeconfig", kubeconfig, "get", "ct", "-n", ns, name}, extra...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl get ct: %v\n%s", err, out)
 	}
@@ -385,4 +388,97 @@ func checkGetColumns(t *testing.T, ns, name string, want map[string]string) {
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return "127.0.0.1:" + strconv.Itoa(freePort(t))
+}
+
+// operatorPod creates a pod in the operator's namespace, standing for an
+// operator replica's (envtest runs no kubelet: it only exists).
+func operatorPod(t *testing.T, c client.Client, name string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNS, Name: name},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "operator", Image: "example.test/operator"}}},
+	}
+	if err := c.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+	return p
+}
+
+// TestAReportIsOwnedByItsOperatorPod: a replica's report names the
+// replica's pod as its owner, so that the garbage collector deletes it
+// with the pod even when the replica could not (helm uninstall deletes
+// the operator's RBAC while its pods stop).
+func TestAReportIsOwnedByItsOperatorPod(t *testing.T) {
+	c := needCluster(t)
+	name := "operator-" + strings.ToLower(strconv.FormatInt(time.Now().UnixNano(), 36))
+	pod := operatorPod(t, c, name)
+	startReplica(t, name, freeAddr(t))
+	eventually(t, 30*time.Second, func() error {
+		var l coordinationv1.Lease
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: operatorNS, Name: connectedLeasePrefix + name}, &l); err != nil {
+			return err
+		}
+		if len(l.OwnerReferences) != 1 || l.OwnerReferences[0].Kind != "Pod" || l.OwnerReferences[0].Name != name || l.OwnerReferences[0].UID != pod.UID {
+			return fmt.Errorf("owner references %+v, want the pod %s (%s)", l.OwnerReferences, name, pod.UID)
+		}
+		return nil
+	})
+}
+
+// TestAReportOfAGoneOperatorPodStopsCounting: what an uninstall leaves
+// behind. Reports of replicas whose pods are gone (deleted while they
+// could not delete their reports) do not count the moment the leader
+// sees it, long before they expire, and are deleted; a report whose pod
+// is there counts.
+func TestAReportOfAGoneOperatorPodStopsCounting(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: ns, Name: "web"}
+	if err := c.Create(ctx, newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
+		t.Fatal(err)
+	}
+	hash := waitSidecars(t, c, key, want{replicas: 1, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods})
+
+	suffix := strings.ToLower(strconv.FormatInt(time.Now().UnixNano(), 36))
+	live := operatorPod(t, c, "live-"+suffix)
+	gone := operatorPod(t, c, "gone-"+suffix)
+	if err := c.Delete(ctx, gone, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	// Reports renewed just now, for a minute.
+	report := func(owner *corev1.Pod, sidecars int) *coordinationv1.Lease {
+		rep, _, err := encodeReport(map[string]controlplane.Sidecars{ns + "/web": {Connected: sidecars, Applied: map[string]int{hash: sidecars}}}, maxReportBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := metav1.NewMicroTime(time.Now())
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: operatorNS, Name: connectedLeasePrefix + owner.Name,
+				Labels: map[string]string{labelConnectedReport: "true"}, Annotations: map[string]string{annotationSidecars: string(rep)},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID}}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(owner.Name), RenewTime: &now, LeaseDurationSeconds: ptr.To(int32(60))},
+		}
+		if err := c.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), l) })
+		return l
+	}
+	start := time.Now()
+	stale := report(gone, 5)
+	report(live, 2)
+
+	eventually(t, 15*time.Second, func() error {
+		err := c.Get(ctx, client.ObjectKeyFromObject(stale), &coordinationv1.Lease{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the report of the gone pod is still there (%v)", err)
+	})
+	waitSidecars(t, c, key, want{total: 2, current: 2, replicas: 2, ready: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods})
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the stale report stopped counting after %s: it must not wait for its expiry", took)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,8 +30,18 @@ const reportExpiry = 3
 // most once per minGap whatever its sidecars do (default: every 3s at
 // most, every 30s at least), and the leader hears of an ACK or a NACK
 // within about minGap.
+//
+// The report is owned by the replica's Pod (found by name: the replica
+// name is the pod name unless --replica-name says otherwise), so that the
+// garbage collector deletes it with the pod even when the replica could
+// not: `helm uninstall` deletes the operator's RBAC while its pods are
+// still stopping, and a report left behind would count its sidecars
+// beside the next install's until it expired.
 type sidecarReporter struct {
-	c       client.Client // writes; it never reads Leases
+	c client.Client // writes; it never reads Leases
+	// pods reads this replica's Pod (an uncached reader: the manager's
+	// cache holds injected pods only); nil: the report has no owner.
+	pods    client.Reader
 	ns      string
 	replica string
 	every   time.Duration
@@ -41,6 +52,33 @@ type sidecarReporter struct {
 	changed  <-chan struct{}
 	log      *slog.Logger
 	now      func() time.Time
+
+	// owner is the report's owner reference once looked up (nil: none);
+	// ownerKnown says the lookup is done.
+	owner      *metav1.OwnerReference
+	ownerKnown bool
+}
+
+// lookUpOwner finds this replica's Pod, once: none when it does not
+// exist (an operator run outside a pod), again at the next write after
+// another error.
+func (r *sidecarReporter) lookUpOwner(ctx context.Context) {
+	if r.ownerKnown || r.pods == nil {
+		return
+	}
+	var pod corev1.Pod
+	err := r.pods.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: r.replica}, &pod)
+	switch {
+	case err == nil:
+		r.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}
+		r.ownerKnown = true
+	case apierrors.IsNotFound(err):
+		r.ownerKnown = true
+	default:
+		if ctx.Err() == nil {
+			r.log.Warn("looking up this replica's pod, the owner of its sidecar report", "pod", r.ns+"/"+r.replica, "err", err)
+		}
+	}
 }
 
 func (r *sidecarReporter) NeedLeaderElection() bool { return false }
@@ -113,14 +151,21 @@ func (r *sidecarReporter) Start(ctx context.Context) error {
 // write puts body into the replica's Lease (one merge patch; a create
 // when the Lease does not exist) and renews it.
 func (r *sidecarReporter) write(ctx context.Context, body []byte) error {
+	r.lookUpOwner(ctx)
 	now := metav1.NewMicroTime(r.now())
 	duration := int32(min(math.Ceil((reportExpiry * r.every).Seconds()), math.MaxInt32))
+	metadata := map[string]any{
+		"labels":      map[string]string{labelConnectedReport: "true"},
+		"annotations": map[string]any{annotationSidecars: string(body), annotationConnected: nil},
+	}
+	var owners []metav1.OwnerReference
+	if r.owner != nil {
+		owners = []metav1.OwnerReference{*r.owner}
+		metadata["ownerReferences"] = owners
+	}
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{
-			"labels":      map[string]string{labelConnectedReport: "true"},
-			"annotations": map[string]any{annotationSidecars: string(body), annotationConnected: nil},
-		},
-		"spec": map[string]any{"holderIdentity": r.replica, "renewTime": now, "leaseDurationSeconds": duration},
+		"metadata": metadata,
+		"spec":     map[string]any{"holderIdentity": r.replica, "renewTime": now, "leaseDurationSeconds": duration},
 	})
 	if err != nil {
 		return err
@@ -132,8 +177,9 @@ func (r *sidecarReporter) write(ctx context.Context, body []byte) error {
 	}
 	lease = &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: r.leaseName(),
-			Labels:      map[string]string{labelConnectedReport: "true"},
-			Annotations: map[string]string{annotationSidecars: string(body)}},
+			Labels:          map[string]string{labelConnectedReport: "true"},
+			Annotations:     map[string]string{annotationSidecars: string(body)},
+			OwnerReferences: owners},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.replica), RenewTime: &now, LeaseDurationSeconds: &duration},
 	}
 	if err := r.c.Create(ctx, lease); err != nil {

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -35,6 +37,9 @@ type sidecarReports struct {
 	every time.Duration
 	now   func() time.Time
 	log   *slog.Logger
+	// pods reads the operator pods that own reports (uncached); nil:
+	// reports are deleted on expiry only.
+	pods client.Reader
 
 	mu     sync.Mutex
 	parsed map[types.UID]parsedReport
@@ -197,7 +202,11 @@ func tierRequest(key string) (reconcile.Request, bool) {
 // died leaves its Lease behind, and replicas of a Deployment get new
 // names. It waits another lease duration after the expiry (a report that
 // expired does not count meanwhile), so that a replica cut off from the
-// API server for a while finds its Lease again.
+// API server for a while finds its Lease again. A report whose owner pod
+// is gone it deletes at once, expired or not: the garbage collector does
+// the same, but a cluster's collector may lag, and without this a report
+// left behind by an uninstall counts its sidecars for a lease duration
+// beside the next install's.
 type reportJanitor struct{ s *sidecarReports }
 
 func (j reportJanitor) NeedLeaderElection() bool { return true }
@@ -223,10 +232,20 @@ func (j reportJanitor) sweep(ctx context.Context) error {
 		return err
 	}
 	now := j.s.now()
+	var errs []error
 	for i := range leases {
 		l := &leases[i]
+		why := "expired"
 		if !j.s.expired(l, now.Add(-j.s.duration(l))) {
-			continue
+			gone, err := j.ownerGone(ctx, l)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if !gone {
+				continue
+			}
+			why = "its operator pod is gone"
 		}
 		// Only the version seen expired: a replica that came back and
 		// renewed it keeps it.
@@ -235,11 +254,35 @@ func (j reportJanitor) sweep(ctx context.Context) error {
 		err := j.s.w.Delete(ctx, stale, client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion})
 		switch {
 		case err == nil:
-			j.s.log.Info("deleted an expired sidecar report", "lease", l.Namespace+"/"+l.Name, "renewed", l.Spec.RenewTime)
+			j.s.log.Info("deleted a sidecar report", "why", why, "lease", l.Namespace+"/"+l.Name, "renewed", l.Spec.RenewTime)
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		default:
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// ownerGone reports whether the report is owned by an operator Pod that
+// no longer exists (by name and UID).
+func (j reportJanitor) ownerGone(ctx context.Context, l *coordinationv1.Lease) (bool, error) {
+	if j.s.pods == nil {
+		return false, nil
+	}
+	for _, o := range l.OwnerReferences {
+		if o.APIVersion != "v1" || o.Kind != "Pod" {
+			continue
+		}
+		var pod corev1.Pod
+		err := j.s.pods.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: o.Name}, &pod)
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("reading the owner of sidecar report %s: %w", l.Name, err)
+		case pod.UID != o.UID:
+			return true, nil
+		}
+	}
+	return false, nil
 }

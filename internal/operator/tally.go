@@ -87,20 +87,18 @@ func sidecarCounts(t sidecarTally, configHash string) v1alpha1.SidecarCounts {
 	return c
 }
 
-// readiness is the Ready condition of a tier whose config is published,
-// from its sidecars: True when every connected sidecar applied the
-// current version, or none is connected (there is nothing to wait for:
-// a sidecar that connects later is sent the current version); False
-// while some refuse it or still run an older one.
-func readiness(c v1alpha1.SidecarCounts, configHash, lastNACK string) (metav1.ConditionStatus, string, string) {
+// readiness is the Ready condition of a tier whose config is published:
+// True when every injected pod (pods) has a connected sidecar, every
+// connected sidecar applied the current version and no pod must be
+// restarted to use the tier's Secrets; or when the tier has no pod (as a
+// Deployment scaled to 0 is Available: nothing to wait for, and a pod
+// admitted later gets the current version). Otherwise False, with the
+// counts. The counts are numbers, not names: a sidecar still connected
+// from a pod that is leaving counts for one that is not connected yet,
+// for as long as it drains.
+func readiness(c v1alpha1.SidecarCounts, pods int32, restart []podRestart, configHash, lastNACK string) (metav1.ConditionStatus, string, string) {
 	v := short(configHash)
 	switch {
-	case c.Total == 0:
-		return metav1.ConditionTrue, v1alpha1.ReasonNoSidecars,
-			fmt.Sprintf("config version %s is published; no sidecar is connected to the control plane", v)
-	case c.Current == c.Total:
-		return metav1.ConditionTrue, v1alpha1.ReasonApplied,
-			fmt.Sprintf("all %d connected sidecars applied config version %s", c.Total, v)
 	case c.Rejected > 0:
 		msg := fmt.Sprintf("%d of %d connected sidecars refused config version %s and keep their last good config; %d applied it, %d run an older one",
 			c.Rejected, c.Total, v, c.Current, c.Behind)
@@ -108,8 +106,20 @@ func readiness(c v1alpha1.SidecarCounts, configHash, lastNACK string) (metav1.Co
 			msg += "; last refusal: " + lastNACK
 		}
 		return metav1.ConditionFalse, v1alpha1.ReasonConfigRejected, msg
-	default:
+	case len(restart) > 0:
+		return metav1.ConditionFalse, v1alpha1.ReasonRestartRequired, restartMessage(restart, pods)
+	case c.Total < pods:
+		return metav1.ConditionFalse, v1alpha1.ReasonSidecarsNotConnected,
+			fmt.Sprintf("%d of %d injected pods have a sidecar connected to the control plane (%d applied config version %s, %d run an older one); the others are starting or cannot reach the control plane: see their sidecars' tiercache_control_plane_connected and logs",
+				c.Total, pods, c.Current, v, c.Behind)
+	case c.Behind > 0:
 		return metav1.ConditionFalse, v1alpha1.ReasonSidecarsBehind,
 			fmt.Sprintf("%d of %d connected sidecars applied config version %s; %d still run an older one", c.Current, c.Total, v, c.Behind)
+	case pods == 0:
+		return metav1.ConditionTrue, v1alpha1.ReasonNoPods,
+			fmt.Sprintf("config version %s is published; no pod is injected for this tier", v)
+	default:
+		return metav1.ConditionTrue, v1alpha1.ReasonApplied,
+			fmt.Sprintf("all %d injected pods have a connected sidecar that applied config version %s", pods, v)
 	}
 }

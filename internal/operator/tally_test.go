@@ -93,39 +93,71 @@ func TestSidecarCountsListAtMostEightVersionsMostCommonFirst(t *testing.T) {
 
 func TestReadiness(t *testing.T) {
 	hash := version('c')
+	restart := []podRestart{{Pod: "web-1", Fields: []string{"spec.purge.tokenSecretRef"}}, {Pod: "web-0", Fields: []string{"spec.l2.passwordSecretRef", "spec.purge.tokenSecretRef"}}}
 	cases := map[string]struct {
 		counts   v1alpha1.SidecarCounts
+		pods     int32
+		restart  []podRestart
 		lastNACK string
 		status   metav1.ConditionStatus
 		reason   string
 		message  string
 	}{
-		"a tier without connected sidecars is Ready: there is nothing to wait for": {
-			counts: v1alpha1.SidecarCounts{}, status: metav1.ConditionTrue, reason: v1alpha1.ReasonNoSidecars,
-			message: "config version cccccccccccc is published; no sidecar is connected to the control plane",
+		"a tier without pods is Ready: there is nothing to wait for (a Deployment scaled to 0 is Available)": {
+			status: metav1.ConditionTrue, reason: v1alpha1.ReasonNoPods,
+			message: "config version cccccccccccc is published; no pod is injected for this tier",
 		},
-		"a tier whose connected sidecars all applied the config is Ready": {
-			counts: v1alpha1.SidecarCounts{Total: 3, Current: 3}, status: metav1.ConditionTrue, reason: v1alpha1.ReasonApplied,
-			message: "all 3 connected sidecars applied config version cccccccccccc",
+		"a tier whose pods' sidecars all applied the config is Ready": {
+			counts: v1alpha1.SidecarCounts{Total: 3, Current: 3}, pods: 3, status: metav1.ConditionTrue, reason: v1alpha1.ReasonApplied,
+			message: "all 3 injected pods have a connected sidecar that applied config version cccccccccccc",
+		},
+		"pods whose sidecars are not connected make the tier not Ready": {
+			counts: v1alpha1.SidecarCounts{}, pods: 2, status: metav1.ConditionFalse, reason: v1alpha1.ReasonSidecarsNotConnected,
+			message: "0 of 2 injected pods have a sidecar connected to the control plane (0 applied config version cccccccccccc, 0 run an older one); the others are starting or cannot reach the control plane: see their sidecars' tiercache_control_plane_connected and logs",
+		},
+		"some pods connected and current is not enough": {
+			counts: v1alpha1.SidecarCounts{Total: 2, Current: 2}, pods: 3, status: metav1.ConditionFalse, reason: v1alpha1.ReasonSidecarsNotConnected,
+			message: "2 of 3 injected pods have a sidecar connected to the control plane (2 applied config version cccccccccccc, 0 run an older one)",
 		},
 		"a sidecar that refused the config makes the tier not Ready, with the refusal": {
-			counts: v1alpha1.SidecarCounts{Total: 4, Current: 2, Behind: 1, Rejected: 1}, lastNACK: "version cccccccccccc refused by shop/web-2: l2.tls: bad CA",
+			counts: v1alpha1.SidecarCounts{Total: 4, Current: 2, Behind: 1, Rejected: 1}, pods: 5, restart: restart, lastNACK: "version cccccccccccc refused by shop/web-2: l2.tls: bad CA",
 			status: metav1.ConditionFalse, reason: v1alpha1.ReasonConfigRejected,
 			message: "1 of 4 connected sidecars refused config version cccccccccccc and keep their last good config; 2 applied it, 1 run an older one; last refusal: version cccccccccccc refused by shop/web-2: l2.tls: bad CA",
 		},
+		"pods admitted with other Secrets make the tier not Ready, naming them and the fields": {
+			counts: v1alpha1.SidecarCounts{Total: 2, Current: 2}, pods: 2, restart: restart,
+			status: metav1.ConditionFalse, reason: v1alpha1.ReasonRestartRequired,
+			message: "2 of 2 injected pods were admitted with other Secrets than the tier names now (spec.l2.passwordSecretRef, spec.purge.tokenSecretRef): a pod's volumes are fixed at admission, so they keep using the old ones until restarted; restart them (kubectl rollout restart their workload): web-1, web-0",
+		},
 		"a sidecar still on an older config makes the tier not Ready": {
-			counts: v1alpha1.SidecarCounts{Total: 3, Current: 1, Behind: 2},
+			counts: v1alpha1.SidecarCounts{Total: 3, Current: 1, Behind: 2}, pods: 3,
 			status: metav1.ConditionFalse, reason: v1alpha1.ReasonSidecarsBehind,
 			message: "1 of 3 connected sidecars applied config version cccccccccccc; 2 still run an older one",
+		},
+		"a sidecar of a leaving pod still on an older config makes the tier not Ready": {
+			counts: v1alpha1.SidecarCounts{Total: 3, Current: 2, Behind: 1}, pods: 2,
+			status: metav1.ConditionFalse, reason: v1alpha1.ReasonSidecarsBehind,
+			message: "2 of 3 connected sidecars applied config version cccccccccccc; 1 still run an older one",
 		},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			st, reason, msg := readiness(c.counts, hash, c.lastNACK)
-			if st != c.status || reason != c.reason || msg != c.message {
+			st, reason, msg := readiness(c.counts, c.pods, c.restart, hash, c.lastNACK)
+			if st != c.status || reason != c.reason || !strings.HasPrefix(msg, c.message) {
 				t.Errorf("readiness = %s %s %q\nwant %s %s %q", st, reason, msg, c.status, c.reason, c.message)
 			}
 		})
+	}
+}
+
+func TestRestartMessageNamesAtMostTenPods(t *testing.T) {
+	var restart []podRestart
+	for i := range 13 {
+		restart = append(restart, podRestart{Pod: fmt.Sprintf("web-%02d", i), Fields: []string{"spec.l2.tls.caSecretRef"}})
+	}
+	msg := restartMessage(restart, 20)
+	if !strings.HasPrefix(msg, "13 of 20 injected pods") || !strings.HasSuffix(msg, "web-08, web-09 and 3 more") || strings.Contains(msg, "web-10") {
+		t.Errorf("message %q: want 13 of 20, ten names and 3 more", msg)
 	}
 }
 

@@ -173,10 +173,8 @@ func (w *podInjector) params(ctx context.Context, t *v1alpha1.CacheTier) (inject
 		if len(refuse) > 0 {
 			return inject.Params{}, fmt.Errorf("tiercache: CacheTier %q cannot be used yet, not injecting: %s", t.Name, strings.Join(refuse, "; "))
 		}
-		for _, f := range render.SecretFiles(t) {
-			if _, ok := versions[f.File]; ok || f.Generated() {
-				files = append(files, inject.SecretFile{File: f.File, Secret: f.Secret, Key: f.Key, Optional: f.Optional})
-			}
+		for _, f := range secretFilesToProject(t, versions) {
+			files = append(files, inject.SecretFile{File: f.File, Secret: f.Secret, Key: f.Key, Optional: f.Optional})
 		}
 		if len(versions) > 0 {
 			cfg.SecretVersions = versions

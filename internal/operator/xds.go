@@ -167,13 +167,14 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 		return nil, nil, err
 	}
 	if err := mgr.Add(&sidecarReporter{
-		c: mgr.GetClient(), ns: o.Namespace, replica: o.ReplicaName,
+		c: mgr.GetClient(), pods: mgr.GetAPIReader(), ns: o.Namespace, replica: o.ReplicaName,
 		every: o.StatusRefresh, minGap: o.reportMinGap(),
 		sidecars: srv.Sidecars, changed: changed, log: log, now: time.Now,
 	}); err != nil {
 		return nil, nil, err
 	}
 	reports := newSidecarReports(mgr.GetClient(), mgr.GetClient(), o.Namespace, o.StatusRefresh, log)
+	reports.pods = mgr.GetAPIReader()
 	if err := mgr.Add(reportJanitor{reports}); err != nil {
 		return nil, nil, err
 	}

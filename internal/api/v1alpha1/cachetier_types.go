@@ -776,10 +776,18 @@ const (
 	// ConditionValid says whether the spec (with its Secrets) renders to a
 	// config the sidecar accepts.
 	ConditionValid = "Valid"
-	// ConditionReady says whether the tier's connected sidecars run the
-	// rendered config: True when every one applied (ACKed) the version of
-	// status.configHash, or none is connected.
+	// ConditionReady says whether the tier's pods run the rendered config:
+	// True when every injected pod has a sidecar connected to the control
+	// plane, every connected sidecar applied (ACKed) the version of
+	// status.configHash, and no pod must be restarted to use the Secrets
+	// the tier names; or when the tier has no injected pod (nothing to
+	// wait for, as a Deployment scaled to 0 is Available).
 	ConditionReady = "Ready"
+	// ConditionServicesRouted says whether the Services that select the
+	// tier's pods reach the sidecar: False when one targets the
+	// application's port by number (the sidecar takes over the port's
+	// name), so its traffic goes around the cache.
+	ConditionServicesRouted = "ServicesRouted"
 
 	ReasonRendered      = "Rendered"
 	ReasonInvalidSpec   = "InvalidSpec"
@@ -796,14 +804,33 @@ const (
 	// ReasonConfigRejected is the Event reason of a sidecar's NACK, and
 	// Ready's while connected sidecars refuse the current version.
 	ReasonConfigRejected = "ConfigRejected"
-	// ReasonApplied: every connected sidecar applied the current version.
+	// ReasonApplied: every injected pod's sidecar is connected and
+	// applied the current version.
 	ReasonApplied = "Applied"
-	// ReasonNoSidecars: the config is published and no sidecar is
-	// connected to any operator replica (nothing to wait for).
-	ReasonNoSidecars = "NoSidecars"
+	// ReasonNoPods: the config is published and no pod is injected for
+	// the tier (nothing to wait for; a pod admitted later gets the
+	// current version).
+	ReasonNoPods = "NoPods"
+	// ReasonSidecarsNotConnected: fewer sidecars are connected to the
+	// control plane than the tier has injected pods (starting, or cut off
+	// from the control plane).
+	ReasonSidecarsNotConnected = "SidecarsNotConnected"
 	// ReasonSidecarsBehind: some connected sidecars still run an older
 	// version (not yet sent, being applied, or stuck), none refused it.
 	ReasonSidecarsBehind = "SidecarsBehind"
+	// ReasonRestartRequired: some pods were admitted with other Secret
+	// references than the tier names now (spec.purge.tokenSecretRef,
+	// spec.l2.passwordSecretRef, spec.l2.tls.caSecretRef): a pod's
+	// volumes are fixed at admission, so they keep the old Secrets until
+	// restarted.
+	ReasonRestartRequired = "RestartRequired"
+	// ReasonThroughSidecar: no Service that selects the tier's pods
+	// targets their application port by number.
+	ReasonThroughSidecar = "ThroughSidecar"
+	// ReasonServiceTargetsAppPort: a Service targets the application's
+	// port by number, around the sidecar; also the reason of the Warning
+	// Event on the Service.
+	ReasonServiceTargetsAppPort = "ServiceTargetsAppPort"
 )
 
 // CacheTierStatus is what the operator observed and rendered.
@@ -811,7 +838,7 @@ type CacheTierStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Valid and Ready.
+	// Conditions: Valid, Ready and ServicesRouted.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -826,10 +853,12 @@ type CacheTierStatus struct {
 	// InjectedPods counts the pods of the namespace injected for this
 	// tier.
 	// +optional
+	// +kubebuilder:default=0
 	InjectedPods int32 `json:"injectedPods"`
 	// ConnectedSidecars counts the sidecars connected to the control plane
 	// of any operator replica for this tier (sidecars.total).
 	// +optional
+	// +kubebuilder:default=0
 	ConnectedSidecars int32 `json:"connectedSidecars"`
 	// NACKs counts the pushed configs that sidecars refused (their own
 	// validation failed), summed over the running operator replicas, each
