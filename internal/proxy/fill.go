@@ -424,13 +424,15 @@ type placement struct {
 // the response is stored).
 func (p *Proxy) place(ctx context.Context, c *call, respH http.Header, r *http.Request) placement {
 	names, _ := httpcache.VaryNames(respH)
+	// The variant is keyed by what the origin received: a Vary field this
+	// fill withheld counts as absent (the next fill, knowing the marker,
+	// forwards it).
+	asSent := sentHeader{r.Header, c.fwd}
 	var pl placement
 	pl.names = names
 	if len(names) > 0 {
-		// The variant is keyed by what the origin received: a Vary field
-		// this fill withheld counts as absent (the next fill, knowing the
-		// marker, forwards it).
-		pl.vk = httpcache.AppendVaryKey(nil, names, sentHeader{r.Header, c.fwd}, c.rule.Policy.Vary)
+		// The leader's values, for its waiters to compare theirs with.
+		pl.vk = httpcache.AppendVaryKey(nil, names, asSent, c.rule.Policy.Vary)
 	}
 	if len(names) == 0 && c.extras == "" {
 		pl.key = c.prim
@@ -455,10 +457,7 @@ func (p *Proxy) place(ctx context.Context, c *call, respH http.Header, r *http.R
 		}
 		pl.marker = m
 	}
-	key := cachekey.AppendVariant([]byte(c.prim), m.Nonce)
-	key = append(key, c.extras...)
-	key = append(key, pl.vk...)
-	pl.key = string(key)
+	pl.key = string(cachekey.AppendVariantKey([]byte(c.prim), m.Nonce, c.extras, names, asSent, c.rule.Policy.Vary))
 	return pl
 }
 
