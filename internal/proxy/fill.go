@@ -98,10 +98,10 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 	originTime := time.Since(start)
 	if err != nil {
 		if p.staleOnError(c) || p.staleIfUnreachable(c, wd.reason(err)) {
-			l.publish(staleRes())
+			l.Publish(staleRes())
 			return p.serveStale(w, r, c, 0)
 		}
-		l.publish(shared{})
+		l.Publish(shared{})
 		sn := p.originFailed(w, r, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, wd, err)
 		return outcome{result: metrics.ResultError, layer: failedLayer(err), abort: false, sent: sn}
 	}
@@ -118,7 +118,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 	if resp.StatusCode >= 500 && p.staleOnError(c) {
 		res := staleRes()
 		res.v.fwdStatus = resp.StatusCode
-		l.publish(res)
+		l.Publish(res)
 		return p.serveStale(w, r, c, resp.StatusCode)
 	}
 	if c.rng != nil && resp.StatusCode != http.StatusOK {
@@ -130,11 +130,11 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 		wd.stop()
 		e, kept := p.revalidated(ctx, c, resp.Header, reqTime, respTime, watch)
 		if kept {
-			l.publish(shared{e: e, v: verdict{x: xRevalCoal, rule: c.rule, fwd: c.why, fwdStatus: http.StatusNotModified, stored: true, collapsed: true}, out: outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}})
+			l.Publish(shared{e: e, v: verdict{x: xRevalCoal, rule: c.rule, fwd: c.why, fwdStatus: http.StatusNotModified, stored: true, collapsed: true}, out: outcome{result: metrics.ResultRevalidated, layer: c.layer, abort: false}})
 		} else {
 			// Overtaken by a purge (or not storable): a request that joined
 			// meanwhile, perhaps after its own write, fetches afresh.
-			l.publish(shared{overtaken: true})
+			l.Publish(shared{overtaken: true})
 		}
 		body := c.body
 		if body == nil {
@@ -214,7 +214,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 	}
 
 	if !d.Store {
-		l.publish(shared{})
+		l.Publish(shared{})
 		if !forwarded || resp.StatusCode != http.StatusNotModified {
 			// A 304 to the client's own validators says nothing about
 			// what may be stored for everyone.
@@ -234,7 +234,7 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 	// Stored fills are bound as a whole; past the bound the fill gives up
 	// storing and its waiters fetch for themselves (no hit-for-miss
 	// marker: the response was cacheable, only slow).
-	wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { l.publish(shared{}) })
+	wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { l.Publish(shared{}) })
 	e := responseEntry(c, resp, d, reqTime, respTime)
 	if p.bodies != nil && (resp.ContentLength < 0 || resp.ContentLength > fileAbove) {
 		var out outcome
@@ -248,12 +248,12 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 		// Too large to store: waiters fetch for themselves and later
 		// requests skip coalescing.
 		wd.stopStoring()
-		l.publish(shared{})
+		l.Publish(shared{})
 		p.uncacheable(ctx, c, r, resp.StatusCode)
 	})
 	if err != nil {
 		p.bodyFailed(r, wd, err)
-		l.publish(shared{})
+		l.Publish(shared{})
 		return miss.with(bodyW != nil, sent{status, cw.end(nil)})
 	}
 	if !complete {
@@ -320,7 +320,7 @@ func (p *Proxy) keep(ctx context.Context, c *call, l *lead, e *entry.Entry, pl p
 		}
 		res = shared{overtaken: true}
 	}
-	l.publish(res)
+	l.Publish(res)
 }
 
 func flags(d httpcache.Decision) entry.Flag {

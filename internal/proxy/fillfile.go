@@ -86,9 +86,7 @@ func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Req
 	own := *c
 	ff.c = &own
 	c.release, c.shared = nil, false
-	if l != nil {
-		l.detached = true
-	}
+	l.Detach()
 	p.bg.Add(1)
 	go ff.runDetached()
 	return p.serveFeed(w, r, ff.fd, ff.hint < 0), true
@@ -142,7 +140,7 @@ func (ff *fileFill) runDetached() {
 	}
 	ff.watch.End()
 	c.releaseLease()
-	ff.l.publish(shared{})
+	ff.l.Publish(shared{})
 	// Only the first end counts: after a stored body (the client reads
 	// it to its end from the file) or a hand-over, this is a no-op.
 	ff.fd.end(&rest{err: errFillLost})
@@ -237,7 +235,7 @@ func (ff *fileFill) run() outcome {
 		// reads what it held, which is the whole body (a body longer than
 		// its Content-Length breaks a write, a shorter one fails the read).
 		p.log.Warn("body not stored: finishing its file failed", "path", ff.r.URL.Path, "err", err)
-		ff.l.publish(shared{})
+		ff.l.Publish(shared{})
 		t := &rest{from: ff.filed}
 		if ff.hint >= 0 && ff.filed != ff.hint {
 			t.err = err
@@ -287,7 +285,7 @@ func (ff *fileFill) begin() bool {
 	}
 	if ff.l != nil {
 		le := *ff.e
-		ff.l.stream(&live{e: &le, size: ff.hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: ff.pl.names, varyKey: ff.pl.vk})
+		ff.l.Stream(&live{e: &le, size: ff.hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: ff.pl.names, varyKey: ff.pl.vk})
 	}
 	return true
 }
@@ -302,7 +300,7 @@ func (ff *fileFill) giveUp() {
 	}
 	ff.wd.stopStoring()
 	ff.c.releaseLease()
-	ff.l.publish(shared{})
+	ff.l.Publish(shared{})
 }
 
 // covered is how much of the body the client can have from the fill's

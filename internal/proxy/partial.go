@@ -254,7 +254,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		wd.stopStoring()
 		resp.Body.Close()
 		if c.rng = nil; rg.ranged {
-			l.publish(shared{})
+			l.Publish(shared{})
 			if c.rng = forwardRange(r); c.rng == nil {
 				return p.pass(w, r, c.cfg, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, metrics.ResultMiss)
 			}
@@ -268,7 +268,7 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 			// says it has: it changed.
 			return again()
 		}
-		l.publish(shared{})
+		l.Publish(shared{})
 		return p.relay(w, r, c, resp, body, wd)
 	}
 	x := httpcache.Exchange{
@@ -285,10 +285,10 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		collect = true
 	}
 	if collect {
-		wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { l.publish(shared{}) })
+		wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { l.Publish(shared{}) })
 	}
 	if rg.part == nil {
-		l.publish(shared{})
+		l.Publish(shared{})
 		return p.forwardedPart(ctx, w, r, c, resp, body, wd, watch, x, pd, collect)
 	}
 
@@ -365,20 +365,20 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		if err != nil {
 			p.bodyFailed(r, wd, err)
 		}
-		l.publish(shared{})
+		l.Publish(shared{})
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil || !readOK, sent: sent{status, n}}
 	}
 	wd.stop()
 	if sink.kept() {
 		complete := p.keepPart(ctx, c, resp.Header, pd, sink, pl, watch, reqTime, respTime)
 		if complete != nil {
-			l.publish(shared{e: complete, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: fwdPartial, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
+			l.Publish(shared{e: complete, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: fwdPartial, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
 				vary: pl.names, varyKey: pl.vk})
 		}
 	} else {
 		sink.discard()
 	}
-	l.publish(shared{})
+	l.Publish(shared{})
 	// Stored first, and the shared fetch over: what the client asks once
 	// it has its last byte finds the entry (caching.md "Determinism").
 	c.releaseLease()
