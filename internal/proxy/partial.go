@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"math"
 	"net/http"
@@ -14,9 +13,7 @@ import (
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
-	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
-	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 // Partial content (RFC 9111 §3.3, §3.4; docs/caching.md "Partial
@@ -81,59 +78,89 @@ func forwardRange(r *http.Request) *rangeFill {
 	return rg
 }
 
-// partialHit answers r from the stored partial response f.part when that
-// can (done). Otherwise it returns how the miss goes to the origin: the
-// gap of the stored part (a rangeFill with part), the client's range as
-// it is (a rangeFill without part), or nil for the usual paths (a full
-// fill; HEAD and other ranges pass). When the part lacks what r needs and
-// L2 holds the complete response, f becomes that hit instead: a partial
-// response in this replica's L1 never shadows a complete one in L2.
-func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo, rcc httpcache.RequestCC, kb *keyBuf,
-	f *found) (outcome, bool, *rangeFill) {
-	e := f.part
-	now := p.now()
-	use, age := httpcache.Evaluate(stored(e), rcc, now)
-	usable := use == httpcache.UseFresh || use == httpcache.UseStale
+// alone reports whether the fill of rg fetches alone, not collapsed with
+// the key's other misses: fills of ranges each ask for their own, and so
+// does a full GET whose missing run becomes a piece, since its complete
+// response is built after it (partialfile.go): waiters would have nothing
+// to share and would each fetch the whole; alone, each asks for the
+// missing run only. A nil rg (no range) is not.
+func (rg *rangeFill) alone() bool {
+	return rg != nil && (rg.part == nil || rg.ranged || rg.part.Partial.Pieces != nil)
+}
+
+// servePart serves a request for which the lookup found a stored part of
+// the representation (q.f.part): from the part when it can (partialHit),
+// else as a miss that asks for what the part lacks, or, when L2 holds the
+// complete response, as a request for that.
+func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, q *cacheReq) outcome {
+	out, done, rg := p.partialHit(w, r, q)
+	if done {
+		return out
+	}
+	defer rg.close() // the stored part's piece files, if it opened them
+	return p.serveStored(w, r, q, rg)
+}
+
+// partView is how the stored part e answers one request.
+type partView struct {
+	e   *entry.Entry
+	now time.Time // the rules' clock when the part was evaluated
+	use httpcache.Use
+	age time.Duration
+	// want is what the client gets: the bytes of its range (ranged, a
+	// 206) or the whole representation (a 200); unsatisfiable: its range
+	// lies past the representation's length.
+	want                  httpcache.ByteRange
+	ranged, unsatisfiable bool
+	held                  []httpcache.ByteRange // what e holds
+	notModified           bool                  // e answers the client's conditional
+	scattered             bool                  // want spans more than maxServedPieces pieces
+}
+
+// viewPart evaluates the stored part e for r.
+func (p *Proxy) viewPart(r *http.Request, q *cacheReq, e *entry.Entry) partView {
+	v := partView{e: e, now: p.now()}
+	v.use, v.age = httpcache.Evaluate(stored(e), q.rcc, v.now)
 	length := e.Partial.Length
-	want, ranged, unsatisfiable := httpcache.ByteRange{Start: 0, End: length - 1}, false, false
+	v.want = httpcache.ByteRange{Start: 0, End: length - 1}
 	if r.Method == http.MethodGet && len(r.Header["Range"]) > 0 {
 		switch br, res := httpcache.EvalRange(r.Header, e, length); res {
 		case httpcache.RangeSatisfiable:
-			want, ranged = br, true
+			v.want, v.ranged = br, true
 		case httpcache.RangeUnsatisfiable:
-			unsatisfiable = true
+			v.unsatisfiable = true
 		}
 	}
-	held := spansOf(e.Partial)
-	notModified := httpcache.NotModified(r.Header, http.StatusOK, e)
+	v.held = spansOf(e.Partial)
+	v.notModified = httpcache.NotModified(r.Header, http.StatusOK, e)
 	// A GET across too many pieces is not sent from them (maxServedPieces).
-	scattered := pieced(e) && r.Method == http.MethodGet && piecesFor(e, want) > maxServedPieces
-	if usable && (r.Method == http.MethodHead || unsatisfiable || notModified || !scattered && httpcache.Covers(held, want)) {
-		var segs segments
-		lost := false
-		if pieced(e) && r.Method == http.MethodGet && !unsatisfiable && !notModified {
-			// Every piece is opened before the header is written: one
-			// that is gone makes this a miss as if nothing were stored.
-			var id [16]byte
-			var err error
-			if segs, id, err = p.openPieces(kb.Key(), e, want); err != nil {
-				p.dropPart(kb.Key(), id)
-				f.part, lost = nil, true
-			}
-		}
-		if !lost {
-			defer segs.close()
-			res, x := metrics.ResultHit, pick(f.layer, xHitL1, xHitL2)
-			if use == httpcache.UseStale {
-				res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
-			}
-			sn := p.servePart(w, r, e, age, want, ranged, unsatisfiable, hitVerdict(x, rule, dbg), segs)
-			return outcome{result: res, layer: f.layer, abort: false, sent: sn}, true, nil
+	v.scattered = pieced(e) && r.Method == http.MethodGet && piecesFor(e, v.want) > maxServedPieces
+	return v
+}
+
+// usable reports whether the part may answer without the origin.
+func (v *partView) usable() bool {
+	return v.use == httpcache.UseFresh || v.use == httpcache.UseStale
+}
+
+// partialHit answers r from the stored partial response q.f.part when
+// that can (done). Otherwise it returns how the miss goes to the origin:
+// the gap of the stored part (a rangeFill with part), the client's range
+// as it is (a rangeFill without part), or nil for the usual paths (a full
+// fill; HEAD and other ranges pass). When the part lacks what r needs and
+// L2 holds the complete response, q.f becomes that hit instead: a partial
+// response in this replica's L1 never shadows a complete one in L2.
+func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, q *cacheReq) (outcome, bool, *rangeFill) {
+	f := &q.f
+	v := p.viewPart(r, q, f.part)
+	if v.usable() && (r.Method == http.MethodHead || v.unsatisfiable || v.notModified || !v.scattered && httpcache.Covers(v.held, v.want)) {
+		if out, served := p.servePartHit(w, r, q, &v); served {
+			return out, true, nil
 		}
 	}
 	if p.cluster != nil {
 		full := new(entry.Entry)
-		if layer, err := p.cluster.GetNewer(r.Context(), kb.Key(), full, time.Time{}); err == nil {
+		if layer, err := p.cluster.GetNewer(r.Context(), q.kb.Key(), full, time.Time{}); err == nil {
 			f.e, f.ok, f.layer, f.part = full, true, layer, nil
 			return outcome{}, false, nil
 		}
@@ -142,55 +169,88 @@ func (p *Proxy) partialHit(w http.ResponseWriter, r *http.Request, cfg *tierconf
 		// A part that lost a piece is a miss as if nothing were stored.
 		return outcome{}, false, nil
 	}
-	if unsatisfiable {
-		return outcome{}, false, forwardRange(r)
+	return outcome{}, false, p.partMiss(r, q, &v)
+}
+
+// servePartHit serves r from the stored part (v.e). Every piece file is
+// opened before the header is written: one that is gone makes this a
+// miss as if nothing were stored (served false, q.f.part nil).
+func (p *Proxy) servePartHit(w http.ResponseWriter, r *http.Request, q *cacheReq, v *partView) (outcome, bool) {
+	f, e := &q.f, v.e
+	var segs segments
+	if pieced(e) && r.Method == http.MethodGet && !v.unsatisfiable && !v.notModified {
+		var id [16]byte
+		var err error
+		if segs, id, err = p.openPieces(q.kb.Key(), e, v.want); err != nil {
+			p.dropPart(q.kb.Key(), id)
+			f.part = nil
+			return outcome{}, false
+		}
 	}
-	if !pieced(e) && !ranged && p.bodies != nil && length > int64(cfg.Config.L1.MaxEntrySize)-entryOverhead {
+	defer segs.close()
+	res, x := metrics.ResultHit, pick(f.layer, xHitL1, xHitL2)
+	if v.use == httpcache.UseStale {
+		res, x = metrics.ResultStale, pick(f.layer, xStaleL1, xStaleL2)
+	}
+	sn := p.writePart(w, r, e, v.age, v.want, v.ranged, v.unsatisfiable, hitVerdict(x, q.rule, q.dbg), segs)
+	return outcome{result: res, layer: f.layer, abort: false, sent: sn}, true
+}
+
+// partMiss is how a GET the stored part (v.e) cannot answer goes to the
+// origin: the part's one gap within what the client wants, asked with
+// If-Range and combined with the part (a rangeFill with part); the
+// client's range as it is; or nil, a full fill.
+func (p *Proxy) partMiss(r *http.Request, q *cacheReq, v *partView) *rangeFill {
+	e, length := v.e, v.e.Partial.Length
+	if v.unsatisfiable {
+		return forwardRange(r)
+	}
+	if !pieced(e) && !v.ranged && p.bodies != nil && length > int64(q.cfg.Config.L1.MaxEntrySize)-entryOverhead {
 		// Parts are inline: combined, this representation could not be
 		// stored. Fetched whole, it goes to the body store.
-		return outcome{}, false, nil
+		return nil
 	}
-	v, _ := httpcache.StrongValidator(e)
-	partFresh := use == httpcache.UseFresh
+	validator, _ := httpcache.StrongValidator(e)
+	partFresh := v.use == httpcache.UseFresh
 	if !partFresh {
-		fresh, _ := httpcache.Evaluate(stored(e), httpcache.RequestCC{}, now)
+		fresh, _ := httpcache.Evaluate(stored(e), httpcache.RequestCC{}, v.now)
 		partFresh = fresh == httpcache.UseFresh
 	}
 	// With a validator, If-Range makes the gap's answer a validation of
 	// the stored bytes too; without one, the stored bytes are only
 	// combined with new ones while the origin's freshness vouches for them
 	// and the client accepts them.
-	if !scattered && (v != "" || (usable && partFresh)) {
-		if gap, res := httpcache.Gap(held, want); res == httpcache.GapOne {
+	if !v.scattered && (validator != "" || (v.usable() && partFresh)) {
+		if gap, res := httpcache.Gap(v.held, v.want); res == httpcache.GapOne {
 			rg := &rangeFill{
-				ask: httpcache.GapRange(gap, length), ifRange: v,
-				part: detach(e), partV: v, partFresh: partFresh, want: want, ranged: ranged,
+				ask: httpcache.GapRange(gap, length), ifRange: validator,
+				part: detach(e), partV: validator, partFresh: partFresh, want: v.want, ranged: v.ranged,
 			}
 			if pieced(e) {
 				// The stored bytes the client gets around the gap:
 				// opened before anything is asked or sent.
-				segs, id, err := p.openPieces(kb.Key(), e, want)
+				segs, id, err := p.openPieces(q.kb.Key(), e, v.want)
 				if err != nil {
-					p.dropPart(kb.Key(), id)
-					f.part = nil
-					return outcome{}, false, nil
+					p.dropPart(q.kb.Key(), id)
+					q.f.part = nil
+					return nil
 				}
 				rg.segs = segs
 			}
-			return outcome{}, false, rg
+			return rg
 		}
 	}
-	if ranged {
-		return outcome{}, false, forwardRange(r)
+	if v.ranged {
+		return forwardRange(r)
 	}
-	return outcome{}, false, nil
+	return nil
 }
 
-// servePart answers r from the stored partial response e: a HEAD or a
+// writePart answers r from the stored partial response e: a HEAD or a
 // conditional's 304 with its header, a 416 for a range past its length,
 // or the bytes want, which e holds (206 when ranged, else 200): inline,
 // or from segs, its piece files opened for want.
-func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, want httpcache.ByteRange,
+func (p *Proxy) writePart(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, want httpcache.ByteRange,
 	ranged, unsatisfiable bool, v verdict, segs segments) sent {
 	h := w.Header()
 	writeEntryHeader(h, e, httpcache.AgeHeader(age))
@@ -240,43 +300,44 @@ func (p *Proxy) servePart(w http.ResponseWriter, r *http.Request, e *entry.Entry
 	}
 }
 
-// partAnswered handles every answer but a 200 to a fill that asked for
-// part of a representation (c.rng): a 206 is checked, combined and stored
-// as DecidePartial and CanCombine allow; anything else (416, 304, an
-// error) is relayed and stores nothing, since it answers this range only.
-func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, l *lead, resp *http.Response,
-	body io.Reader, wd *watchdog, watch *invalidate.Watch, start, reqTime, respTime time.Time) outcome {
-	rg := c.rng
-	// again asks for what the client wants as if nothing were stored,
-	// when the answer to a gap is not that gap of the stored
-	// representation.
-	again := func() outcome {
-		wd.stopStoring()
-		resp.Body.Close()
-		if c.rng = nil; rg.ranged {
-			l.Publish(shared{})
-			if c.rng = forwardRange(r); c.rng == nil {
-				return p.pass(w, r, c.cfg, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, metrics.ResultMiss)
-			}
-			return p.fill(w, r, c, nil)
-		}
-		return p.fill(w, r, c, l)
+// rangeOfBody answers a single-range GET r from the inline body of the
+// complete stored response e: the status and the bytes it gets, with
+// Content-Range set in h (a 200 with the whole body when the range is
+// not one the cache answers).
+func rangeOfBody(h http.Header, r *http.Request, e *entry.Entry) (int, []byte) {
+	body := e.Body
+	size := int64(len(body))
+	br, res := httpcache.EvalRange(r.Header, e, size)
+	switch res {
+	case httpcache.RangeSatisfiable:
+		h["Content-Range"] = []string{"bytes " + strconv.FormatInt(br.Start, 10) + "-" +
+			strconv.FormatInt(br.End, 10) + "/" + strconv.FormatInt(size, 10)}
+		return http.StatusPartialContent, body[br.Start : br.End+1]
+	case httpcache.RangeUnsatisfiable:
+		h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(size, 10)}
+		return http.StatusRequestedRangeNotSatisfiable, nil
 	}
+	return e.Status, body
+}
+
+// partAnswered handles every answer but a 200 to a fill that asked for
+// part of a representation (f.c.rng): a 206 is checked, combined and
+// stored as DecidePartial and CanCombine allow; anything else (416, 304,
+// an error) is relayed and stores nothing, since it answers this range
+// only.
+func (p *Proxy) partAnswered(f *fetch) outcome {
+	c, rg, resp := f.c, f.c.rng, f.resp
 	if resp.StatusCode != http.StatusPartialContent {
 		if rg.part != nil && resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
 			// The representation no longer has the bytes the stored part
 			// says it has: it changed.
-			return again()
+			return p.askAgain(f)
 		}
-		l.Publish(shared{})
-		return p.relay(w, r, c, resp, body, wd)
+		f.l.Publish(shared{})
+		return p.relay(f)
 	}
-	x := httpcache.Exchange{
-		Method: http.MethodGet, ReqHeader: c.reqH,
-		Status: resp.StatusCode, RespHeader: resp.Header,
-		RequestTime: reqTime, ResponseTime: respTime,
-	}
-	pd := httpcache.DecidePartial(x, rg.ask, resp.ContentLength, c.rule.Policy)
+	f.x = f.exchange()
+	pd := httpcache.DecidePartial(f.x, rg.ask, resp.ContentLength, c.rule.Policy)
 	limit := int64(c.cfg.Config.L1.MaxEntrySize) - headerBytes(resp.Header) - entryOverhead
 	collect := pd.Store && spanLen(pd.Span) <= limit
 	if pd.Store && p.piecesMode(c.cfg, pd.Length, pd.Span) {
@@ -285,55 +346,52 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		collect = true
 	}
 	if collect {
-		wd.storeUntil(start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { l.Publish(shared{}) })
+		f.wd.storeUntil(f.start.Add(c.cfg.Config.Origin.Timeout.Std()), func() { f.l.Publish(shared{}) })
 	}
 	if rg.part == nil {
-		l.Publish(shared{})
-		return p.forwardedPart(ctx, w, r, c, resp, body, wd, watch, x, pd, collect)
+		f.l.Publish(shared{})
+		return p.forwardedPart(f, pd, collect)
 	}
-
 	part, why := httpcache.ReceivedPart(resp.Header, resp.ContentLength)
 	if why != "" || !httpcache.CanCombine(rg.partV, rg.part.Partial.Length, rg.partFresh, part.Validator, part.Length) ||
 		!httpcache.Covers(httpcache.AddSpan(spansOf(rg.part.Partial), part.Span), rg.want) {
 		// Not the gap of the stored representation (it changed, or the
 		// origin answered another range).
-		return again()
+		return p.askAgain(f)
 	}
+	return p.combinePart(f, pd, part, collect)
+}
 
-	// The client's answer: the stored header updated with the new part's
-	// fields (RFC 9110 §15.3.7.3), then the bytes it wants, from the stored
-	// part before and after the origin's.
-	merged := httpcache.MergeNotModified(rg.part.HTTPHeader(), resp.Header)
-	h := w.Header()
-	for k, vs := range merged {
-		h[k] = vs
+// askAgain asks for what the client wants as if nothing were stored,
+// when the answer to a gap is not that gap of the stored representation.
+func (p *Proxy) askAgain(f *fetch) outcome {
+	c, rg := f.c, f.c.rng
+	f.wd.stopStoring()
+	f.resp.Body.Close()
+	if c.rng = nil; rg.ranged {
+		f.l.Publish(shared{})
+		if c.rng = forwardRange(f.r); c.rng == nil {
+			return p.pass(f.w, f.r, c.cfg, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, metrics.ResultMiss)
+		}
+		return p.fill(f.w, f.r, c, nil)
 	}
-	p.setMissAge(h, x)
-	appendVia(h)
-	stripTargeted(h, c.cfg.StripTargeted)
-	want, length := rg.want, part.Length
-	status := http.StatusOK
-	if rg.ranged {
-		status = http.StatusPartialContent
-		h["Content-Range"] = []string{httpcache.ContentRangeValue(want, length)}
-	}
-	h["Content-Length"] = []string{strconv.FormatInt(spanLen(want), 10)}
+	return p.fill(f.w, f.r, c, f.l)
+}
+
+// combinePart answers the client with the bytes it wants, from the stored
+// part before and after the origin's part (the gap) and from the origin's
+// part as it arrives, keeps the new part when collect says so, and hands
+// the combined response to the flight's waiters once it is complete.
+func (p *Proxy) combinePart(f *fetch, pd httpcache.PartialDecision, part httpcache.Part, collect bool) outcome {
+	c, rg := f.c, f.c.rng
 	var pl placement
 	var sink *partSink
 	if collect {
-		pl = p.place(ctx, c, resp.Header, r)
-		sink = p.newSink(c, r, pl, pd, wd.storeBy)
+		pl = p.place(f.ctx, c, f.resp.Header, f.r)
+		sink = p.newSink(c, f.r, pl, pd, f.wd.storeBy)
 	}
-	bodyW := w
-	v := verdict{x: xMissPartial, rule: c.rule, dbg: c.dbg, fwd: fwdPartial, fwdStatus: resp.StatusCode, stored: sink != nil}
-	if httpcache.NotModified(r.Header, http.StatusOK, merged) {
-		p.setStatus(h, v, http.StatusNotModified)
-		notModified(w)
-		bodyW, status = nil, http.StatusNotModified
-	} else {
-		p.setStatus(h, v, status)
-		w.WriteHeader(status)
-	}
+	status, bodyW := p.combinedHeader(f, part.Length, sink != nil)
+	want := rg.want
 	var n int64 // body bytes sent
 	span := part.Span
 	pieces := pieced(rg.part)
@@ -356,29 +414,28 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 		}
 	}
 	clip := httpcache.ByteRange{Start: max(want.Start, span.Start), End: min(want.End, span.End)}
-	held, exact, err := p.copyPart(bodyW, body, span, clip, sink, !hasAfter, false, &wd.late, &n)
+	held, exact, err := p.copyPart(bodyW, f.body, span, clip, sink, !hasAfter, false, &f.wd.late, &n)
 	if err != nil || !exact || !readOK {
 		// The origin broke off, or sent other than the bytes it named, or
 		// a stored piece could not be read: the client, promised
 		// Content-Length, gets a broken response.
 		sink.discard()
 		if err != nil {
-			p.bodyFailed(r, wd, err)
+			p.bodyFailed(f.r, f.wd, err)
 		}
-		l.Publish(shared{})
+		f.l.Publish(shared{})
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil || !readOK, sent: sent{status, n}}
 	}
-	wd.stop()
+	f.wd.stop()
 	if sink.kept() {
-		complete := p.keepPart(ctx, c, resp.Header, pd, sink, pl, watch, reqTime, respTime)
-		if complete != nil {
-			l.Publish(shared{e: complete, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: fwdPartial, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
+		if complete := p.keepPart(f, pd, sink, pl); complete != nil {
+			f.l.Publish(shared{e: complete, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: fwdPartial, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false},
 				vary: pl.names, varyKey: pl.vk})
 		}
 	} else {
 		sink.discard()
 	}
-	l.Publish(shared{})
+	f.l.Publish(shared{})
 	// Stored first, and the shared fetch over: what the client asks once
 	// it has its last byte finds the entry (caching.md "Determinism").
 	c.releaseLease()
@@ -392,23 +449,56 @@ func (p *Proxy) partAnswered(ctx context.Context, w http.ResponseWriter, r *http
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status, n}}
 }
 
-// forwardedPart relays the origin's answer x to a client's own range (a
+// combinedHeader sends the client the header of the response combined
+// from the stored part and the origin's (a representation of length
+// bytes): the stored header updated with the new part's fields (RFC 9110
+// §15.3.7.3), for the bytes it wants, or a 304 when that answers its
+// conditional. It returns the status sent and where the body goes (nil:
+// nowhere).
+func (p *Proxy) combinedHeader(f *fetch, length int64, stored bool) (int, http.ResponseWriter) {
+	c, rg, w := f.c, f.c.rng, f.w
+	merged := httpcache.MergeNotModified(rg.part.HTTPHeader(), f.resp.Header)
+	h := w.Header()
+	for k, vs := range merged {
+		h[k] = vs
+	}
+	p.setMissAge(h, f.x)
+	appendVia(h)
+	stripTargeted(h, c.cfg.StripTargeted)
+	status := http.StatusOK
+	if rg.ranged {
+		status = http.StatusPartialContent
+		h["Content-Range"] = []string{httpcache.ContentRangeValue(rg.want, length)}
+	}
+	h["Content-Length"] = []string{strconv.FormatInt(spanLen(rg.want), 10)}
+	v := verdict{x: xMissPartial, rule: c.rule, dbg: c.dbg, fwd: fwdPartial, fwdStatus: f.resp.StatusCode, stored: stored}
+	if httpcache.NotModified(f.r.Header, http.StatusOK, merged) {
+		p.setStatus(h, v, http.StatusNotModified)
+		notModified(w)
+		return http.StatusNotModified, nil
+	}
+	p.setStatus(h, v, status)
+	w.WriteHeader(status)
+	return status, w
+}
+
+// forwardedPart relays the origin's answer to a client's own range (a
 // 206), storing its part when pd allows (collect).
-func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, resp *http.Response,
-	body io.Reader, wd *watchdog, watch *invalidate.Watch, x httpcache.Exchange, pd httpcache.PartialDecision, collect bool) outcome {
+func (p *Proxy) forwardedPart(f *fetch, pd httpcache.PartialDecision, collect bool) outcome {
+	c, w, resp := f.c, f.w, f.resp
 	h := w.Header()
 	copyHeader(h, resp.Header)
-	p.setMissAge(h, x)
+	p.setMissAge(h, f.x)
 	stripTargeted(h, c.cfg.StripTargeted)
 	var pl placement
 	var sink *partSink
 	if collect {
-		pl = p.place(ctx, c, resp.Header, r)
-		sink = p.newSink(c, r, pl, pd, wd.storeBy)
+		pl = p.place(f.ctx, c, resp.Header, f.r)
+		sink = p.newSink(c, f.r, pl, pd, f.wd.storeBy)
 	}
 	bodyW, status := w, resp.StatusCode
 	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: sink != nil}
-	if httpcache.NotModified(r.Header, resp.StatusCode, resp.Header) {
+	if httpcache.NotModified(f.r.Header, resp.StatusCode, resp.Header) {
 		p.setStatus(h, v, http.StatusNotModified)
 		notModified(w)
 		bodyW, status = nil, http.StatusNotModified
@@ -421,24 +511,24 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 		if bodyW == nil {
 			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: status}}
 		}
-		n, err := p.streamN(bodyW, body)
+		n, err := p.streamN(bodyW, f.body)
 		if err != nil {
-			p.bodyFailed(r, wd, err)
+			p.bodyFailed(f.r, f.wd, err)
 		}
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{status, n}}
 	}
 	// The client gets every byte the origin sends, framed as it framed
 	// them; only exactly the bytes Content-Range names are stored.
-	held, exact, err := p.copyPart(bodyW, body, pd.Span, httpcache.ByteRange{Start: pd.Span.Start, End: math.MaxInt64},
-		sink, true, true, &wd.late, &n)
+	held, exact, err := p.copyPart(bodyW, f.body, pd.Span, httpcache.ByteRange{Start: pd.Span.Start, End: math.MaxInt64},
+		sink, true, true, &f.wd.late, &n)
 	if err != nil {
 		sink.discard()
-		p.bodyFailed(r, wd, err)
+		p.bodyFailed(f.r, f.wd, err)
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: bodyW != nil, sent: sent{status, n}}
 	}
-	wd.stop()
+	f.wd.stop()
 	if exact && sink.kept() {
-		p.keepPart(ctx, c, resp.Header, pd, sink, pl, watch, x.RequestTime, x.ResponseTime)
+		p.keepPart(f, pd, sink, pl)
 	} else {
 		sink.discard()
 	}
@@ -449,15 +539,16 @@ func (p *Proxy) forwardedPart(ctx context.Context, w http.ResponseWriter, r *htt
 // relay sends the origin's answer to a fill of part of a representation
 // that is not a part (416, 304, an error): it answers this range only and
 // stores nothing.
-func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, c *call, resp *http.Response, body io.Reader, wd *watchdog) outcome {
+func (p *Proxy) relay(f *fetch) outcome {
+	c, w, resp := f.c, f.w, f.resp
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
 	p.setStatus(h, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
-	n, err := p.streamN(w, body)
+	n, err := p.streamN(w, f.body)
 	if err != nil {
-		p.bodyFailed(r, wd, err)
+		p.bodyFailed(f.r, f.wd, err)
 	}
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{resp.StatusCode, n}}
 }
@@ -603,7 +694,7 @@ func writeSome(w http.ResponseWriter, b []byte, written *int64) http.ResponseWri
 	return w
 }
 
-// keepPart stores the part (pd.Span) that c's fill received and sink
+// keepPart stores the part (pd.Span) that f's fill received and sink
 // kept, under pl.key: a piece file's part as keepPiece stores it; an
 // inline one combined with the inline partial response stored under its
 // key at that moment when they belong together (httpcache.CanCombine: the
@@ -614,8 +705,8 @@ func writeSome(w http.ResponseWriter, b []byte, written *int64) http.ResponseWri
 // is returned and stored like any other (L2 too); a partial one stays in
 // this replica's L1. A purge of the resource since the fill began stores
 // nothing, as for every fill.
-func (p *Proxy) keepPart(ctx context.Context, c *call, respH http.Header, pd httpcache.PartialDecision,
-	sink *partSink, pl placement, watch *invalidate.Watch, reqTime, respTime time.Time) *entry.Entry {
+func (p *Proxy) keepPart(f *fetch, pd httpcache.PartialDecision, sink *partSink, pl placement) *entry.Entry {
+	ctx, c, respH, watch, reqTime, respTime := f.ctx, f.c, f.resp.Header, f.watch, f.reqTime, f.respTime
 	if sink.file != nil {
 		// Past the store bound, sink.abort has aborted the file and
 		// Commit fails.
