@@ -246,7 +246,7 @@ func (p *Proxy) serveMiss(w http.ResponseWriter, r *http.Request, q *cacheReq, b
 	c.rng = rg
 	var out outcome
 	switch {
-	case rg.alone(), q.f.hitForMiss, q.rcc.NoStore, !q.cfg.Config.Coalescing.IsEnabled():
+	case rg != nil && rg.alone(), q.f.hitForMiss, q.rcc.NoStore, !q.cfg.Config.Coalescing.IsEnabled():
 		out = p.fill(w, r, c, nil)
 	case forwardsValidators(c, r):
 		out = p.conditionalMiss(w, r, c)
