@@ -79,15 +79,12 @@ func (kb *Builder) Extras() string { return string(kb.extras) }
 func (kb *Builder) Primary() string { return unsafeString(kb.b[:kb.primaryLen]) }
 
 // Variant appends the variant part for a Vary marker (its nonce and the
-// names of its Vary fields): the extra key parts, then the request's
-// values of the Vary fields, normalized (httpcache.AppendVaryKey). It
+// names of its Vary fields) as AppendVariantKey builds it: the extra key
+// parts, then the request's values of the Vary fields, normalized. It
 // returns the variant key without copying.
 func (kb *Builder) Variant(nonce uint64, varyNames []string, req http.Header) string {
-	b := AppendVariant(kb.b[:kb.primaryLen], nonce)
-	b = append(b, kb.extras...)
-	b = httpcache.AppendVaryKey(b, varyNames, req, kb.vary)
-	kb.b = b
-	return unsafeString(b)
+	kb.b = AppendVariantKey(kb.b[:kb.primaryLen], nonce, unsafeString(kb.extras), varyNames, req, kb.vary)
+	return unsafeString(kb.b)
 }
 
 // Key returns the key built last: the variant key after Variant, else the

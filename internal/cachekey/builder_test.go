@@ -72,3 +72,41 @@ func TestBuilderDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Build and Variant allocate %v times once warm", n)
 	}
 }
+
+// withheld is a request header as a fill forwarded it: the fields it
+// withheld read as absent.
+type withheld struct {
+	h    http.Header
+	name string
+}
+
+func (w withheld) Values(name string) []string {
+	if http.CanonicalHeaderKey(name) == w.name {
+		return nil
+	}
+	return w.h.Values(name)
+}
+
+// A fill stores behind a marker under the key a later lookup of the same
+// request builds (both call AppendVariantKey), and a field the fill
+// withheld from the origin keys as absent.
+func TestAFillsVariantKeyIsTheLookupsKey(t *testing.T) {
+	s := NewShape(nil, nil, false, []string{"X-Tenant"}, nil)
+	r := httptest.NewRequest(http.MethodGet, "http://shop/a", nil)
+	r.Header.Set("X-Tenant", "acme")
+	r.Header.Set("Accept", "text/html")
+	var kb Builder
+	kb.Build(r, &s, httpcache.VaryOptions{})
+	prim, extras := kb.Primary(), kb.Extras()
+	names := []string{"Accept"}
+	stored := string(AppendVariantKey([]byte(prim), 7, extras, names, r.Header, httpcache.VaryOptions{}))
+	if looked := kb.Variant(7, names, r.Header); looked != stored {
+		t.Fatalf("the lookup's key %q, the fill's %q", looked, stored)
+	}
+	absent := string(AppendVariantKey([]byte(prim), 7, extras, names, withheld{r.Header, "Accept"}, httpcache.VaryOptions{}))
+	r.Header.Del("Accept")
+	kb.Build(r, &s, httpcache.VaryOptions{})
+	if looked := kb.Variant(7, names, r.Header); looked != absent {
+		t.Fatalf("a withheld field keys as %q, a request without it as %q", absent, looked)
+	}
+}

@@ -23,6 +23,8 @@ package cachekey
 
 import (
 	"strings"
+
+	"github.com/tiercache/tiercache/internal/httpcache"
 )
 
 const variantTag = "\x00v"
@@ -49,6 +51,19 @@ func AppendVariant(dst []byte, nonce uint64) []byte {
 		dst = append(dst, hexdigits[(nonce>>uint(shift))&0xf])
 	}
 	return append(dst, 0)
+}
+
+// AppendVariantKey appends to dst, which holds a primary key, the rest of
+// the key of a response stored behind a Vary marker: the marker's nonce
+// (AppendVariant), the rule's extra key parts, then the request's values
+// of the marker's Vary fields names as h shows them, normalized as o says
+// (httpcache.AppendVaryKey). It is the one place a variant key is made:
+// a lookup (Builder.Variant) and a fill that stores behind a marker build
+// it alike, so that what is stored is what is looked up.
+func AppendVariantKey(dst []byte, nonce uint64, extras string, names []string, h httpcache.Header, o httpcache.VaryOptions) []byte {
+	dst = AppendVariant(dst, nonce)
+	dst = append(dst, extras...)
+	return httpcache.AppendVaryKey(dst, names, h, o)
 }
 
 // Primary returns the primary key of key: key itself when it is a

@@ -5,18 +5,17 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
 
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
-	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
 
 // fillFile stores a fill's body in a body file, for a body longer than
-// fileAbove bytes or of unknown length (kept in memory until it passes
+// f.fileAbove bytes or of unknown length (kept in memory until it passes
 // fileAbove, then spilled into the file; a shorter one is stored inline
-// after all). e is the entry to store, without its body.
+// after all), up to f.storeMax. e is the entry to store, without its
+// body. The client is f.bodyW (nil: nobody reads the body).
 //
 // The copy from the origin into memory and the file runs at the origin's
 // pace, whatever any client does, as nginx writes an upstream body to its
@@ -26,11 +25,11 @@ import (
 // (fillfeed.go: the memory, then the growing file, with sendfile when the
 // length is known). So a client that reads slowly, or not at all, holds
 // its own connection and nothing else: not the file, not the waiters
-// that follow it, not the budget reservation. detached reports that the
+// that follow it, not the budget reservation. f.detached reports that the
 // goroutine took over what the fill holds (the origin response, its
 // watchdog and watch, the flight and the lease); the caller must then
-// leave the response and its watchdog and watch alone. Without a client the copy runs on the caller's
-// goroutine.
+// leave the response and its watchdog and watch alone. Without a client
+// the copy runs on the caller's goroutine.
 //
 // As soon as the file is begun the fill publishes it on its flight, so
 // that waiters stream it as it grows. A body larger than l2.maxBodySize
@@ -49,13 +48,10 @@ import (
 // as a response that is not stored. A body the origin breaks off stores
 // nothing and breaks off every response, the client's too. The client
 // leaving does not stop the fill.
-func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Request, c *call, l *lead, e *entry.Entry,
-	resp *http.Response, body io.Reader, wd *watchdog, watch *invalidate.Watch, fileAbove, maxObject int64) (out outcome, detached bool) {
-	ff := &fileFill{
-		p: p, ctx: ctx, c: c, l: l, r: r, e: e, status: resp.StatusCode, body: body, wd: wd, watch: watch,
-		hint: resp.ContentLength, fileAbove: fileAbove, maxObject: maxObject,
-	}
-	ff.pl = p.place(ctx, c, resp.Header, r)
+func (p *Proxy) fillFile(f *fetch, e *entry.Entry) outcome {
+	w, resp := f.bodyW, f.resp
+	ff := &fileFill{fetch: *f, e: e, hint: resp.ContentLength}
+	ff.pl = p.place(f.ctx, f.c, resp.Header, f.r)
 	if w != nil {
 		ff.fd = newFeed()
 	}
@@ -63,54 +59,48 @@ func (p *Proxy) fillFile(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// Not stored after all: a plain pass-through.
 		ff.giveUp()
 		if w == nil {
-			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, false
+			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 		}
-		n, err := p.streamN(w, body)
+		n, err := p.streamN(w, f.body)
 		if err != nil {
-			p.bodyFailed(r, wd, err)
+			p.bodyFailed(f.r, f.wd, err)
 		}
-		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{bytes: n}}, false
+		return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: err != nil, sent: sent{bytes: n}}
 	}
 	if w == nil {
-		return ff.run(), false
+		return ff.run()
 	}
 	// The request and its header are read after the handler returns:
 	// the goroutine keeps its own copy.
-	ff.r = r.Clone(ctx)
+	ff.r = f.r.Clone(f.ctx)
 	ff.closeResp = func() {
 		_ = resp.Body.Close()
-		wd.close()
+		f.wd.close()
 	}
 	// The goroutine takes the call (and with it the tier-wide lease, if
-	// held) and the flight: the handler's defers leave them alone.
-	own := *c
+	// held), the flight, the response, its watchdog and the watch: the
+	// handler's fill leaves them alone.
+	own := *f.c
 	ff.c = &own
-	c.release, c.shared = nil, false
-	if l != nil {
-		l.detached = true
-	}
+	f.c.release, f.c.shared = nil, false
+	f.l.Detach()
+	f.detached = true
 	p.bg.Add(1)
 	go ff.runDetached()
-	return p.serveFeed(w, r, ff.fd, ff.hint < 0), true
+	return p.serveFeed(w, f.r, ff.fd, ff.hint < 0)
 }
 
-// fileFill is one fill going to a body file; its fields are its
+// fileFill is one fill going to a body file: a copy of its fetch (what
+// the fill holds, handed to the goroutine when it detaches) and the
+// body's progress into memory and the file; its fields are its
 // goroutine's own.
 type fileFill struct {
-	p      *Proxy
-	ctx    context.Context
-	c      *call
-	l      *lead // nil: no flight
-	r      *http.Request
-	e      *entry.Entry
-	status int
-	body   io.Reader // the origin's body, under the watchdog
-	wd     *watchdog
-	watch  *invalidate.Watch
-	pl     placement
-	fd     *feed // the client's view of the fill; nil: no client
+	fetch
+	e  *entry.Entry // the entry to store, without its body
+	pl placement
+	fd *feed // the client's view of the fill; nil: no client
 
-	hint, fileAbove, maxObject int64
+	hint int64 // the body's Content-Length, or -1
 
 	mem   []byte            // the body so far, while its length is unknown and short
 	inMem int64             // bytes of the body the client can have from memory (fd.mem)
@@ -142,7 +132,7 @@ func (ff *fileFill) runDetached() {
 	}
 	ff.watch.End()
 	c.releaseLease()
-	ff.l.publish(shared{})
+	ff.l.Publish(shared{})
 	// Only the first end counts: after a stored body (the client reads
 	// it to its end from the file) or a hand-over, this is a no-op.
 	ff.fd.end(&rest{err: errFillLost})
@@ -155,10 +145,8 @@ var errFillLost = errors.New("the fill ended without finishing its client's resp
 // run copies the origin's body into memory or the body file until its
 // end, stores it, and hands it to the flight's waiters.
 func (ff *fileFill) run() outcome {
-	p := ff.p
-	miss := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
-	bp := p.bufs.Get().(*[]byte)
-	defer p.bufs.Put(bp)
+	bp := ff.p.bufs.Get().(*[]byte)
+	defer ff.p.bufs.Put(bp)
 	buf := *bp
 	var total int64
 	for {
@@ -169,50 +157,69 @@ func (ff *fileFill) run() outcome {
 		}
 		if n > 0 {
 			total += int64(n)
-			if ff.c.shared && ff.hint < 0 && ff.bw != nil && !p.sharesBody(ff.c, total) {
-				ff.c.releaseLease() // past l2.maxBodySize: it stays local
-			}
-			switch {
-			case total > ff.maxObject:
-				// Of unknown length and too large to store: later
-				// requests skip coalescing.
-				out := ff.stop(chunk, rerr)
-				p.uncacheable(ff.ctx, ff.c, ff.r, ff.status)
+			if out, stopped := ff.take(chunk, rerr, total); stopped {
 				return out
-			case ff.bw != nil:
-				if _, err := ff.bw.Write(chunk); err != nil {
-					p.log.Warn("body not stored: writing its file failed", "path", ff.r.URL.Path, "err", err)
-					return ff.stop(chunk, rerr)
-				}
-				ff.filed += int64(n)
-			default:
-				ff.mem = append(ff.mem, chunk...)
-				ff.inMem = int64(len(ff.mem))
-				ff.fd.publish(ff.mem)
-				if ff.inMem > ff.fileAbove {
-					if !ff.begin() {
-						return ff.stop(nil, rerr)
-					}
-					if _, err := ff.bw.Write(ff.mem); err != nil {
-						p.log.Warn("body not stored: writing its file failed", "path", ff.r.URL.Path, "err", err)
-						return ff.stop(nil, rerr)
-					}
-					ff.filed, ff.mem = ff.inMem, nil
-				}
 			}
 		}
 		if rerr == io.EOF {
-			break
+			return ff.finish()
 		}
 		if rerr != nil {
 			// Truncated or stalled: nothing is stored and every response
 			// is broken off, never complete-looking.
 			ff.giveUp()
-			p.bodyFailed(ff.r, ff.wd, rerr)
+			ff.p.bodyFailed(ff.r, ff.wd, rerr)
 			ff.fd.end(&rest{from: ff.covered(), err: rerr})
 			return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: ff.fd != nil}
 		}
 	}
+}
+
+// take keeps chunk, the body's bytes up to total, which the read that
+// brought them ended with rerr: in memory, or in the body file once the
+// body outgrows fileAbove. stopped says that the fill gave up storing
+// (out is its outcome).
+func (ff *fileFill) take(chunk []byte, rerr error, total int64) (out outcome, stopped bool) {
+	p := ff.p
+	if ff.c.shared && ff.hint < 0 && ff.bw != nil && !p.sharesBody(ff.c, total) {
+		ff.c.releaseLease() // past l2.maxBodySize: it stays local
+	}
+	switch {
+	case total > ff.storeMax:
+		// Of unknown length and too large to store: later requests skip
+		// coalescing.
+		out := ff.stop(chunk, rerr)
+		p.uncacheable(ff.ctx, ff.c, ff.r, ff.resp.StatusCode)
+		return out, true
+	case ff.bw != nil:
+		if _, err := ff.bw.Write(chunk); err != nil {
+			p.log.Warn("body not stored: writing its file failed", "path", ff.r.URL.Path, "err", err)
+			return ff.stop(chunk, rerr), true
+		}
+		ff.filed += int64(len(chunk))
+	default:
+		ff.mem = append(ff.mem, chunk...)
+		ff.inMem = int64(len(ff.mem))
+		ff.fd.publish(ff.mem)
+		if ff.inMem > ff.fileAbove {
+			if !ff.begin() {
+				return ff.stop(nil, rerr), true
+			}
+			if _, err := ff.bw.Write(ff.mem); err != nil {
+				p.log.Warn("body not stored: writing its file failed", "path", ff.r.URL.Path, "err", err)
+				return ff.stop(nil, rerr), true
+			}
+			ff.filed, ff.mem = ff.inMem, nil
+		}
+	}
+	return outcome{}, false
+}
+
+// finish stores the body read whole, inline or in its file, hands it to
+// the flight's waiters and then lets the client's response end.
+func (ff *fileFill) finish() outcome {
+	p := ff.p
+	miss := outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}
 	ff.wd.stop()
 	if ff.bw == nil {
 		// Of unknown length but short after all: inline, as without a
@@ -237,7 +244,7 @@ func (ff *fileFill) run() outcome {
 		// reads what it held, which is the whole body (a body longer than
 		// its Content-Length breaks a write, a shorter one fails the read).
 		p.log.Warn("body not stored: finishing its file failed", "path", ff.r.URL.Path, "err", err)
-		ff.l.publish(shared{})
+		ff.l.Publish(shared{})
 		t := &rest{from: ff.filed}
 		if ff.hint >= 0 && ff.filed != ff.hint {
 			t.err = err
@@ -287,7 +294,7 @@ func (ff *fileFill) begin() bool {
 	}
 	if ff.l != nil {
 		le := *ff.e
-		ff.l.stream(&live{e: &le, size: ff.hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: ff.pl.names, varyKey: ff.pl.vk})
+		ff.l.Stream(&live{e: &le, size: ff.hint, follow: func() io.ReadCloser { return nw.Follow() }, vary: ff.pl.names, varyKey: ff.pl.vk})
 	}
 	return true
 }
@@ -302,7 +309,7 @@ func (ff *fileFill) giveUp() {
 	}
 	ff.wd.stopStoring()
 	ff.c.releaseLease()
-	ff.l.publish(shared{})
+	ff.l.Publish(shared{})
 }
 
 // covered is how much of the body the client can have from the fill's

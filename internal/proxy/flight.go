@@ -7,48 +7,44 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/backoff"
+	"github.com/tiercache/tiercache/internal/coalesce"
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
 
-// flightGroup tracks the origin fetches in progress, one per key.
-type flightGroup struct {
-	mu sync.Mutex
-	m  map[string]*flight
+// flightGroup collapses the origin fetches of one key (internal/coalesce):
+// a flight leaves a shared for its waiters, or shows them a live body
+// file to stream while it is written.
+type flightGroup = coalesce.Group[shared, *live]
 
-	// beforeJoin, when set, runs at the start of every join: a test seam
-	// (nil in production) that lets a test complete another fill between
-	// a request's miss and its joining a flight, the race the leader's
-	// re-check (coalesce) is for.
-	beforeJoin func(key string)
-}
+// lead is the leader's hold on a flight: the one way it ends.
+//
+// A flight's owner (coalesce for a miss, refresh for a background
+// revalidation) joins it as leader and holds its lead. Whoever learns
+// first what the waiters get publishes it through the lead, and that ends
+// the flight: the owner when its re-check finds a fresh stored response
+// (or another replica's), or the fill it runs, as soon as it knows: the
+// stored response (before its own client has the last byte, so that what
+// that client asks next finds it), a stale one standing in for a failed
+// origin, or nothing (uncacheable, too large, too slow: waiters fetch for
+// themselves without waiting for the leader's body). A fill writing a
+// body file first streams it to the waiters (Stream) and publishes at
+// its end. When the owner returns, End publishes nothing if nobody
+// published, unless the fill detached (a body-file fill going on on a
+// goroutine of its own, which then publishes). Only the first publish
+// counts: a fill's store-time bound fires on a timer, racing the fill's
+// own publish.
+//
+// A nil *lead is a fill on its own: nobody waits, publishing does
+// nothing.
+type lead = coalesce.Lead[shared, *live]
 
-// flight is one origin fetch that other requests for the same key wait on.
-// It ends once, through its lead (lead.publish): res is set, then done
-// closed.
-type flight struct {
-	done chan struct{}
-	once sync.Once
-	res  shared
-
-	// started is closed, with live set (lead.stream), when the fill
-	// begins writing its response to a body file: waiters then stream it
-	// from the growing file (as Varnish streams) instead of waiting for
-	// its end. A fill kept in memory never starts; done still ends every
-	// flight.
-	started   chan struct{}
-	startOnce sync.Once
-	live      *live
-
-	// waiters counts the requests that joined the flight to wait for it,
-	// so that a test can tell when a herd has gathered.
-	waiters atomic.Int32
-}
+// flight is one origin fetch that other requests for its key wait on.
+type flight = coalesce.Flight[shared, *live]
 
 // live is a response being written to a body file while waiters stream
 // it.
@@ -82,109 +78,13 @@ type shared struct {
 	overtaken bool
 }
 
-// join returns the flight for key and whether the caller leads it.
-func (g *flightGroup) join(key string) (*flight, bool) {
-	if g.beforeJoin != nil {
-		g.beforeJoin(key)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if f, ok := g.m[key]; ok {
-		return f, false
-	}
-	f := &flight{done: make(chan struct{}), started: make(chan struct{})}
-	g.m[key] = f
-	return f, true
-}
-
-// running returns the flight in progress for key, or nil; it never
-// starts one.
-func (g *flightGroup) running(key string) *flight {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.m[key]
-}
-
-// lead is the leader's hold on a flight: the one way a flight ends.
-//
-// A flight's owner (coalesce for a miss, refresh for a background
-// revalidation) joins it as leader and makes its lead. Whoever learns
-// first what the waiters get publishes it through the lead, and that ends
-// the flight: the owner when its re-check finds a fresh stored response
-// (or another replica's), or the fill it runs, as soon as it knows: the
-// stored response (before its own client has the last byte, so that what
-// that client asks next finds it), a stale one standing in for a failed
-// origin, or nothing (uncacheable, too large, too slow: waiters fetch for
-// themselves without waiting for the leader's body). A fill writing a
-// body file first streams it to the waiters (stream) and publishes at
-// its end. When the owner returns, end publishes nothing if nobody
-// published, unless the fill detached (a body-file fill going on on a
-// goroutine of its own, which then publishes). Only the first publish
-// counts: a fill's store-time bound fires on a timer, racing the fill's
-// own publish.
-//
-// A nil *lead is a fill on its own: nobody waits, publishing does
-// nothing.
-type lead struct {
-	g   *flightGroup
-	key string
-	f   *flight
-	// detached: the fill went on on a goroutine of its own
-	// (fillfile.go), which publishes; the owner's end must not. Only the
-	// owner's goroutine reads and writes it.
-	detached bool
-}
-
-// lead makes the lead of the flight f, which the caller leads.
-func (g *flightGroup) lead(key string, f *flight) *lead {
-	return &lead{g: g, key: key, f: f}
-}
-
-// publish ends the flight with res, unless it has ended already, and
-// removes it from the group so later requests start afresh.
-func (l *lead) publish(res shared) {
-	if l == nil {
-		return
-	}
-	l.f.once.Do(func() {
-		l.f.res = res
-		l.g.mu.Lock()
-		if l.g.m[l.key] == l.f {
-			delete(l.g.m, l.key)
-		}
-		l.g.mu.Unlock()
-		close(l.f.done)
-	})
-}
-
-// stream shows the waiters the response the fill is writing to a body
-// file, to follow as it grows; only the first call counts.
-func (l *lead) stream(lv *live) {
-	if l == nil {
-		return
-	}
-	l.f.startOnce.Do(func() {
-		l.f.live = lv
-		close(l.f.started)
-	})
-}
-
-// end is the owner's last word: nothing for the waiters, unless a
-// publish came first or the fill detached.
-func (l *lead) end() {
-	if !l.detached {
-		l.publish(shared{})
-	}
-}
-
 // coalesce makes concurrent misses for one key share one origin fetch.
 func (p *Proxy) coalesce(w http.ResponseWriter, r *http.Request, c *call) outcome {
-	f, leader := p.flights.join(c.key)
-	if !leader {
+	f, l := p.flights.Join(c.key)
+	if l == nil {
 		return p.wait(w, r, c, f)
 	}
-	l := p.flights.lead(c.key, f)
-	defer l.end()
+	defer l.End()
 
 	// Re-check inside the flight: another flight for this key may have
 	// stored a response between our lookup and our joining.
@@ -243,13 +143,13 @@ func (p *Proxy) serveFresh(w http.ResponseWriter, r *http.Request, c *call, l *l
 		// The entry is fine; its file cannot be opened for now. The
 		// waiters try it for themselves (wait), and pass while it
 		// cannot be: nobody fills over it.
-		l.publish(shared{e: detach(got.e), v: v, out: out})
+		l.Publish(shared{e: detach(got.e), v: v, out: out})
 		return p.passBusy(w, r, c.cfg, c.rule, c.dbg), true
 	}
 	if body != nil {
 		defer body.Close()
 	}
-	l.publish(shared{e: detach(got.e), v: v, out: out})
+	l.Publish(shared{e: detach(got.e), v: v, out: out})
 	v.dbg = c.dbg
 	out.sent = p.serveEntry(w, r, got.e, age, v, body)
 	return out, true
@@ -323,23 +223,15 @@ func (p *Proxy) poll(wait time.Duration, try func() (done bool)) {
 // waiter that gives up never affects the leader's fetch.
 func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, c *call, f *flight) outcome {
 	p.m.Coalesced.Inc()
-	f.waiters.Add(1)
-	timer := time.NewTimer(c.cfg.Config.Coalescing.Timeout.Std())
-	defer timer.Stop()
-	select {
-	case <-f.done:
-	case <-f.started:
-		select {
-		case <-f.done: // ended meanwhile: its outcome is what counts
-		default:
-			return p.follow(w, r, c, f.live)
-		}
-	case <-timer.C:
+	switch f.Wait(r.Context(), c.cfg.Config.Coalescing.Timeout.Std()) {
+	case coalesce.Streaming:
+		return p.follow(w, r, c, f.Stream())
+	case coalesce.TimedOut:
 		return p.fill(w, r, c, nil)
-	case <-r.Context().Done():
+	case coalesce.Canceled:
 		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false, sent: sent{status: statusClientGone}}
 	}
-	res := f.res
+	res := f.Result()
 	if res.overtaken && !c.rejoined {
 		c.rejoined = true
 		return p.coalesce(w, r, c)
@@ -440,12 +332,11 @@ func (d *discard) WriteHeader(int)             {}
 // when a fetch for the key is already running, it does nothing. The
 // caller has taken a refresh slot (p.refreshes), which refresh gives back.
 func (p *Proxy) refresh(r *http.Request, c *call) {
-	f, leader := p.flights.join(c.key)
-	if !leader {
+	_, l := p.flights.Join(c.key)
+	if l == nil {
 		p.refreshes.release()
 		return
 	}
-	l := p.flights.lead(c.key, f)
 	// The request ends when the handler returns; the refresh keeps its own
 	// copy, bound to the Proxy's lifetime.
 	br := r.Clone(p.ctx)
@@ -457,7 +348,7 @@ func (p *Proxy) refresh(r *http.Request, c *call) {
 		var freeOnce sync.Once
 		free := func() { freeOnce.Do(p.refreshes.release) }
 		defer free()
-		defer l.end()
+		defer l.End()
 		if p.tierWide(c) {
 			// One refresh per key across the tier: a replica that does not
 			// get the lease takes the refreshing replica's result from L2.
@@ -492,7 +383,7 @@ func (p *Proxy) awaitRefresh(c *call, l *lead, wait time.Duration) {
 		if use, _ := httpcache.Evaluate(stored(&e), httpcache.RequestCC{}, p.now()); use != httpcache.UseFresh {
 			return false
 		}
-		l.publish(shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule, nil), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
+		l.Publish(shared{e: detach(&e), v: hitVerdict(pick(layer, xHitL1, xHitL2), c.rule, nil), out: outcome{result: metrics.ResultHit, layer: layer, abort: false}})
 		return true
 	})
 }

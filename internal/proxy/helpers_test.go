@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,6 +62,17 @@ func newOriginWith(t testing.TB, h http.HandlerFunc, serve func(http.Handler) *h
 	}))
 	t.Cleanup(o.Close)
 	return o
+}
+
+// flightKey is the key of the flight a GET of path through f leads when
+// nothing is stored for it and its rule keys on no request header or
+// cookie: its primary key.
+func (f *fixture) flightKey(path string) string {
+	r := httptest.NewRequest(http.MethodGet, f.srv.URL+path, nil)
+	rule, _ := f.px.cfg.Load().MatchRequest(r.URL.EscapedPath(), r.Header)
+	var kb keyBuf
+	kb.build(r, rule)
+	return strings.Clone(kb.Primary())
 }
 
 func (o *origin) count() int { return int(o.n.Load()) }

@@ -34,14 +34,9 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	if kb.Ambiguous() {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
 	}
-	var rcc httpcache.RequestCC
-	var reqH httpcache.Header = r.Header
-	if cfg.Config.Defaults.IgnoreRequestCacheControl {
-		reqH = withoutCacheControl{r.Header}
-	} else {
-		rcc = httpcache.ParseRequestCC(r.Header)
-	}
-	c := p.newCall(cfg, rule, rcc, reqH, kb, &found{})
+	q := newCacheReq(r, cfg, rule, nil)
+	q.kb = kb
+	c := p.newCall(&q)
 	c.fwd = fillHeadersOf(cfg, rule)
 	if !sentAsFill(c.fwd, r.Header) || (rule.Key.ShapesQuery() && string(rule.Key.AppendQuery(nil, r.URL.RawQuery)) != r.URL.RawQuery) {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdMethod}, metrics.ResultBypass)
@@ -75,7 +70,7 @@ func (p *Proxy) servePost(w http.ResponseWriter, r *http.Request, cfg *tierconfi
 	p.invalidateAfter(r, resp)
 
 	d := httpcache.Decide(httpcache.Exchange{
-		Method: http.MethodPost, Target: target, ReqHeader: reqH,
+		Method: http.MethodPost, Target: target, ReqHeader: q.reqH,
 		Status: resp.StatusCode, RespHeader: resp.Header,
 		RequestTime: reqTime, ResponseTime: respTime,
 	}, rule.Policy)

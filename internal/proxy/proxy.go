@@ -217,7 +217,6 @@ func New(o Options) (*Proxy, error) {
 		p.shb = sb
 	}
 	p.copySlots = make(chan struct{}, maxBodyCopies)
-	p.flights.m = make(map[string]*flight)
 	p.building = make(map[string]bool)
 	p.refreshes.max = maxRefreshes
 	p.keys.New = func() any { return new(keyBuf) }

@@ -18,7 +18,7 @@ func TestALeaderFindsAFillThatCompletedBeforeItJoined(t *testing.T) {
 	var armed atomic.Bool
 	armed.Store(true)
 	inner := make(chan error, 1)
-	f.px.flights.beforeJoin = func(string) {
+	f.px.flights.BeforeJoin = func(string) {
 		if !armed.CompareAndSwap(true, false) {
 			return // the inner request's own join, and any later one
 		}

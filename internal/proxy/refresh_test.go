@@ -44,9 +44,12 @@ func TestBackgroundRefreshesAreBoundedAndAMissStillGoesThrough(t *testing.T) {
 	}
 	// Every started refresh holds its key's flight until it ends, and
 	// none can end before unblock.
-	f.px.flights.mu.Lock()
-	running := len(f.px.flights.m)
-	f.px.flights.mu.Unlock()
+	running := 0
+	for i := range keys {
+		if f.px.flights.Running(f.flightKey(fmt.Sprintf("/k%d", i))) != nil {
+			running++
+		}
+	}
 	if running != maxRefreshes {
 		t.Fatalf("%d refreshes running for %d stale keys, want %d", running, keys, maxRefreshes)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,6 +200,9 @@ type replayEnv struct {
 	o      *origin
 	client *http.Client
 	gates  sync.Map // path -> *replayGate
+	// waiting counts, per flight key, the requests that wait on its
+	// flight (a herd's).
+	waiting sync.Map // key -> *atomic.Int32
 }
 
 // replayGate holds the origin's answer to a GET of one path.
@@ -215,6 +219,11 @@ func newReplayEnv(t *testing.T) *replayEnv {
 coalescing: {timeout: 60s}
 defaults: {negativeTTL: 60s}
 `, env.o, bodystore.Options{})
+	env.f.px.flights.Waiting = func(key string) {
+		if n, ok := env.waiting.Load(key); ok {
+			n.(*atomic.Int32).Add(1)
+		}
+	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
 	env.client = &http.Client{Transport: tr, Timeout: 20 * time.Second}
@@ -466,6 +475,11 @@ func (env *replayEnv) herd(ctx context.Context, s replayStep, path string) (stri
 	g := &replayGate{arrived: make(chan struct{}), release: make(chan struct{})}
 	env.gates.Store(path, g)
 	defer env.gates.Delete(path)
+	// The requests that wait on path's flight (its one fetch's).
+	var waiting atomic.Int32
+	key := env.f.flightKey(path)
+	env.waiting.Store(key, &waiting)
+	defer env.waiting.Delete(key)
 	got := make(chan replayed, s.herd)
 	for range s.herd {
 		go func() {
@@ -480,7 +494,7 @@ func (env *replayEnv) herd(ctx context.Context, s replayStep, path string) (stri
 		close(g.release)
 		return "", err
 	}
-	err := pollUntil(ctx, func() bool { return env.f.px.waitersOn(path) == s.herd-1 }, "the herd of "+path+" to wait on its flight")
+	err := pollUntil(ctx, func() bool { return waiting.Load() == int32(s.herd-1) }, "the herd of "+path+" to wait on its flight")
 	env.gates.Delete(path)
 	close(g.release)
 	if err != nil {
@@ -513,31 +527,12 @@ func (env *replayEnv) herd(ctx context.Context, s replayStep, path string) (stri
 // refreshed waits until no fetch of path is running: a background
 // refresh started by the step before has stored its response.
 func (env *replayEnv) refreshed(ctx context.Context, path string) error {
-	return pollUntil(ctx, func() bool { return !env.f.px.fetching(path) }, "the background refresh of "+path)
-}
-
-// waitersOn is how many requests wait on the running fetch of path.
-func (p *Proxy) waitersOn(path string) int {
-	p.flights.mu.Lock()
-	defer p.flights.mu.Unlock()
-	for k, f := range p.flights.m {
-		if strings.HasSuffix(k, path) {
-			return int(f.waiters.Load())
-		}
-	}
-	return 0
+	return pollUntil(ctx, func() bool { return !env.fetching(path) }, "the background refresh of "+path)
 }
 
 // fetching reports whether a fetch of path is running.
-func (p *Proxy) fetching(path string) bool {
-	p.flights.mu.Lock()
-	defer p.flights.mu.Unlock()
-	for k := range p.flights.m {
-		if strings.HasSuffix(k, path) {
-			return true
-		}
-	}
-	return false
+func (env *replayEnv) fetching(path string) bool {
+	return env.f.px.flights.Running(env.f.flightKey(path)) != nil
 }
 
 // closedWithin waits for ch to close, up to 10 seconds.

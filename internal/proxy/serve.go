@@ -81,9 +81,37 @@ func (c *call) releaseLease() {
 	c.shared = false
 }
 
-// serveCacheable handles GET and HEAD.
-// rule is the rule r matched, on its header without the fields its
-// Connection names (ServeHTTP).
+// cacheReq is one cacheable request from its lookup to its miss: the
+// rule it matched, its directives, its keys and what the lookup found.
+// It lives on the handler's stack; a miss copies what it keeps into its
+// call (newCall).
+type cacheReq struct {
+	cfg  *tierconfig.Compiled
+	rule *tierconfig.CompiledRule
+	dbg  *debugInfo
+	rcc  httpcache.RequestCC
+	reqH httpcache.Header // request header as the caching rules see it
+	kb   *keyBuf          // the request's keys (pooled: valid while the handler runs)
+	f    found
+}
+
+// newCacheReq is r under rule: its directives as the tier reads them (a
+// tier that ignores them hides Cache-Control and Pragma from the rules).
+func newCacheReq(r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo) cacheReq {
+	q := cacheReq{cfg: cfg, rule: rule, dbg: dbg, reqH: r.Header}
+	if cfg.Config.Defaults.IgnoreRequestCacheControl {
+		q.reqH = withoutCacheControl{r.Header}
+	} else {
+		q.rcc = httpcache.ParseRequestCC(r.Header)
+	}
+	return q
+}
+
+// serveCacheable handles GET and HEAD: it looks the request up and serves
+// what is stored when it may (serveStored), else routes the miss
+// (serveMiss). A stored part of the representation takes its own branch
+// (partial.go). rule is the rule r matched, on its header without the
+// fields its Connection names (ServeHTTP).
 func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, dbg *debugInfo) outcome {
 	if rule.Bypass || httpcache.HasOriginPrecondition(r.Header) || hasBody(r) || oddPath(r.URL.Path) {
 		// A body is not part of the key, so a GET or HEAD that carries
@@ -91,126 +119,134 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		// describe: it is neither filled nor served from the cache.
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass, dbg: dbg.bypass()}, metrics.ResultBypass)
 	}
-	var rcc httpcache.RequestCC
-	var reqH httpcache.Header = r.Header
-	if cfg.Config.Defaults.IgnoreRequestCacheControl {
-		reqH = withoutCacheControl{r.Header}
-	} else {
-		rcc = httpcache.ParseRequestCC(r.Header)
-	}
-
+	q := newCacheReq(r, cfg, rule, dbg)
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)
 	kb.build(r, rule)
 	if kb.Ambiguous() {
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass, dbg: dbg.bypass()}, metrics.ResultBypass)
 	}
-	f := p.lookup(r.Context(), kb, r)
+	q.kb = kb
+	q.f = p.lookup(r.Context(), kb, r)
 	if dbg != nil {
 		dbg.key = strings.Clone(kb.Key())
 	}
-	var rg *rangeFill // how a miss asks for part of the representation
-	if f.part != nil {
-		var out outcome
-		var done bool
-		if out, done, rg = p.partialHit(w, r, cfg, rule, dbg, rcc, kb, &f); done {
-			return out
-		}
-		defer rg.close() // the stored part's piece files, if it opened them
+	if q.f.part != nil {
+		return p.servePart(w, r, &q)
 	}
+	return p.serveStored(w, r, &q, nil)
+}
 
+// serveStored serves q's stored response when the rules allow, and the
+// miss otherwise; rg, when set, is how the miss asks for part of the
+// representation (partial.go).
+func (p *Proxy) serveStored(w http.ResponseWriter, r *http.Request, q *cacheReq, rg *rangeFill) outcome {
 	var body *bodystore.Body // the open body file of a file-backed entry, when one is served
-	if f.ok && f.e.File != nil {
+	if f := &q.f; f.ok && f.e.File != nil {
 		// A body file is opened before anything is written: a file that
 		// is gone or is not this entry's makes the entry a miss; one that
 		// cannot be opened for now (out of descriptors) keeps the entry,
 		// and this request passes to the origin.
 		var st bodyState
-		body, st = p.openBody(r, kb.Key(), f.e)
+		body, st = p.openBody(r, q.kb.Key(), f.e)
 		switch {
 		case st == bodyBusy:
-			return p.passBusy(w, r, cfg, rule, dbg)
+			return p.passBusy(w, r, q.cfg, q.rule, q.dbg)
 		case st == bodyMissing:
 			f.e, f.ok = nil, false
 		case body != nil:
 			defer body.Close()
 		}
 	}
-	if f.ok {
-		use, age := httpcache.Evaluate(stored(f.e), rcc, p.now())
-		switch use {
-		case httpcache.UseFresh:
-			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xHitL1, xHitL2), rule, dbg), body)
-			return outcome{result: metrics.ResultHit, layer: f.layer, ttl: f.e.Lifetime - age, hasTTL: true, sent: sn}
-		case httpcache.UseStale:
-			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xStaleL1, xStaleL2), rule, dbg), body)
-			return outcome{result: metrics.ResultStale, layer: f.layer, ttl: f.e.Lifetime - age, hasTTL: true, sent: sn}
-		case httpcache.UseStaleRevalidate:
-			// The slot is taken before the call is built: under a herd
-			// most stale hits find every slot taken, and building a call
-			// for nothing costs allocations.
-			if p.refreshes.tryAcquire() {
-				p.refresh(r, p.newCall(cfg, rule, rcc, reqH, kb, &f))
-			} else {
-				p.m.RefreshesDeferred.Inc()
-			}
-			sn := p.serveEntry(w, r, f.e, age, hitVerdict(pick(f.layer, xStaleL1, xStaleL2), rule, dbg), body)
-			return outcome{result: metrics.ResultStale, layer: f.layer, ttl: f.e.Lifetime - age, hasTTL: true, sent: sn}
+	if q.f.ok {
+		if out, served := p.serveHit(w, r, q, body); served {
+			return out
 		}
 	}
+	return p.serveMiss(w, r, q, body, rg)
+}
+
+// serveHit serves q's stored response when it is fresh, or stale and
+// usable (a stale-while-revalidate one starts its refresh).
+func (p *Proxy) serveHit(w http.ResponseWriter, r *http.Request, q *cacheReq, body *bodystore.Body) (outcome, bool) {
+	f := &q.f
+	use, age := httpcache.Evaluate(stored(f.e), q.rcc, p.now())
+	var x []string
+	result := metrics.ResultStale
+	switch use {
+	case httpcache.UseFresh:
+		x, result = pick(f.layer, xHitL1, xHitL2), metrics.ResultHit
+	case httpcache.UseStale:
+		x = pick(f.layer, xStaleL1, xStaleL2)
+	case httpcache.UseStaleRevalidate:
+		// The slot is taken before the call is built: under a herd most
+		// stale hits find every slot taken, and building a call for
+		// nothing costs allocations.
+		if p.refreshes.tryAcquire() {
+			p.refresh(r, p.newCall(q))
+		} else {
+			p.m.RefreshesDeferred.Inc()
+		}
+		x = pick(f.layer, xStaleL1, xStaleL2)
+	default:
+		return outcome{}, false
+	}
+	sn := p.serveEntry(w, r, f.e, age, hitVerdict(x, q.rule, q.dbg), body)
+	return outcome{result: result, layer: f.layer, ttl: f.e.Lifetime - age, hasTTL: true, sent: sn}, true
+}
+
+// serveMiss sends a miss to the origin as httpcache.RouteMiss says:
+// passed (pass.go), a HEAD update (head.go), or a fill (fill.go),
+// collapsed with the key's other misses (coalesce) unless it must fetch
+// alone. body is the stored response's open body file, for a fill that
+// validates it or falls back on it; rg, when set, is the part of the
+// representation the fill asks for (partial.go).
+func (p *Proxy) serveMiss(w http.ResponseWriter, r *http.Request, q *cacheReq, body *bodystore.Body, rg *rangeFill) outcome {
 	if r.Context().Err() != nil {
 		// The client left (perhaps while L2 was being asked): nobody to
 		// fetch for.
 		return outcome{result: metrics.ResultError, layer: metrics.LayerNone, abort: false, sent: sent{status: statusClientGone}}
 	}
-	why := missKind(&f, rcc, p.now())
-	if rcc.OnlyIfCached {
+	why := missKind(&q.f, q.rcc, p.now())
+	if q.rcc.OnlyIfCached {
 		// X-Cache stays unset: nothing was asked or served from the cache.
-		if cs, ok := cacheStatus(cfg, verdict{rule: rule, fwd: why, dbg: dbg}, http.StatusGatewayTimeout, 0, false); ok {
+		if cs, ok := cacheStatus(q.cfg, verdict{rule: q.rule, fwd: why, dbg: q.dbg}, http.StatusGatewayTimeout, 0, false); ok {
 			w.Header()["Cache-Status"] = []string{cs}
 		}
 		sn := errorAnswer(w, r, "only-if-cached: no usable stored response", http.StatusGatewayTimeout)
 		return outcome{result: metrics.ResultMiss, layer: metrics.LayerNone, abort: false, sent: sn}
 	}
 	if rg == nil {
-		// How the miss goes to the origin (httpcache.RouteMiss), unless
-		// the stored part already chose its range.
-		switch httpcache.RouteMiss(r.Method, r.Header, rcc, f.ok, cfg.Config.Defaults.UpdateFromHead) {
+		// How the miss goes to the origin, unless the stored part already
+		// chose its range.
+		switch httpcache.RouteMiss(r.Method, r.Header, q.rcc, q.f.ok, q.cfg.Config.Defaults.UpdateFromHead) {
 		case httpcache.MissHeadUpdate:
-			// The HEAD's answer may update the stored GET response (head.go).
-			c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
-			c.why, c.dbg = why, dbg
+			// The HEAD's answer may update the stored GET response.
+			c := p.newCall(q)
+			c.why, c.dbg = why, q.dbg
 			out := p.headUpdate(w, r, c)
 			out.fwd = why
 			return out
 		case httpcache.MissPass:
-			v := verdict{x: xMiss, rule: rule, fwd: why}
-			if r.Method == http.MethodHead && dbg != nil {
-				dbg.why = whyHead
-				v.dbg = dbg
+			v := verdict{x: xMiss, rule: q.rule, fwd: why}
+			if r.Method == http.MethodHead && q.dbg != nil {
+				q.dbg.why = whyHead
+				v.dbg = q.dbg
 			}
-			return p.pass(w, r, cfg, v, metrics.ResultMiss)
+			return p.pass(w, r, q.cfg, v, metrics.ResultMiss)
 		case httpcache.MissRange:
-			// The client's range is asked; its 206 may be stored (partial.go).
 			rg = forwardRange(r)
 		}
 	}
-	c := p.newCall(cfg, rule, rcc, reqH, kb, &f)
-	c.why, c.dbg = why, dbg
+	c := p.newCall(q)
+	c.why, c.dbg = why, q.dbg
 	// Revalidating or falling back on a stored response serves its body
-	// from the file opened above.
+	// from the file opened for it.
 	c.body = body
 	c.rng = rg
 	var out outcome
 	switch {
-	case rg != nil && (rg.part == nil || rg.ranged || rg.part.Partial.Pieces != nil):
-		// Fills of ranges are not collapsed: each asks for its own. Nor
-		// is a full GET whose missing run becomes a piece: its complete
-		// response is built after it (partialfile.go), so waiters would
-		// have nothing to share and would each fetch the whole; alone,
-		// each asks for the missing run only.
-		out = p.fill(w, r, c, nil)
-	case f.hitForMiss || rcc.NoStore || !cfg.Config.Coalescing.IsEnabled():
+	case rg != nil && rg.alone(), q.f.hitForMiss, q.rcc.NoStore, !q.cfg.Config.Coalescing.IsEnabled():
 		out = p.fill(w, r, c, nil)
 	case forwardsValidators(c, r):
 		out = p.conditionalMiss(w, r, c)
@@ -223,11 +259,11 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 	return out
 }
 
-// newCall copies what the miss path needs out of the lookup (the key buffer
-// goes back to its pool when the request ends).
-func (p *Proxy) newCall(cfg *tierconfig.Compiled, rule *tierconfig.CompiledRule, rcc httpcache.RequestCC,
-	reqH httpcache.Header, kb *keyBuf, f *found) *call {
-	c := &call{cfg: cfg, rule: rule, rcc: rcc, reqH: reqH, host: kb.Host(), tgt: kb.Target()}
+// newCall copies what the miss path needs out of q (the key buffer goes
+// back to its pool when the request ends).
+func (p *Proxy) newCall(q *cacheReq) *call {
+	kb, f := q.kb, &q.f
+	c := &call{cfg: q.cfg, rule: q.rule, rcc: q.rcc, reqH: q.reqH, host: kb.Host(), tgt: kb.Target()}
 	c.prim = strings.Clone(kb.Primary())
 	c.key = c.prim
 	if kb.HasExtras() {
@@ -327,17 +363,7 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 	}
 	status, body := e.Status, e.Body
 	if e.Status == http.StatusOK && r.Method == http.MethodGet && len(r.Header["Range"]) > 0 {
-		size := int64(len(body))
-		br, res := httpcache.EvalRange(r.Header, e, size)
-		switch res {
-		case httpcache.RangeSatisfiable:
-			status, body = http.StatusPartialContent, body[br.Start:br.End+1]
-			h["Content-Range"] = []string{"bytes " + strconv.FormatInt(br.Start, 10) + "-" +
-				strconv.FormatInt(br.End, 10) + "/" + strconv.FormatInt(size, 10)}
-		case httpcache.RangeUnsatisfiable:
-			status, body = http.StatusRequestedRangeNotSatisfiable, nil
-			h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(size, 10)}
-		}
+		status, body = rangeOfBody(h, r, e) // partial.go
 	}
 	if bodyAllowed(status) {
 		s.set(h, "Content-Length", strconv.Itoa(len(body)))

@@ -32,7 +32,7 @@ func forwardValidators(out, client http.Header) {
 // (whose full response answers its conditional) or fetches on its own,
 // and requests without validators do not queue behind it.
 func (p *Proxy) conditionalMiss(w http.ResponseWriter, r *http.Request, c *call) outcome {
-	if f := p.flights.running(c.key); f != nil {
+	if f := p.flights.Running(c.key); f != nil {
 		return p.wait(w, r, c, f)
 	}
 	return p.fill(w, r, c, nil)
