@@ -4,7 +4,8 @@
 // be read by any other, and a corrupt or foreign value is detected rather
 // than served.
 //
-// The package imports nothing of ours. Decoding is on the cache-hit path, so
+// The package imports only internal/httpcache, the one home of age
+// arithmetic (RFC 9111 §4.2.3), which imports nothing of ours. Decoding is on the cache-hit path, so
 // Decode allocates as little as it can: strings and the body alias the input
 // buffer instead of being copied.
 package entry
@@ -15,6 +16,8 @@ import (
 	"net/textproto"
 	"slices"
 	"time"
+
+	"github.com/tiercache/tiercache/internal/httpcache"
 )
 
 // Kind says what an entry stored under a primary key is.
@@ -255,9 +258,9 @@ func (e *Entry) StaleDeadline() time.Time {
 }
 
 // FreshUntil is the instant the entry stops being fresh:
-// response_time + (lifetime - corrected_initial_age).
+// response_time + (lifetime - corrected_initial_age) (httpcache.FreshUntil).
 func (e *Entry) FreshUntil() time.Time {
-	return e.ResponseTime.Add(e.Lifetime - e.InitialAge)
+	return httpcache.FreshUntil(e.ResponseTime, e.Lifetime, e.InitialAge)
 }
 
 func sortedKeys(h http.Header) []string {

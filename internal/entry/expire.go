@@ -1,6 +1,10 @@
 package entry
 
-import "time"
+import (
+	"time"
+
+	"github.com/tiercache/tiercache/internal/httpcache"
+)
 
 // Expire applies a soft purge made at at to e: from at on, e is stale
 // exactly as if its freshness lifetime had run out at that instant. Only
@@ -22,7 +26,7 @@ func (e *Entry) Expire(at time.Time) (concerned, changed bool) {
 	if e.Kind != KindResponse && e.Kind != KindPartial || !e.RequestTime.Before(at) {
 		return false, false
 	}
-	age := max(e.InitialAge, 0) + max(at.Sub(e.ResponseTime), 0)
+	age := httpcache.AgeAt(e.InitialAge, e.ResponseTime, at)
 	if e.Lifetime <= age {
 		return true, false
 	}

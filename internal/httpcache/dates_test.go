@@ -110,3 +110,15 @@ func TestAgeValue(t *testing.T) {
 		})
 	}
 }
+
+// FreshUntil is the instant AgeAt reaches the lifetime, whatever the
+// initial age; a negative initial age counts as none, as in AgeAt.
+func TestFreshUntilIsWhereTheAgeReachesTheLifetime(t *testing.T) {
+	received := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	for _, initial := range []time.Duration{0, 30 * time.Second, -5 * time.Second} {
+		until := httpcache.FreshUntil(received, time.Minute, initial)
+		if got := httpcache.AgeAt(initial, received, until); got != time.Minute {
+			t.Errorf("initial age %v: age at FreshUntil (%v) is %v, want the lifetime 1m0s", initial, until, got)
+		}
+	}
+}

@@ -54,8 +54,23 @@ func AgeValue(h Header) time.Duration {
 // A now before ResponseTime (a clock that stepped back) adds no resident
 // time; every term is clamped to 2^31 s so the sum cannot overflow.
 func CurrentAge(s Stored, now time.Time) time.Duration {
-	resident := clampDelta(now.Sub(s.ResponseTime))
-	return clampDelta(s.InitialAge) + resident
+	return AgeAt(s.InitialAge, s.ResponseTime, now)
+}
+
+// AgeAt is CurrentAge on plain values: the age at now of a response
+// received at responseTime with corrected_initial_age initialAge. It is
+// the project's one age computation: stores and the entry model (soft
+// purges, expiry) use it too.
+func AgeAt(initialAge time.Duration, responseTime, now time.Time) time.Duration {
+	return clampDelta(initialAge) + clampDelta(now.Sub(responseTime))
+}
+
+// FreshUntil is the instant a response received at responseTime with
+// freshness lifetime lifetime and corrected_initial_age initialAge stops
+// being fresh: response_time + (lifetime - corrected_initial_age), the
+// instant its AgeAt reaches lifetime.
+func FreshUntil(responseTime time.Time, lifetime, initialAge time.Duration) time.Time {
+	return responseTime.Add(lifetime - clampDelta(initialAge))
 }
 
 // Evaluate decides how s may answer a request with directives req at now,
