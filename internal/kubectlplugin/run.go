@@ -121,6 +121,16 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 	}
 }
 
+// maxArgs accepts the named arguments, or fewer, none of them empty.
+func maxArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > len(names) {
+			return usagef("%s takes at most %d argument(s), %v (got %d); see --help", cmd.Name(), len(names), names, len(args))
+		}
+		return exactArgs(names[:len(args)]...)(cmd, args)
+	}
+}
+
 // outputFlag adds -o/--output and returns its value.
 func outputFlag(cmd *cobra.Command) *string {
 	return cmd.Flags().StringP("output", "o", "", `output format: "" (a table for people) or "json"`)

@@ -35,8 +35,9 @@ const (
 func (r *runner) statusCommand() *cobra.Command {
 	var addresses []string
 	var output *string
+	var allNamespaces bool
 	cmd := &cobra.Command{
-		Use:   "status TIER",
+		Use:   "status [TIER]",
 		Short: "The tier's status and, per pod, config version, hit ratio and L2 state",
 		Long: `status prints the CacheTier's status (conditions, config hash, injected and
 connected sidecars, how many of those run the current config, are behind or
@@ -48,13 +49,27 @@ plane connection.
 
 Metrics are read through the API server's pod proxy (you need get on pods/proxy).
 A pod whose metrics cannot be read is listed as such. --address reads the
-metrics of these admin addresses (host:port) instead of the pods'.`,
+metrics of these admin addresses (host:port) instead of the pods'.
+
+Without TIER, status prints one line per CacheTier of the namespace (with
+-A, of every namespace): Ready and its reason, and the counts of the
+tier's status, from one list of CacheTiers (no pod is read).`,
 		Example: `  kubectl tiercache status web -n shop
-  kubectl tiercache status web -n shop -o json`,
-		Args: exactArgs("TIER"),
+  kubectl tiercache status web -n shop -o json
+  kubectl tiercache status -A`,
+		Args: maxArgs("TIER"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(*output); err != nil {
 				return err
+			}
+			if len(args) == 0 || allNamespaces {
+				if len(args) > 0 {
+					return usagef("status: -A lists every tier; it takes no TIER (got %q)", args[0])
+				}
+				if len(addresses) > 0 {
+					return usagef("status: --address reads one tier's sidecars; name the TIER")
+				}
+				return r.statusTiers(cmd.Context(), allNamespaces, *output)
 			}
 			for _, a := range addresses {
 				if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
@@ -68,6 +83,7 @@ metrics of these admin addresses (host:port) instead of the pods'.`,
 			return r.printStatus(rep, *output)
 		},
 	}
+	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "list every CacheTier of every namespace, one line each")
 	cmd.Flags().StringArrayVar(&addresses, "address", nil, "read the metrics of this admin address (host:port) instead of the tier's pods; repeatable")
 	output = outputFlag(cmd)
 	return cmd
