@@ -178,10 +178,14 @@ func (r *Rule) inc(i, j int) {
 	c.Inc()
 }
 
-// L1Stats is what the L1 gauges read at scrape time.
+// L1Stats is what the L1 gauges read at scrape time. Evictions are split
+// by reason: Expired (past L1's life window) and NoSpace (made room for a
+// new entry). Capacity is the space L1 may take, in bytes.
 type L1Stats struct {
-	Entries, Bytes, Evictions uint64
+	Entries, Bytes, Expired, NoSpace, Capacity uint64
 }
+
+const l1EvictionsHelp = `Entries L1 removed, by reason: "expired" (past L1's life window) or "space" (to make room for a new entry: L1 is too small for what is cached, Varnish's n_lru_nuked).`
 
 // New creates the collectors and registers them with reg. l1 is called at
 // scrape time for the L1 gauges (nil: no L1 gauges).
@@ -302,9 +306,17 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tiercache_l1_bytes", Help: "Bytes of entry data held in L1.",
 			}, func() float64 { return float64(l1().Bytes) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "tiercache_l1_capacity_bytes", Help: "Bytes L1 may hold (l1.maxSize rounded up to a whole MiB): l1_bytes over it is how full L1 is.",
+			}, func() float64 { return float64(l1().Capacity) }),
+			// One series per reason, each a counter read at scrape time:
+			// the same name, help and label, as Prometheus requires.
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "tiercache_l1_evictions_total", Help: "Entries L1 removed for age or for lack of space.",
-			}, func() float64 { return float64(l1().Evictions) }),
+				Name: "tiercache_l1_evictions_total", Help: l1EvictionsHelp, ConstLabels: prometheus.Labels{"reason": "expired"},
+			}, func() float64 { return float64(l1().Expired) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "tiercache_l1_evictions_total", Help: l1EvictionsHelp, ConstLabels: prometheus.Labels{"reason": "space"},
+			}, func() float64 { return float64(l1().NoSpace) }),
 		)
 	}
 	for _, c := range cs {

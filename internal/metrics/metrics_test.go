@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -140,5 +141,28 @@ func TestRequestsTotalIsThereBeforeTheFirstRequest(t *testing.T) {
 	}
 	if n != len(results)*len(layers) {
 		t.Errorf("%d requests_total series before any request, want %d (every result and layer, rule=\"\")", n, len(results)*len(layers))
+	}
+}
+
+// TestL1EvictionsAreSplitByReason: the L1 series read the stats at scrape
+// time; evictions are one counter per reason, and capacity is a gauge.
+func TestL1EvictionsAreSplitByReason(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg, func() L1Stats {
+		return L1Stats{Entries: 3, Bytes: 300, Expired: 5, NoSpace: 7, Capacity: 1 << 20}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP tiercache_l1_capacity_bytes Bytes L1 may hold (l1.maxSize rounded up to a whole MiB): l1_bytes over it is how full L1 is.
+# TYPE tiercache_l1_capacity_bytes gauge
+tiercache_l1_capacity_bytes 1.048576e+06
+# HELP tiercache_l1_evictions_total ` + l1EvictionsHelp + `
+# TYPE tiercache_l1_evictions_total counter
+tiercache_l1_evictions_total{reason="expired"} 5
+tiercache_l1_evictions_total{reason="space"} 7
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "tiercache_l1_capacity_bytes", "tiercache_l1_evictions_total"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -119,10 +119,10 @@ type dataPlane struct {
 	// purgeLimit is the rate limit of admin purges, shared by every
 	// generation's purge handler (nil: none).
 	purgeLimit *invalidate.Limiter
-	// evictedBefore are the evictions of L1 caches no longer in use, so
-	// that tiercache_l1_evictions_total does not go down when L1 is
-	// rebuilt.
-	evictedBefore atomic.Int64
+	// expiredBefore and noSpaceBefore are the evictions of L1 caches no
+	// longer in use, so that tiercache_l1_evictions_total does not go
+	// down when L1 is rebuilt.
+	expiredBefore, noSpaceBefore atomic.Int64
 	// version is the tier config version in effect (config_info).
 	version atomic.Pointer[string]
 	// keys sign and verify the tier's invalidation messages (every
@@ -160,9 +160,11 @@ func (dp *dataPlane) l1Stats() metrics.L1Stats {
 	}
 	s := g.cache.Stats()
 	return metrics.L1Stats{
-		Entries:   uint64(s.Entries),
-		Bytes:     uint64(s.Bytes),
-		Evictions: uint64(dp.evictedBefore.Load() + s.Evictions),
+		Entries:  uint64(s.Entries),
+		Bytes:    uint64(s.Bytes),
+		Expired:  uint64(dp.expiredBefore.Load() + s.Expired),
+		NoSpace:  uint64(dp.noSpaceBefore.Load() + s.NoSpace),
+		Capacity: uint64(s.Capacity),
 	}
 }
 
@@ -368,7 +370,9 @@ func (dp *dataPlane) swap(prev, next *generation) {
 	if next.cache == prev.cache {
 		prev.ownsL1 = false
 	} else {
-		dp.evictedBefore.Add(prev.cache.Stats().Evictions)
+		st := prev.cache.Stats()
+		dp.expiredBefore.Add(st.Expired)
+		dp.noSpaceBefore.Add(st.NoSpace)
 	}
 	if prev.client != nil && next.client == prev.client {
 		prev.ownsL2 = false

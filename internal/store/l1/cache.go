@@ -59,8 +59,11 @@ type Cache struct {
 
 	// bytes backs Stats.Bytes: up in Set, down in onRemove (expired,
 	// evicted, deleted).
-	bytes     atomic.Int64
-	evictions atomic.Int64
+	bytes atomic.Int64
+	// expired and noSpace back Stats.Expired and Stats.NoSpace.
+	expired, noSpace atomic.Int64
+	// capacity backs Stats.Capacity: hardMaxMiB(MaxSize) in bytes.
+	capacity int64
 	// falseHits are lookups bigcache counted as hits that Get reported as
 	// misses (past LifeWindow, or not decodable).
 	falseHits atomic.Int64
@@ -84,10 +87,19 @@ type Stats struct {
 	// package comment for the whole bound).
 	Bytes int64
 	// Evictions counts entries removed because they passed LifeWindow or
-	// to make room, not explicit deletes, overwrites or Reset.
+	// to make room, not explicit deletes, overwrites or Reset: Expired +
+	// NoSpace.
 	Evictions int64
-	Hits      int64
-	Misses    int64
+	// Expired counts the evictions of entries past LifeWindow.
+	Expired int64
+	// NoSpace counts the evictions that made room for a new entry: the
+	// "cache too small" signal (Varnish's n_lru_nuked).
+	NoSpace int64
+	// Capacity is the space bigcache's queues may take, in bytes: MaxSize
+	// rounded up to a whole MiB.
+	Capacity int64
+	Hits     int64
+	Misses   int64
 }
 
 // New builds a cache from cfg (which it validates). The cache's cleaner
@@ -102,8 +114,9 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	}
 	shard := shardBytes(cfg.MaxSize, cfg.Shards)
 	c := &Cache{
-		seed:  maphash.MakeSeed(),
-		limit: min(cfg.MaxEntrySize, shard-entryOverhead),
+		seed:     maphash.MakeSeed(),
+		limit:    min(cfg.MaxEntrySize, shard-entryOverhead),
+		capacity: hardMaxMiB(cfg.MaxSize) * mib,
 	}
 	c.bufs.New = func() any { return new([]byte) }
 
@@ -315,7 +328,10 @@ func (c *Cache) Stats() Stats {
 	return Stats{
 		Entries:   int64(c.bc.Len()),
 		Bytes:     c.bytes.Load(),
-		Evictions: c.evictions.Load(),
+		Evictions: c.expired.Load() + c.noSpace.Load(),
+		Expired:   c.expired.Load(),
+		NoSpace:   c.noSpace.Load(),
+		Capacity:  c.capacity,
 		Hits:      s.Hits - notHits,
 		// A 64-bit hash collision is a miss that bigcache counts apart.
 		Misses: s.Misses + s.Collisions + notHits,
@@ -326,8 +342,11 @@ func (c *Cache) Stats() Stats {
 // and must not call back into the cache.
 func (c *Cache) onRemove(key string, value []byte, reason bigcache.RemoveReason) {
 	c.bytes.Add(-footprint(len(key), len(value)))
-	if reason != bigcache.Deleted {
-		c.evictions.Add(1)
+	switch reason {
+	case bigcache.Expired:
+		c.expired.Add(1)
+	case bigcache.NoSpace:
+		c.noSpace.Add(1)
 	}
 }
 

@@ -400,6 +400,12 @@ func TestBytesAndEvictions(t *testing.T) {
 	if int64(3000) != s.Entries+s.Evictions {
 		t.Fatalf("%d entries + %d evictions != 3000 sets", s.Entries, s.Evictions)
 	}
+	if s.NoSpace != s.Evictions || s.Expired != 0 {
+		t.Fatalf("%d evictions: %d for space, %d expired; want all for space (nothing is past an hour)", s.Evictions, s.NoSpace, s.Expired)
+	}
+	if s.Capacity != cfg.MaxSize {
+		t.Fatalf("Capacity = %d, want %d", s.Capacity, cfg.MaxSize)
+	}
 
 	c.Reset()
 	after := c.Stats()
@@ -541,5 +547,28 @@ func TestGetAllocations(t *testing.T) {
 	// allocates the header slice.
 	if allocs > 3 {
 		t.Fatalf("Get: %v allocs, want <= 3 (bigcache's key and value copies, the header slice)", allocs)
+	}
+}
+
+// TestEvictionsOfExpiredEntriesAreCountedApart: an entry past LifeWindow
+// that bigcache's cleaner drops counts as expired, not as lack of space,
+// so that tiercache_l1_evictions_total{reason="space"} alone says L1 is too
+// small. Capacity is MaxSize rounded up to a whole MiB.
+func TestEvictionsOfExpiredEntriesAreCountedApart(t *testing.T) {
+	c := newCache(t, Config{MaxSize: 1<<20 + 1, MaxEntrySize: 64 << 10, Shards: 4, LifeWindow: time.Second})
+	mustSet(t, c, "a", response("h", "/a", 100))
+	mustSet(t, c, "b", response("h", "/b", 100))
+	// The cleaner runs every second; an entry set at second s is dropped
+	// at the first tick past s+1. Bounded: give up after 10 s.
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Expired < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	s := c.Stats()
+	if s.Expired != 2 || s.NoSpace != 0 || s.Evictions != 2 || s.Entries != 0 {
+		t.Fatalf("after LifeWindow: %+v, want 2 expired, none for space, no entries", s)
+	}
+	if s.Capacity != 2<<20 {
+		t.Fatalf("Capacity = %d, want 2 MiB (1 MiB + 1 byte rounded up)", s.Capacity)
 	}
 }
