@@ -65,6 +65,8 @@ var wantAlerts = map[string]string{
 	"TiercacheControlPlaneDisconnected": "sidecars cut off from config changes",
 	"TiercacheL2WritesDropped":          "dropped L2 writes",
 	"TiercachePurgeFailures":            "purge failures",
+	"TiercacheOperatorDown":             "the operator or its webhooks down",
+	"TiercacheSidecarMetricsAbsent":     "sidecar metrics absent (scrape broken)",
 }
 
 var (
@@ -312,5 +314,42 @@ func TestAlertValuesReachTheRules(t *testing.T) {
 		if !strings.HasPrefix(r.Annotations["runbook_url"], "https://wiki.example.com/tiercache#") {
 			t.Errorf("%s runbook_url %q does not start with prometheusRule.runbookURL", r.Alert, r.Annotations["runbook_url"])
 		}
+	}
+}
+
+// TestOperatorAlertsNeedTheOperatorsMetrics: the alerts over the
+// operator's series render only when the chart scrapes them (without the
+// ServiceMonitor, absent() would fire forever), the sidecar-metrics one
+// only when the PodMonitor scrapes the sidecars too, and the operator-down
+// alert says what the webhook's failure policy means for pods.
+func TestOperatorAlertsNeedTheOperatorsMetrics(t *testing.T) {
+	names := func(rules []alertRule) map[string]alertRule {
+		m := map[string]alertRule{}
+		for _, r := range rules {
+			m[r.Alert] = r
+		}
+		return m
+	}
+	noSM := names(renderAlerts(t, "alerts.yaml", "serviceMonitor.enabled=false"))
+	for _, a := range []string{"TiercacheOperatorDown", "TiercacheSidecarMetricsAbsent"} {
+		if _, ok := noSM[a]; ok {
+			t.Errorf("%s rendered without serviceMonitor.enabled", a)
+		}
+	}
+	noPM := names(renderAlerts(t, "alerts.yaml", "podMonitor.enabled=false"))
+	if _, ok := noPM["TiercacheSidecarMetricsAbsent"]; ok {
+		t.Error("TiercacheSidecarMetricsAbsent rendered without podMonitor.enabled")
+	}
+	down, ok := noPM["TiercacheOperatorDown"]
+	if !ok {
+		t.Fatal("TiercacheOperatorDown not rendered with serviceMonitor.enabled")
+	}
+	if !strings.Contains(down.Expr, `namespace="`+releaseNS+`"`) || !strings.Contains(down.Expr, `service="tiercache-metrics"`) ||
+		!strings.Contains(down.Annotations["description"], "cannot be") || down.Labels["severity"] != "critical" {
+		t.Errorf("TiercacheOperatorDown: %+v, want the release's metrics Service, critical, pods cannot be created", down)
+	}
+	ignore := names(renderAlerts(t, "alerts.yaml", "webhook.failurePolicy=Ignore"))["TiercacheOperatorDown"]
+	if !strings.Contains(ignore.Annotations["description"], "start without the cache") {
+		t.Errorf("with failurePolicy Ignore the description says %q", ignore.Annotations["description"])
 	}
 }

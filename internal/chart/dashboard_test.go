@@ -16,6 +16,7 @@ import (
 	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/internal/version"
 )
 
 // descNames is a prometheus.Registerer that only records the metric names
@@ -26,6 +27,9 @@ type descNames map[string][]string
 var (
 	fqName    = regexp.MustCompile(`fqName: "([^"]+)"`)
 	varLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+	// constLabel is one name="value" of a Desc's constLabels.
+	constLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="[^"]*"`)
+	constPart  = regexp.MustCompile(`constLabels: \{([^}]*)\}`)
 )
 
 func (d descNames) Register(c prometheus.Collector) error {
@@ -43,6 +47,18 @@ func (d descNames) Register(c prometheus.Collector) error {
 		var labels []string
 		if l := varLabels.FindStringSubmatch(s); l != nil && l[1] != "" {
 			labels = strings.Split(l[1], ",")
+		}
+		// A metric registered once per value of a const label (one
+		// collector per reason) has that label too.
+		if c := constPart.FindStringSubmatch(s); c != nil {
+			for _, l := range constLabel.FindAllStringSubmatch(c[1], -1) {
+				labels = append(labels, l[1])
+			}
+		}
+		for _, l := range d[m[1]] {
+			if !slices.Contains(labels, l) {
+				labels = append(labels, l)
+			}
 		}
 		d[m[1]] = labels
 	}
@@ -70,6 +86,9 @@ func registeredMetrics(t *testing.T) descNames {
 	t.Helper()
 	known := descNames{}
 	if _, err := metrics.New(known, func() metrics.L1Stats { return metrics.L1Stats{} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := known.Register(version.Get().Collector()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := controlplane.NewServer(controlplane.Options{Registerer: known}); err != nil {

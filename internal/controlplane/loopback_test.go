@@ -143,7 +143,7 @@ func TestNACKIsParkedUntilNextPublish(t *testing.T) {
 		!strings.Contains(nacks.Last.Message, "l1.shards") || nacks.Last.At.IsZero() {
 		t.Errorf("server NACKs = %+v, want 1 for %s from shop/web-0 naming l1.shards", nacks, badVersion)
 	}
-	if got := testutil.ToFloat64(srv.nackCounter.WithLabelValues("shop/frontend")); got != 1 {
+	if got := testutil.ToFloat64(srv.nackCounter.WithLabelValues("shop", "frontend")); got != 1 {
 		t.Errorf("tiercache_xds_nacks_total = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(sc.nackCounter); got != 1 {
@@ -271,7 +271,7 @@ func TestClearKeepsWatches(t *testing.T) {
 
 func TestConnectedCountsFollowStreams(t *testing.T) {
 	srv := startServer(t, "127.0.0.1:0", Options{})
-	gauge := func(tier string) float64 { return testutil.ToFloat64(srv.connectedGauge.WithLabelValues(tier)) }
+	gauge := func(tier string) float64 { return testutil.ToFloat64(srv.connectedGauge.WithLabelValues(tierLabels(tier)...)) }
 	want := func(a, b int) {
 		t.Helper()
 		eventually(t, waitLong, func() bool {

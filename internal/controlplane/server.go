@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,8 +29,11 @@ import (
 type Options struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// Registerer takes tiercache_connected_sidecars{tier} and
-	// tiercache_xds_nacks_total{tier}; nil registers nothing.
+	// Registerer takes tiercache_connected_sidecars{namespace,tier} and
+	// tiercache_xds_nacks_total{namespace,tier}: the tier's namespace and
+	// name, the labels the sidecars' own series get from their scrape, so
+	// that one query can join both (the operator's ServiceMonitor honours
+	// them); nil registers nothing.
 	Registerer prometheus.Registerer
 	// KeepAliveTime is how long a connection may be idle before the
 	// server pings it (default 30s); KeepAliveTimeout how long it waits
@@ -169,12 +173,12 @@ func NewServer(opts Options) (*Server, error) {
 		cache: newTierCache(),
 		connectedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tiercache_connected_sidecars",
-			Help: "Sidecars with an open xDS stream to this operator, by tier.",
-		}, []string{"tier"}),
+			Help: "Sidecars with an open xDS stream to this operator, by tier (its namespace and name).",
+		}, []string{"namespace", "tier"}),
 		nackCounter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_xds_nacks_total",
-			Help: "Pushed configs rejected by sidecars, by tier.",
-		}, []string{"tier"}),
+			Help: "Pushed configs rejected by sidecars, by tier (its namespace and name).",
+		}, []string{"namespace", "tier"}),
 		streams:   make(map[int64]*streamInfo),
 		connected: make(map[string]int),
 		nacks:     make(map[string]*NACKStats),
@@ -425,7 +429,7 @@ func (s *Server) onStreamRequest(id int64, req *discoverygrpc.DiscoveryRequest) 
 		st = &streamInfo{tier: tier, node: req.GetNode().GetId()}
 		s.streams[id] = st
 		s.connected[st.tier]++
-		s.connectedGauge.WithLabelValues(st.tier).Inc()
+		s.connectedGauge.WithLabelValues(tierLabels(st.tier)...).Inc()
 	}
 	// A request names the version the sidecar holds, ACK or NACK alike:
 	// a NACK carries the last version it accepted.
@@ -439,7 +443,7 @@ func (s *Server) onStreamRequest(id int64, req *discoverygrpc.DiscoveryRequest) 
 		}
 		n.Total++
 		n.Last = NACK{Tier: st.tier, Node: st.node, Version: st.lastVersion, Message: d.GetMessage(), At: s.opts.Now()}
-		s.nackCounter.WithLabelValues(st.tier).Inc()
+		s.nackCounter.WithLabelValues(tierLabels(st.tier)...).Inc()
 		last := n.Last
 		nack = &last
 		changed = true
@@ -497,12 +501,19 @@ func (s *Server) onStreamClosed(id int64) {
 	if s.connected[st.tier] == 0 {
 		delete(s.connected, st.tier)
 		// No series is left behind for a tier without sidecars.
-		s.connectedGauge.DeleteLabelValues(st.tier)
+		s.connectedGauge.DeleteLabelValues(tierLabels(st.tier)...)
 	} else {
-		s.connectedGauge.WithLabelValues(st.tier).Dec()
+		s.connectedGauge.WithLabelValues(tierLabels(st.tier)...).Dec()
 	}
 	s.mu.Unlock()
 	if s.opts.OnChange != nil {
 		s.opts.OnChange(st.tier)
 	}
+}
+
+// tierLabels are the namespace and tier label values of a tier key
+// ("namespace/name", checked by ValidateTierKey).
+func tierLabels(key string) []string {
+	ns, name, _ := strings.Cut(key, "/")
+	return []string{ns, name}
 }

@@ -295,15 +295,16 @@ func holdStream(t *testing.T, conn *grpc.ClientConn, tok, id, cluster string) bo
 	return false
 }
 
-// connectedSeries is tiercache_connected_sidecars{tier} of the suite's
-// operator.
+// connectedSeries is tiercache_connected_sidecars{namespace,tier} of the
+// suite's operator, for the tier key namespace/name.
 func connectedSeries(t *testing.T, tier string) float64 {
 	t.Helper()
 	return connectedSeriesWhere(t, func(v string) bool { return v == tier })[tier]
 }
 
 // connectedSeriesWhere returns the tiercache_connected_sidecars series of
-// the suite's operator whose tier label match accepts, by tier.
+// the suite's operator whose tier key (namespace/tier labels) match
+// accepts, by tier key.
 func connectedSeriesWhere(t *testing.T, match func(tier string) bool) map[string]float64 {
 	t.Helper()
 	mfs, err := cluster.reg.Gather()
@@ -316,7 +317,7 @@ func connectedSeriesWhere(t *testing.T, match func(tier string) bool) map[string
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if v := labelValue(m, "tier"); match(v) {
+			if v := labelValue(m, "namespace") + "/" + labelValue(m, "tier"); match(v) {
 				out[v] = m.GetGauge().GetValue()
 			}
 		}
