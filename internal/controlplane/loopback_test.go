@@ -271,7 +271,9 @@ func TestClearKeepsWatches(t *testing.T) {
 
 func TestConnectedCountsFollowStreams(t *testing.T) {
 	srv := startServer(t, "127.0.0.1:0", Options{})
-	gauge := func(tier string) float64 { return testutil.ToFloat64(srv.connectedGauge.WithLabelValues(tierLabels(tier)...)) }
+	gauge := func(tier string) float64 {
+		return testutil.ToFloat64(srv.connectedGauge.WithLabelValues(tierLabels(tier)...))
+	}
 	want := func(a, b int) {
 		t.Helper()
 		eventually(t, waitLong, func() bool {
