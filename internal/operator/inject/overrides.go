@@ -2,14 +2,16 @@ package inject
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// Per-pod annotations that override the sidecar's resources and drain
-// delay, like Istio's sidecar.istio.io/proxyCPU and friends. They win over
+// Per-pod annotations that override the sidecar's resources, drain delay
+// and log level, like Istio's sidecar.istio.io/proxyCPU and friends. They win over
 // the CacheTier's spec.sidecar.resources (or the derived memory) and the
 // operator's --sidecar-drain-delay, for that pod only.
 const (
@@ -20,7 +22,14 @@ const (
 	// AnnotationDrainDelay is the sidecar's --drain-delay: how long it
 	// keeps serving after SIGTERM with /readyz failing.
 	AnnotationDrainDelay = "tiercache.io/sidecar-drain-delay"
+	// AnnotationLogLevel is the sidecar's --log-level (debug, info, warn
+	// or error), as Istio's sidecar.istio.io/logLevel: turn one pod's
+	// logs up to debug a miss without touching the others.
+	AnnotationLogLevel = "tiercache.io/sidecar-log-level"
 )
+
+// logLevels are the sidecar's --log-level values.
+var logLevels = []string{"debug", "info", "warn", "error"}
 
 const (
 	// DefaultDrainDelay is the drain delay of injected sidecars when
@@ -58,6 +67,8 @@ type Overrides struct {
 	Requests, Limits corev1.ResourceList
 	// DrainDelay is nil unless AnnotationDrainDelay is set.
 	DrainDelay *time.Duration
+	// LogLevel is empty unless AnnotationLogLevel is set.
+	LogLevel string
 }
 
 // PodOverrides parses and checks the per-pod annotations on their own (a
@@ -100,6 +111,12 @@ func PodOverrides(pod *corev1.Pod) (Overrides, error) {
 			return Overrides{}, fmt.Errorf("annotation %s: must be between 0s and %s (got %s)", AnnotationDrainDelay, MaxDrainDelay, raw)
 		}
 		o.DrainDelay = &d
+	}
+	if raw, ok := pod.Annotations[AnnotationLogLevel]; ok {
+		if !slices.Contains(logLevels, raw) {
+			return Overrides{}, fmt.Errorf("annotation %s: %q is not one of %s", AnnotationLogLevel, raw, strings.Join(logLevels, ", "))
+		}
+		o.LogLevel = raw
 	}
 	return o, nil
 }

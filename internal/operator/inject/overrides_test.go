@@ -64,6 +64,14 @@ func TestAnnotationErrors(t *testing.T) {
 			},
 			want: `annotation tiercache.io/sidecar-memory-limit: 256Mi leaves the sidecar's Go runtime 50Mi (90% of the limit less a Memory body store of 200Mi), below its 64Mi minimum; raise the limit`,
 		},
+		"a log level the sidecar does not know is refused": {
+			annotations: map[string]string{AnnotationLogLevel: "trace"},
+			want:        `annotation tiercache.io/sidecar-log-level: "trace" is not one of debug, info, warn, error`, alone: true,
+		},
+		"a log level in capitals is refused, as the sidecar would": {
+			annotations: map[string]string{AnnotationLogLevel: "DEBUG"},
+			want:        `annotation tiercache.io/sidecar-log-level: "DEBUG" is not one of debug, info, warn, error`, alone: true,
+		},
 		"a drain delay that is not a duration is refused": {
 			annotations: map[string]string{AnnotationDrainDelay: "5"},
 			want:        `annotation tiercache.io/sidecar-drain-delay: "5" is not a duration (e.g. 5s)`, alone: true,

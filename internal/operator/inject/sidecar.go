@@ -73,6 +73,9 @@ func sidecarContainer(p Params, portName string, appPort int32, ov Overrides, dr
 		"--drain-delay=" + drain.String(),
 		"--shutdown-timeout=" + timeout.String(),
 	}
+	if ov.LogLevel != "" {
+		args = append(args, "--log-level="+ov.LogLevel)
+	}
 	mounts := []corev1.VolumeMount{{Name: VolumeName, MountPath: StateDir}}
 	if p.ControlPlane != "" {
 		args = append(args, "--control-plane="+p.ControlPlane)
