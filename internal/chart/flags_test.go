@@ -76,6 +76,9 @@ func TestOperatorArgs(t *testing.T) {
 				t.Fatalf("operator.ParseArgs refuses the chart's args: %v\nargs: %q", err, ctr.Args)
 			}
 
+			if want := c.name == "observability-redis"; o.SidecarScrapeAnnotations != want {
+				t.Errorf("--sidecar-scrape-annotations = %v, want %v (sidecar.scrapeAnnotations)", o.SidecarScrapeAnnotations, want)
+			}
 			if o.Namespace != releaseNS {
 				t.Errorf("--namespace resolves to %q, want %q", o.Namespace, releaseNS)
 			}

@@ -58,6 +58,9 @@ type Options struct {
 	// SidecarDrainDelay is the injected sidecars' --drain-delay unless a
 	// pod's tiercache.io/sidecar-drain-delay sets one.
 	SidecarDrainDelay time.Duration
+	// SidecarScrapeAnnotations adds prometheus.io/* scrape annotations for
+	// the sidecar's admin port to injected pods that set none.
+	SidecarScrapeAnnotations bool
 	// ControlPlaneAddress is passed to injected sidecars as
 	// --control-plane ("" = sidecars run on the config placed in the
 	// pod spec).
@@ -146,6 +149,7 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "", "Always, IfNotPresent or Never (default: the cluster's)")
 	fs.Func("sidecar-run-as-user", "uid of injected sidecars (default: unset, the image's USER 65532 or what the pod's securityContext or OpenShift's SCC assigns)", intFlag(&o.SidecarRunAsUser))
 	fs.Func("sidecar-run-as-group", "gid of injected sidecars (default: unset)", intFlag(&o.SidecarRunAsGroup))
+	fs.BoolVar(&o.SidecarScrapeAnnotations, "sidecar-scrape-annotations", false, "add prometheus.io/scrape, /port and /path for the sidecar's admin port to injected pods that set no prometheus.io/scrape of their own (for a Prometheus without the PodMonitor)")
 	fs.DurationVar(&o.SidecarDrainDelay, "sidecar-drain-delay", inject.DefaultDrainDelay, "injected sidecars keep serving this long after SIGTERM with /readyz failing (cut to half a pod's terminationGracePeriodSeconds; a pod's tiercache.io/sidecar-drain-delay wins)")
 	fs.StringVar(&o.ControlPlaneAddress, "control-plane-address", "", "xDS address injected sidecars connect to (host:port); empty: no live config")
 	fs.StringVar(&o.XDSListen, "xds-listen", ":18000", "control plane (xDS over gRPC) address; empty disables live config")

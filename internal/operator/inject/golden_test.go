@@ -51,6 +51,8 @@ type caseParams struct {
 	RunAsGroup      *int64                       `json:"runAsGroup"`
 	DrainDelay      *metav1.Duration             `json:"drainDelay"`
 	DrainToken      string                       `json:"drainToken"`
+	// ScrapeAnnotations is --sidecar-scrape-annotations.
+	ScrapeAnnotations bool `json:"scrapeAnnotations"`
 }
 
 // defaultCaseParams are the Params of every golden case unless its
@@ -81,25 +83,26 @@ func (c caseParams) params(pod *corev1.Pod) Params {
 		drain = &c.DrainDelay.Duration
 	}
 	return Params{
-		RunAsUser:       c.RunAsUser,
-		RunAsGroup:      c.RunAsGroup,
-		DrainDelay:      drain,
-		DrainToken:      c.DrainToken,
-		BodyStoreSize:   bodies,
-		BodyStoreMedium: c.BodyStoreMedium,
-		Tier:            tier,
-		InitialConfig:   []byte(c.InitialConfig),
-		ConfigHash:      c.ConfigHash,
-		L1MaxSize:       c.L1MaxSize.Value(),
-		Image:           c.Image,
-		ImagePullPolicy: c.ImagePullPolicy,
-		Resources:       c.Resources,
-		Port:            c.Port,
-		AdminPort:       c.AdminPort,
-		ControlPlane:    c.ControlPlane,
-		ControlPlaneCA:  []byte(c.ControlPlaneCA),
-		TokenAudience:   c.TokenAudience,
-		Secrets:         c.Secrets,
+		RunAsUser:         c.RunAsUser,
+		RunAsGroup:        c.RunAsGroup,
+		DrainDelay:        drain,
+		DrainToken:        c.DrainToken,
+		BodyStoreSize:     bodies,
+		BodyStoreMedium:   c.BodyStoreMedium,
+		Tier:              tier,
+		InitialConfig:     []byte(c.InitialConfig),
+		ConfigHash:        c.ConfigHash,
+		L1MaxSize:         c.L1MaxSize.Value(),
+		Image:             c.Image,
+		ImagePullPolicy:   c.ImagePullPolicy,
+		Resources:         c.Resources,
+		Port:              c.Port,
+		AdminPort:         c.AdminPort,
+		ControlPlane:      c.ControlPlane,
+		ControlPlaneCA:    []byte(c.ControlPlaneCA),
+		TokenAudience:     c.TokenAudience,
+		Secrets:           c.Secrets,
+		ScrapeAnnotations: c.ScrapeAnnotations,
 	}
 }
 

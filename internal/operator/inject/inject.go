@@ -87,7 +87,20 @@ type Params struct {
 	// a random one per pod. "" means no hook: the sidecar drains at its
 	// SIGTERM only.
 	DrainToken string
+	// ScrapeAnnotations adds prometheus.io/scrape, /port and /path for the
+	// sidecar's admin port (for a Prometheus that discovers pods by those
+	// annotations rather than through the chart's PodMonitor), unless the
+	// pod sets prometheus.io/scrape itself: its app's own metrics win.
+	ScrapeAnnotations bool
 }
+
+// The annotations a Prometheus with the common kubernetes-pods scrape
+// config reads (ScrapeAnnotations).
+const (
+	AnnotationPrometheusScrape = "prometheus.io/scrape"
+	AnnotationPrometheusPort   = "prometheus.io/port"
+	AnnotationPrometheusPath   = "prometheus.io/path"
+)
 
 // SecretFile is one key of a Secret, projected as a file of SecretsDir.
 type SecretFile struct {
@@ -286,6 +299,12 @@ func mutate(pod *corev1.Pod, p Params) error {
 	pod.Annotations[AnnotationConfigHash] = p.podHash()
 	pod.Annotations[AnnotationUpstreamPort] = strconv.Itoa(int(appPort.ContainerPort))
 	pod.Annotations[AnnotationInjected] = "true"
+	if _, own := pod.Annotations[AnnotationPrometheusScrape]; p.ScrapeAnnotations && !own {
+		_, admin := p.ports()
+		pod.Annotations[AnnotationPrometheusScrape] = "true"
+		pod.Annotations[AnnotationPrometheusPort] = strconv.Itoa(int(admin))
+		pod.Annotations[AnnotationPrometheusPath] = "/metrics"
+	}
 	// Under Istio, kubelet probes and Prometheus scrapes of the admin
 	// port would otherwise go through the mesh proxy, which refuses them
 	// in plaintext under STRICT mTLS.
