@@ -3,7 +3,6 @@ package render
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/tierconfig"
@@ -100,38 +99,18 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		v := dur("defaults.staleIfUnreachable", *d.StaleIfUnreachable)
 		c.Defaults.StaleIfUnreachable = &v
 	}
-	if tc := d.TargetedCacheControl; tc != nil {
-		// slices.Clone keeps an empty list empty (targeted fields off),
-		// where append to nil would make it unset (the default list).
-		c.Defaults.TargetedCacheControl = &tierconfig.TargetedCacheControl{Fields: slices.Clone(tc.Fields), Strip: tc.Strip}
-	}
+	c.Defaults.TargetedCacheControl = d.TargetedCacheControl.DeepCopy()
 
 	for i, r := range spec.Rules {
 		at := fmt.Sprintf("rules[%d].", i)
 		rule := tierconfig.Rule{
-			Name: r.Name,
-			Match: tierconfig.Match{
-				Path:       r.Match.Path,
-				PathPrefix: r.Match.PathPrefix,
-				Regex:      r.Match.Regex,
-			},
+			Name:               r.Name,
+			Match:              *r.Match.DeepCopy(),
 			Bypass:             r.Bypass,
 			TTL:                dur(at+"ttl", r.TTL),
 			TTLWithCredentials: r.TTLWithCredentials,
 			MaxTTL:             dur(at+"maxTTL", r.MaxTTL),
-			CacheKey: tierconfig.CacheKey{
-				QueryInclude: append([]string(nil), r.CacheKey.QueryInclude...),
-				QueryExclude: append([]string(nil), r.CacheKey.QueryExclude...),
-				SortQuery:    r.CacheKey.SortQuery,
-				Headers:      append([]string(nil), r.CacheKey.Headers...),
-				Cookies:      append([]string(nil), r.CacheKey.Cookies...),
-			},
-		}
-		for _, h := range r.Match.Headers {
-			rule.Match.Headers = append(rule.Match.Headers, tierconfig.HeaderMatch(h))
-		}
-		for _, k := range r.Match.Cookies {
-			rule.Match.Cookies = append(rule.Match.Cookies, tierconfig.CookieMatch(k))
+			CacheKey:           *r.CacheKey.DeepCopy(),
 		}
 		if r.StaleWhileRevalidate != nil {
 			v := dur(at+"staleWhileRevalidate", *r.StaleWhileRevalidate)
@@ -144,23 +123,9 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		c.Rules = append(c.Rules, rule)
 	}
 
-	c.RequestHeaders = tierconfig.RequestHeaders{
-		Mode:                  string(spec.RequestHeaders.Mode),
-		Allow:                 append([]string(nil), spec.RequestHeaders.Allow...),
-		AllowUnderscoredNames: append([]string(nil), spec.RequestHeaders.AllowUnderscoredNames...),
-	}
+	c.RequestHeaders = *spec.RequestHeaders.DeepCopy()
 
-	al := spec.AccessLog
-	c.AccessLog = tierconfig.AccessLog{
-		SamplePercent:     int(al.SamplePercent),
-		ExcludePaths:      slices.Clone(al.ExcludePaths),
-		QueryParams:       slices.Clone(al.QueryParams),
-		TrustForwardedFor: al.TrustForwardedFor,
-	}
-	if al.Enabled != nil {
-		v := *al.Enabled
-		c.AccessLog.Enabled = &v
-	}
+	c.AccessLog = *spec.AccessLog.DeepCopy()
 
 	c.Purge.HTTPMethod = spec.Purge.HTTPMethod
 
