@@ -151,7 +151,7 @@ test-node: ## Run the real-node test (kubelet, containerd, kube-proxy, CoreDNS i
 	set -a; eval "$$(bash hack/node-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_NODE=1 $(GO) test -count=1 -timeout 10m -v ./test/testnode/
 
-generate: ## Regenerate deep-copy code and the CRD (config/crd) from internal/api
+generate: ## Regenerate deep-copy code, the CRD (config/crd) and the CacheTier → config conversion (tools/convertgen)
 	bash hack/generate.sh
 
 check-generated: ## Fail if the generated files differ from what the API types generate

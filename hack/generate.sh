@@ -23,6 +23,12 @@ gen() {
   if [[ -d "$root/charts/tiercache/files/crds" ]]; then
     cp "$root"/config/crd/*.yaml "$root/charts/tiercache/files/crds/"
   fi
+  (cd "$root" && go run ./tools/convertgen \
+    -src github.com/tiercache/tiercache/internal/api/v1alpha1 \
+    -dst github.com/tiercache/tiercache/internal/tierconfig \
+    -root CacheTierSpec=Config \
+    -hand internal/operator/render/convert.go \
+    -out internal/operator/render/zz_generated.convert.go)
 }
 
 if [[ "${1:-}" != "--check" ]]; then
@@ -35,9 +41,10 @@ trap 'rm -rf "$scratch"' EXIT
 # The generators load the packages, so the copy needs the module files and
 # the packages with their imports (all of internal/); outputs are copied
 # too so the diff sees deletions.
-mkdir -p "$scratch/config"
+mkdir -p "$scratch/config" "$scratch/tools"
 cp go.mod go.sum "$scratch/"
 cp -r internal "$scratch/"
+cp -r tools/convertgen "$scratch/tools/"
 cp -r config/crd "$scratch/config/"
 if [[ -d charts/tiercache/files/crds ]]; then
   mkdir -p "$scratch/charts/tiercache/files"
@@ -45,7 +52,7 @@ if [[ -d charts/tiercache/files/crds ]]; then
 fi
 gen "$scratch"
 status=0
-for d in internal/api internal/tierconfig config/crd charts/tiercache/files/crds; do
+for d in internal/api internal/tierconfig internal/operator/render config/crd charts/tiercache/files/crds; do
   [[ -d "$d" ]] || continue
   if ! diff -ru "$d" "$scratch/$d"; then
     status=1

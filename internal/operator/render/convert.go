@@ -2,144 +2,74 @@ package render
 
 import (
 	"errors"
-	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// convert maps the spec onto the config model field by field, without
-// defaults and without Secrets. Sizes and durations that do not convert
-// are FieldErrors named by their config-model path (so FieldErrors maps
-// them back like any validation error).
+// convert maps the spec onto the config model, without defaults and
+// without Secrets. tools/convertgen writes the conversion of every field
+// that maps one to one (zz_generated.convert.go, make generate); the
+// fields it leaves to this file are listed below, each with its reason,
+// and convertgen fails on a field of either side that is neither
+// converted nor listed. Sizes and durations that do not convert are
+// FieldErrors named by their config-model path (so FieldErrors maps them
+// back like any validation error).
 func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
-	var errs []error
-	dur := func(path string, d v1alpha1.Duration) tierconfig.Duration {
-		v, err := duration(path, d)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		return v
-	}
+	var cv converter
 	var c tierconfig.Config
-	var err error
-	if c.L1.MaxSize, err = quantity("l1.maxSize", spec.L1.MaxSize); err != nil {
-		errs = append(errs, err)
+	cv.cacheTierSpec("", &spec, &c)
+	if spec.L2 != nil && spec.L2.TLS != nil {
+		c.L2.TLS = spec.L2.TLS.Enabled
 	}
-	if c.L1.MaxEntrySize, err = quantity("l1.maxEntrySize", spec.L1.MaxEntrySize); err != nil {
-		errs = append(errs, err)
-	}
-	c.L1.Shards = int(spec.L1.Shards)
+	c.Defaults.HeuristicFraction = float64(spec.Defaults.HeuristicPercent) / 100
+	return c, errors.Join(cv.errs...)
+}
 
-	if l2 := spec.L2; l2 != nil {
-		c.L2 = tierconfig.L2{
-			Addresses:  append([]string(nil), l2.Addresses...),
-			Mode:       string(l2.Mode),
-			MasterName: l2.MasterName,
-			Username:   l2.Username,
-			Timeout:    dur("l2.timeout", l2.Timeout),
-		}
-		if l2.TLS != nil {
-			c.L2.TLS = l2.TLS.Enabled
-		}
-		if w := l2.WarmStart; w != nil {
-			c.L2.WarmStart = tierconfig.WarmStart{
-				Disabled:   w.Disabled,
-				MaxEntries: int(w.MaxEntries),
-				Timeout:    dur("l2.warmStart.timeout", w.Timeout),
-			}
-			if c.L2.WarmStart.MaxBytes, err = quantity("l2.warmStart.maxBytes", w.MaxBytes); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if c.L2.MaxBodySize, err = quantity("l2.maxBodySize", l2.MaxBodySize); err != nil {
-			errs = append(errs, err)
-		}
-	}
+// Converted here, above:
+//
+//convertgen:byhand v1alpha1.L2Spec.TLS an object (enabled, caSecretRef); the config has the switch
+//convertgen:byhand v1alpha1.DefaultsSpec.HeuristicPercent a percentage; the config has a fraction
+//convertgen:byhand tierconfig.Defaults.HeuristicFraction from heuristicPercent
+//
+// Never in the config: Secrets reach the sidecar as files (SecretFiles,
+// SecretVersions), and the pod's shape is the injector's:
+//
+//convertgen:byhand v1alpha1.L2Spec.PasswordSecretRef a Secret: a file of the pod, its version in SecretVersions
+//convertgen:byhand tierconfig.L2.Password a secret value: the sidecar reads it from its file
+//convertgen:byhand tierconfig.L2.CACert a secret value: the sidecar reads it from its file
+//convertgen:byhand v1alpha1.PurgeSpec.TokenSecretRef a Secret: a file of the pod, its version in SecretVersions
+//convertgen:byhand tierconfig.Purge.Token a secret value: the sidecar reads it from its file
+//convertgen:byhand tierconfig.Config.SecretVersions filled by Config (SecretVersions)
+//convertgen:byhand tierconfig.L2.KeyPrefix derived from the tier's name by Redacted, never chosen
+//convertgen:byhand v1alpha1.BodyStoreSpec.Size the pod's volume (BodyVolume)
+//convertgen:byhand v1alpha1.BodyStoreSpec.Medium the pod's volume (BodyVolume)
+//convertgen:byhand v1alpha1.CacheTierSpec.Sidecar the injected container (inject)
+//
+// The types convertgen converts through a method of converter:
+//
+//convertgen:via v1alpha1.Duration tierconfig.Duration duration
+//convertgen:via *resource.Quantity tierconfig.Size size
 
-	// Only the tier-level half of spec.bodyStore: size and medium shape
-	// the pod (BodyVolume), not the config.
-	if bs := spec.BodyStore; bs != nil {
-		if c.BodyStore.Threshold, err = quantity("bodyStore.threshold", bs.Threshold); err != nil {
-			errs = append(errs, err)
-		}
-		if c.BodyStore.MaxObjectSize, err = quantity("bodyStore.maxObjectSize", bs.MaxObjectSize); err != nil {
-			errs = append(errs, err)
-		}
-	}
+// converter collects the errors of one conversion.
+type converter struct{ errs []error }
 
-	c.Origin = tierconfig.Origin{
-		Timeout:               dur("origin.timeout", spec.Origin.Timeout),
-		ResponseHeaderTimeout: dur("origin.responseHeaderTimeout", spec.Origin.ResponseHeaderTimeout),
-		IdleTimeout:           dur("origin.idleTimeout", spec.Origin.IdleTimeout),
-		StreamRequestBodies:   spec.Origin.StreamRequestBodies,
+// duration converts a duration of the field at path.
+func (cv *converter) duration(path string, d v1alpha1.Duration) tierconfig.Duration {
+	v, err := duration(path, d)
+	if err != nil {
+		cv.errs = append(cv.errs, err)
 	}
-	if c.Origin.RequestBuffer, err = quantity("origin.requestBuffer", spec.Origin.RequestBuffer); err != nil {
-		errs = append(errs, err)
-	}
+	return v
+}
 
-	d := spec.Defaults
-	c.Defaults = tierconfig.Defaults{
-		FallbackTTL:               dur("defaults.fallbackTTL", d.FallbackTTL),
-		StaleWhileRevalidate:      dur("defaults.staleWhileRevalidate", d.StaleWhileRevalidate),
-		StaleIfError:              dur("defaults.staleIfError", d.StaleIfError),
-		NegativeTTL:               dur("defaults.negativeTTL", d.NegativeTTL),
-		HeuristicFraction:         float64(d.HeuristicPercent) / 100,
-		HeuristicMaxTTL:           dur("defaults.heuristicMaxTTL", d.HeuristicMaxTTL),
-		HitForMissTTL:             dur("defaults.hitForMissTTL", d.HitForMissTTL),
-		AllowSetCookie:            d.AllowSetCookie,
-		IgnoreRequestCacheControl: d.IgnoreRequestCacheControl,
-		UpdateFromHead:            d.UpdateFromHead,
-		ForwardClientValidators:   d.ForwardClientValidators,
-		StorePostResponses:        d.StorePostResponses,
-		NormalizeAcceptLanguage:   d.NormalizeAcceptLanguage,
-		CacheStatus:               d.CacheStatus,
+// size converts a quantity of the field at path.
+func (cv *converter) size(path string, q *resource.Quantity) tierconfig.Size {
+	v, err := quantity(path, q)
+	if err != nil {
+		cv.errs = append(cv.errs, err)
 	}
-	if d.StaleIfUnreachable != nil {
-		v := dur("defaults.staleIfUnreachable", *d.StaleIfUnreachable)
-		c.Defaults.StaleIfUnreachable = &v
-	}
-	c.Defaults.TargetedCacheControl = d.TargetedCacheControl.DeepCopy()
-
-	for i, r := range spec.Rules {
-		at := fmt.Sprintf("rules[%d].", i)
-		rule := tierconfig.Rule{
-			Name:               r.Name,
-			Match:              *r.Match.DeepCopy(),
-			Bypass:             r.Bypass,
-			TTL:                dur(at+"ttl", r.TTL),
-			TTLWithCredentials: r.TTLWithCredentials,
-			MaxTTL:             dur(at+"maxTTL", r.MaxTTL),
-			CacheKey:           *r.CacheKey.DeepCopy(),
-		}
-		if r.StaleWhileRevalidate != nil {
-			v := dur(at+"staleWhileRevalidate", *r.StaleWhileRevalidate)
-			rule.StaleWhileRevalidate = &v
-		}
-		if r.StaleIfError != nil {
-			v := dur(at+"staleIfError", *r.StaleIfError)
-			rule.StaleIfError = &v
-		}
-		c.Rules = append(c.Rules, rule)
-	}
-
-	c.RequestHeaders = *spec.RequestHeaders.DeepCopy()
-
-	c.AccessLog = *spec.AccessLog.DeepCopy()
-
-	c.Purge.HTTPMethod = spec.Purge.HTTPMethod
-
-	co := spec.Coalescing
-	c.Coalescing = tierconfig.Coalescing{
-		Timeout: dur("coalescing.timeout", co.Timeout),
-	}
-	if co.Enabled != nil {
-		v := *co.Enabled
-		c.Coalescing.Enabled = &v
-	}
-	if co.ClusterWide != nil {
-		v := *co.ClusterWide
-		c.Coalescing.ClusterWide = &v
-	}
-	return c, errors.Join(errs...)
+	return v
 }
