@@ -6,6 +6,12 @@
 //
 // The same Validate runs in the sidecar, the operator's admission webhook
 // and its controller, so a bad config is refused once, early, the same way.
+//
+// It is also the one definition of the tier settings the CacheTier API
+// shares: those types carry their kubebuilder markers (validation and the
+// docs the CRD shows) and controller-gen's deep-copy functions
+// (zz_generated.deepcopy.go), and internal/api/v1alpha1 names them by
+// type alias.
 package tierconfig
 
 import "github.com/tiercache/tiercache/internal/store/l1"
