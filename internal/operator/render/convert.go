@@ -25,7 +25,19 @@ func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
 		c.L2.TLS = spec.L2.TLS.Enabled
 	}
 	c.Defaults.HeuristicFraction = float64(spec.Defaults.HeuristicPercent) / 100
+	// The shared type's deep copy keeps an empty list; a tier that writes
+	// "allow: []" has always rendered without requestHeaders (omitzero),
+	// and keeps that config and its hash.
+	c.RequestHeaders.Allow = nilIfEmpty(c.RequestHeaders.Allow)
+	c.RequestHeaders.AllowUnderscoredNames = nilIfEmpty(c.RequestHeaders.AllowUnderscoredNames)
 	return c, errors.Join(cv.errs...)
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // Converted here, above:

@@ -128,3 +128,17 @@ func set(t *testing.T, v reflect.Value) {
 		t.Fatalf("no value for a %s", v.Type())
 	}
 }
+
+// TestEmptyRequestHeaderListsKeepTheConfig: requestHeaders.allow and
+// allowUnderscoredNames written as empty lists render the config (and
+// hash) of a tier that leaves them out, as they did before the type was
+// shared with the sidecar config (whose deep copy keeps an empty list).
+func TestEmptyRequestHeaderListsKeepTheConfig(t *testing.T) {
+	want := convertJSON(t, v1alpha1.CacheTierSpec{})
+	got := convertJSON(t, v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{
+		Allow: []string{}, AllowUnderscoredNames: []string{},
+	}})
+	if got != want {
+		t.Errorf("empty lists render\n%s\nwant\n%s", got, want)
+	}
+}
