@@ -53,7 +53,7 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/, static (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen, imagebuild, krewplugin, gofloor, pause), VERSION and REVISION stamped
+build: ## Build the commands into bin/, static (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen, imagebuild, krewplugin, gofloor, pause, convertgen), VERSION and REVISION stamped
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
@@ -151,7 +151,7 @@ test-node: ## Run the real-node test (kubelet, containerd, kube-proxy, CoreDNS i
 	set -a; eval "$$(bash hack/node-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_NODE=1 $(GO) test -count=1 -timeout 10m -v ./test/testnode/
 
-generate: ## Regenerate deep-copy code and the CRD (config/crd) from internal/api
+generate: ## Regenerate deep-copy code, the CRD (config/crd) and the CacheTier → config conversion (tools/convertgen)
 	bash hack/generate.sh
 
 check-generated: ## Fail if the generated files differ from what the API types generate

@@ -250,7 +250,7 @@ func newPolicy(c *tierconfig.Compiled, d Defaults) *policy {
 		p.enabled = *a.Enabled
 	}
 	if a.SamplePercent != 0 {
-		p.sample = a.SamplePercent
+		p.sample = int(a.SamplePercent)
 	}
 	exclude := d.ExcludePaths
 	if a.ExcludePaths != nil {

@@ -15,28 +15,45 @@ import (
 // and the tier, when it says something, wins (docs/operations.md "Access
 // log"). The zero value says nothing and is left off the wire, so a tier
 // that does not set it pushes the same JSON as before it existed.
+// +kubebuilder:object:generate=true
 type AccessLog struct {
-	// Enabled turns the access log on or off; nil: --access-log (default
-	// on, as nginx's is).
+	// Enabled turns the access log on or off (default: the sidecar's
+	// --access-log, on).
+	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
-	// SamplePercent logs this share of the requests, 1 to 100, chosen at
-	// random per request; answers with a 5xx status are always logged.
-	// 0: --access-log-sample-percent (default 100).
-	SamplePercent int `json:"samplePercent,omitempty"`
+	// SamplePercent logs this share of the requests, chosen at random;
+	// answers with a 5xx status are always logged (default: the
+	// sidecar's --access-log-sample-percent, 100).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SamplePercent int32 `json:"samplePercent,omitempty"`
 	// ExcludePaths are request paths never logged: exact ("/healthz"), or
-	// a prefix when the entry ends in '*' ("/static/*"). nil:
-	// --access-log-exclude (default none). At most 64.
+	// a prefix when the entry ends in '*' ("/static/*"). Setting it
+	// replaces the sidecar's --access-log-exclude.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^/[^?#*]*\*?$`
+	// +listType=set
 	ExcludePaths []string `json:"excludePaths,omitempty"`
 	// QueryParams names the query parameters logged (a trailing '*' is a
-	// prefix; names compare percent-decoded and case-sensitively). The
-	// query is otherwise never logged: its values may be secrets (tokens,
-	// signatures). Parameters not listed, and parts holding a ';', are
-	// left out. At most 64.
+	// prefix; names compare percent-decoded and case-sensitively); the
+	// query is otherwise left out of the log, since its values may be
+	// secrets (tokens, signatures). Parameters not listed, and parts
+	// holding a ';', are left out.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[^*]*\*?$`
+	// +kubebuilder:validation:items:MinLength=1
+	// +listType=set
 	QueryParams []string `json:"queryParams,omitempty"`
 	// TrustForwardedFor logs the client address from the last
-	// X-Forwarded-For entry (the address the nearest proxy saw) instead
-	// of the connection's peer. Set it only when every request reaches the
-	// sidecar through a proxy that appends it (an ingress, a mesh).
+	// X-Forwarded-For entry instead of the connection's peer. Set it only
+	// when every request reaches the sidecar through a proxy that appends
+	// it (an ingress, a mesh).
+	// +optional
 	TrustForwardedFor bool `json:"trustForwardedFor,omitempty"`
 }
 

@@ -6,6 +6,12 @@
 //
 // The same Validate runs in the sidecar, the operator's admission webhook
 // and its controller, so a bad config is refused once, early, the same way.
+//
+// It is also the one definition of the tier settings the CacheTier API
+// shares: those types carry their kubebuilder markers (validation and the
+// docs the CRD shows) and controller-gen's deep-copy functions
+// (zz_generated.deepcopy.go), and internal/api/v1alpha1 names them by
+// type alias.
 package tierconfig
 
 import "github.com/tiercache/tiercache/internal/store/l1"
@@ -47,39 +53,58 @@ type Config struct {
 	SecretVersions map[string]string `json:"secretVersions,omitempty"`
 }
 
+// RequestHeadersMode is how a tier forwards client request headers on
+// cache fills.
+// +kubebuilder:validation:Enum=standard;strict
+type RequestHeadersMode string
+
 // Request header modes (RequestHeaders.Mode).
 const (
 	// RequestHeadersStandard forwards every end-to-end request header
 	// except the unkeyed forwarding headers the proxy withholds (the
 	// default).
-	RequestHeadersStandard = "standard"
+	RequestHeadersStandard RequestHeadersMode = "standard"
 	// RequestHeadersStrict forwards only the allowlist and the keyed
 	// headers on fetches whose answer may be stored.
-	RequestHeadersStrict = "strict"
+	RequestHeadersStrict RequestHeadersMode = "strict"
 )
 
 // RequestHeaders chooses which client request headers reach the origin on
 // fetches whose answer may be stored (cache fills). Requests that are never
 // stored (bypassed paths, unsafe methods, HEAD and Range misses, GET with a
 // body) always forward the client's headers as they are.
+// +kubebuilder:object:generate=true
+// +kubebuilder:validation:XValidation:rule="!has(self.allow) || size(self.allow) == 0 || (has(self.mode) && self.mode == 'strict')",message="allow is used only when mode is strict",fieldPath=".allow"
 type RequestHeaders struct {
-	// Mode is "standard" (default): everything but the unkeyed forwarding
-	// headers the proxy always withholds; or "strict": only the headers in
-	// Allow, plus the headers the key holds (the rule's cacheKey.headers
-	// and, once the origin has answered with Vary, the names it lists).
-	Mode string `json:"mode,omitempty"`
-	// Allow lists the headers a strict fill forwards (case-insensitive).
-	// Default when strict: Accept, Accept-Encoding, Accept-Language,
-	// User-Agent. Setting it replaces the default. The unkeyed forwarding
-	// headers are withheld even when listed: key on them instead. Only
-	// with mode strict.
+	// Mode is standard (default: every header except the forwarding
+	// headers the sidecar always withholds, see docs/caching.md) or
+	// strict (only allow, plus the headers the key holds: the rule's
+	// cacheKey.headers and the names the origin's Vary lists).
+	// +optional
+	Mode RequestHeadersMode `json:"mode,omitempty"`
+	// Allow lists the headers a strict tier forwards on fills
+	// (case-insensitive). Default: Accept, Accept-Encoding,
+	// Accept-Language, User-Agent. Setting it replaces the default. The
+	// unkeyed forwarding headers are withheld even when listed: key on
+	// them instead.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	// +listType=set
 	Allow []string `json:"allow,omitempty"`
-	// AllowUnderscoredNames lists header names spelt with '_' or '.'
-	// that fills forward (case-insensitive); fills drop every other such
-	// name, as nginx does by default (underscores_in_headers off), since
-	// many gateways read X_Tenant as X-Tenant. Each name listed joins the
-	// cache key of every rule (as a cacheKey.headers entry). In either
-	// mode.
+	// AllowUnderscoredNames lists request header names spelt with '_'
+	// or '.' (X_Api_Version) that fills forward, as spelt
+	// (case-insensitive). Every other such name is dropped from fills,
+	// as nginx drops them by default (underscores_in_headers off): many
+	// gateways read X_Tenant as X-Tenant, so an unkeyed X_Tenant could
+	// decide a shared entry. A name listed here joins the cache key of
+	// every rule. In either mode.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]*[_.][!#$%&'*+.^_|~0-9A-Za-z-]*$`
+	// +listType=set
 	AllowUnderscoredNames []string `json:"allowUnderscoredNames,omitempty"`
 }
 
@@ -334,88 +359,148 @@ type Rule struct {
 	CacheKey CacheKey `json:"cacheKey,omitempty"`
 }
 
-// Match selects requests: by path (exactly one of PathPrefix, Path, Regex
+// Match selects requests: by path (exactly one of path, pathPrefix, regex
 // must be set) and, on a bypass rule only, by request header fields and
-// cookies. Every condition must hold.
+// cookies. Every condition given must hold.
+// +kubebuilder:object:generate=true
+// +kubebuilder:validation:XValidation:rule="[has(self.path), has(self.pathPrefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of path, pathPrefix, regex must be set"
 type Match struct {
-	// PathPrefix matches paths starting with it ("/static/").
+	// PathPrefix matches paths that start with it ("/static/").
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^/`
 	PathPrefix string `json:"pathPrefix,omitempty"`
 	// Path matches one exact path.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^/`
 	Path string `json:"path,omitempty"`
-	// Regex matches paths with a Go (RE2) regular expression, unanchored
-	// as regexp.MatchString: write ^ and $ to match the whole path. At most
-	// 1024 bytes.
+	// Regex matches paths with an RE2 regular expression, unanchored:
+	// write ^ and $ to match the whole path.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	Regex string `json:"regex,omitempty"`
-	// Headers are conditions on request header fields (at most 8, one per
-	// name). Only on a bypass rule: a client chooses its own headers, so
-	// they may take that client's request past the cache, never choose
-	// how a shared entry is stored or served.
+	// Headers are conditions on request header fields, all of which must
+	// hold (with the path), e.g. bypass when X-Preview is present. Only on
+	// a bypass rule: a client chooses its own headers, so they may take
+	// its request past the cache, never choose how a shared entry is
+	// stored or served (see docs/caching.md "Which rule applies"). A
+	// request that sends the field on several lines or spelt with '_' for
+	// '-' meets the condition (origins read those differently).
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
 	Headers []HeaderMatch `json:"headers,omitempty"`
-	// Cookies are conditions on request cookies (at most 8, one per
-	// name). Only on a bypass rule, as Headers.
+	// Cookies are conditions on request cookies, all of which must hold
+	// (with the path and headers), e.g. bypass for clients with a session
+	// cookie: {name: session, present: true}. Only on a bypass rule, as
+	// headers. A request that names the cookie twice, in another case,
+	// percent-encoded or beside a comma meets the condition, and so does
+	// a quoted or percent-encoded value for exact and regex.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
 	Cookies []CookieMatch `json:"cookies,omitempty"`
 }
 
 // HeaderMatch is a condition on one request header field. Exactly one of
-// Present, Absent, Exact, Prefix, Regex must be set. A request that
-// names the field in a way origins read differently (on several lines,
-// or spelt with '_' for '-') meets the condition: the request goes to
-// the origin uncached, as it would without the sidecar.
+// present, absent, exact, prefix, regex must be set.
+// +kubebuilder:object:generate=true
+// +kubebuilder:validation:XValidation:rule="[has(self.present) && self.present, has(self.absent) && self.absent, has(self.exact), has(self.prefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of present, absent, exact, prefix, regex must be set"
 type HeaderMatch struct {
-	// Name of the field, case-insensitive (a token, not hop-by-hop, not
-	// Host).
+	// Name of the header field, case-insensitive. Not a hop-by-hop field
+	// and not Host.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
 	Name string `json:"name"`
 	// Present holds when the request has the field, whatever its value.
+	// +optional
 	Present bool `json:"present,omitempty"`
 	// Absent holds when the request does not have the field.
+	// +optional
 	Absent bool `json:"absent,omitempty"`
-	// Exact holds when the field's value is exactly this
-	// (case-sensitive; at most 1024 bytes).
+	// Exact holds when the field's value is exactly this (case-sensitive).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
 	Exact string `json:"exact,omitempty"`
 	// Prefix holds when the field's value starts with this
-	// (case-sensitive; at most 1024 bytes).
+	// (case-sensitive).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
 	Prefix string `json:"prefix,omitempty"`
-	// Regex holds when an RE2 regular expression matches the field's
-	// value, unanchored (at most 256 bytes).
+	// Regex holds when this RE2 regular expression matches the field's
+	// value, unanchored: write ^ and $ to match the whole value.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
 	Regex string `json:"regex,omitempty"`
 }
 
 // CookieMatch is a condition on one request cookie. Exactly one of
-// Present, Absent, Exact, Regex must be set. A request that names the
-// cookie in a way origins read differently (twice, in another case,
-// percent-encoded, after a comma) meets the condition, and so does a
-// value origins may decode (quoted or percent-encoded) for Exact and
-// Regex: the request goes to the origin uncached.
+// present, absent, exact, regex must be set.
+// +kubebuilder:object:generate=true
+// +kubebuilder:validation:XValidation:rule="[has(self.present) && self.present, has(self.absent) && self.absent, has(self.exact), has(self.regex)].filter(x, x).size() == 1",message="exactly one of present, absent, exact, regex must be set"
 type CookieMatch struct {
-	// Name of the cookie, case-sensitive (a token).
+	// Name of the cookie, case-sensitive.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
 	Name string `json:"name"`
-	// Present holds when the request sends the cookie, whatever its
-	// value.
+	// Present holds when the request sends the cookie, whatever its value
+	// (an empty one too).
+	// +optional
 	Present bool `json:"present,omitempty"`
 	// Absent holds when the request does not send the cookie.
+	// +optional
 	Absent bool `json:"absent,omitempty"`
-	// Exact holds when the cookie's value, as received, is exactly this
-	// (at most 1024 bytes).
+	// Exact holds when the cookie's value, as received, is exactly this:
+	// visible ASCII without ; , " \ % or spaces.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
 	Exact string `json:"exact,omitempty"`
-	// Regex holds when an RE2 regular expression matches the cookie's
-	// value as received, unanchored (at most 256 bytes).
+	// Regex holds when this RE2 regular expression matches the cookie's
+	// value as received, unanchored.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
 	Regex string `json:"regex,omitempty"`
 }
 
 // CacheKey shapes the cache key.
+// +kubebuilder:object:generate=true
+// +kubebuilder:validation:XValidation:rule="!(has(self.queryInclude) && size(self.queryInclude) > 0 && has(self.queryExclude) && size(self.queryExclude) > 0)",message="queryInclude and queryExclude are mutually exclusive"
 type CacheKey struct {
 	// QueryInclude keeps only these query parameters (a trailing * is a
-	// prefix wildcard; names compare percent-decoded and case-sensitively);
-	// empty keeps all. Not together with QueryExclude.
+	// prefix wildcard; names compare percent-decoded and
+	// case-sensitively); empty keeps all.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
 	QueryInclude []string `json:"queryInclude,omitempty"`
 	// QueryExclude drops these query parameters ("utm_*").
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
 	QueryExclude []string `json:"queryExclude,omitempty"`
-	// SortQuery sorts parameters so order does not split the cache.
+	// SortQuery sorts parameters so their order does not split the cache.
+	// +optional
 	SortQuery bool `json:"sortQuery,omitempty"`
 	// Headers adds these request header values to the key.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
 	Headers []string `json:"headers,omitempty"`
-	// Cookies adds these cookie values to the key (an absent cookie and an
-	// empty one make different keys).
+	// Cookies adds these cookie values to the key (an absent cookie and
+	// an empty one make different keys).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
 	Cookies []string `json:"cookies,omitempty"`
 }
 

@@ -164,7 +164,7 @@ func mutateLeaf(v reflect.Value, path string, n *int, target int, got *string) {
 			v.SetString(v.String() + "x")
 		case reflect.Bool:
 			v.SetBool(!v.Bool())
-		case reflect.Int, reflect.Int64:
+		case reflect.Int, reflect.Int32, reflect.Int64:
 			v.SetInt(v.Int() + 1)
 		case reflect.Float64:
 			v.SetFloat(v.Float() + 0.01)

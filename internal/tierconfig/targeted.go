@@ -14,19 +14,29 @@ import (
 // Defaults.StripTargeted) rather than filled in by WithDefaults, so a tier
 // that does not set it pushes the same JSON as before it existed (an older
 // sidecar refuses a field it does not know).
+// +kubebuilder:object:generate=true
 type TargetedCacheControl struct {
-	// Fields are the targeted field names the tier obeys, most applicable
-	// first: the first one a response carries with a valid, non-empty
-	// value replaces Cache-Control and Expires for this cache. Unset (or
-	// null): ["CDN-Cache-Control"]. An empty list turns targeted fields
-	// off. At most 8 HTTP field names, compared case-insensitively, no
-	// duplicates, not Cache-Control itself.
+	// Fields are the targeted field names the sidecars obey, most
+	// applicable first: the first one a response carries with a valid,
+	// non-empty value (a Structured Fields Dictionary) alone decides
+	// whether and how long the sidecar stores the response; Cache-Control
+	// and Expires are then ignored. An invalid field is ignored as if
+	// absent. Unset: [CDN-Cache-Control]. An empty list turns targeted
+	// fields off. Names are case-insensitive, without duplicates, and not
+	// Cache-Control.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	// +listType=atomic
 	Fields []string `json:"fields,omitzero"`
-	// Strip removes the listed fields from every response the sidecar
-	// sends its clients, hits and misses alike (default false: they are
-	// forwarded, so a CDN in front still sees CDN-Cache-Control). Stored
-	// entries keep them either way, so a later change of fields applies
+	// Strip removes the listed fields from every response the sidecars
+	// send their clients, hits and misses alike. Default false: they are
+	// forwarded, so a CDN in front still sees CDN-Cache-Control. Stored
+	// responses keep them either way, so a later change of fields applies
 	// exactly when an entry is revalidated.
+	// +optional
 	Strip bool `json:"strip,omitempty"`
 }
 

@@ -4,6 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
 // Duration is a Go duration string, which may also count days, weeks and
@@ -408,30 +410,9 @@ type DefaultsSpec struct {
 	CacheStatus *bool `json:"cacheStatus,omitempty"`
 }
 
-// TargetedCacheControlSpec is the tier's target list of RFC 9213.
-type TargetedCacheControlSpec struct {
-	// Fields are the targeted field names the sidecars obey, most
-	// applicable first: the first one a response carries with a valid,
-	// non-empty value (a Structured Fields Dictionary) alone decides
-	// whether and how long the sidecar stores the response; Cache-Control
-	// and Expires are then ignored. An invalid field is ignored as if
-	// absent. Unset: [CDN-Cache-Control]. An empty list turns targeted
-	// fields off. Names are case-insensitive, without duplicates, and not
-	// Cache-Control.
-	// +optional
-	// +kubebuilder:validation:MaxItems=8
-	// +kubebuilder:validation:items:MinLength=1
-	// +kubebuilder:validation:items:MaxLength=256
-	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
-	// +listType=atomic
-	Fields []string `json:"fields,omitzero"`
-	// Strip removes the listed fields from every response the sidecars
-	// send their clients, hits and misses alike. Default false: they are
-	// forwarded, so a CDN in front still sees CDN-Cache-Control. Stored
-	// responses keep them either way.
-	// +optional
-	Strip bool `json:"strip,omitempty"`
-}
+// TargetedCacheControlSpec is the tier's target list of RFC 9213: the
+// sidecar config's own type.
+type TargetedCacheControlSpec = tierconfig.TargetedCacheControl
 
 // Rule applies to requests its match selects.
 // +kubebuilder:validation:XValidation:rule="(has(self.bypass) && self.bypass) || ((!has(self.match.headers) || size(self.match.headers) == 0) && (!has(self.match.cookies) || size(self.match.cookies) == 0))",message="match.headers and match.cookies are allowed only on a bypass rule: a client chooses its own headers and cookies, so they may take its request past the cache but never choose how a shared entry is stored or served",fieldPath=".match"
@@ -477,231 +458,35 @@ type Rule struct {
 
 // RequestHeadersMode is how a tier forwards client request headers on
 // cache fills.
-// +kubebuilder:validation:Enum=standard;strict
-type RequestHeadersMode string
+type RequestHeadersMode = tierconfig.RequestHeadersMode
 
 // Request header modes.
 const (
-	RequestHeadersStandard RequestHeadersMode = "standard"
-	RequestHeadersStrict   RequestHeadersMode = "strict"
+	RequestHeadersStandard = tierconfig.RequestHeadersStandard
+	RequestHeadersStrict   = tierconfig.RequestHeadersStrict
 )
 
 // RequestHeadersSpec chooses which client request headers reach the origin
-// on fetches whose answer may be stored. Requests that are never stored
-// (bypassed paths, unsafe methods, HEAD and Range misses, GET with a body)
-// forward every header.
-// +kubebuilder:validation:XValidation:rule="!has(self.allow) || size(self.allow) == 0 || (has(self.mode) && self.mode == 'strict')",message="allow is used only when mode is strict",fieldPath=".allow"
-type RequestHeadersSpec struct {
-	// Mode is standard (default: every header except the forwarding
-	// headers the sidecar always withholds, see docs/caching.md) or
-	// strict (only allow, plus the headers the key holds: the rule's
-	// cacheKey.headers and the names the origin's Vary lists).
-	// +optional
-	Mode RequestHeadersMode `json:"mode,omitempty"`
-	// Allow lists the headers a strict tier forwards on fills
-	// (case-insensitive). Default: Accept, Accept-Encoding,
-	// Accept-Language, User-Agent. Setting it replaces the default.
-	// +optional
-	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:items:MaxLength=256
-	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
-	// +listType=set
-	Allow []string `json:"allow,omitempty"`
-	// AllowUnderscoredNames lists request header names spelt with '_'
-	// or '.' (X_Api_Version) that fills forward, as spelt
-	// (case-insensitive). Every other such name is dropped from fills,
-	// as nginx drops them by default (underscores_in_headers off): many
-	// gateways read X_Tenant as X-Tenant, so an unkeyed X_Tenant could
-	// decide a shared entry. A name listed here joins the cache key of
-	// every rule.
-	// +optional
-	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:items:MaxLength=256
-	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]*[_.][!#$%&'*+.^_|~0-9A-Za-z-]*$`
-	// +listType=set
-	AllowUnderscoredNames []string `json:"allowUnderscoredNames,omitempty"`
-}
+// on fetches whose answer may be stored: the sidecar config's own type.
+type RequestHeadersSpec = tierconfig.RequestHeaders
 
-// AccessLogSpec chooses what the sidecars' access log writes. Header
-// values are never logged, nor the query except the parameters
-// queryParams lists.
-type AccessLogSpec struct {
-	// Enabled turns the access log on or off (default: the sidecar's
-	// --access-log, on).
-	// +optional
-	Enabled *bool `json:"enabled,omitempty"`
-	// SamplePercent logs this share of the requests, chosen at random;
-	// answers with a 5xx status are always logged (default: the
-	// sidecar's --access-log-sample-percent, 100).
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=100
-	SamplePercent int32 `json:"samplePercent,omitempty"`
-	// ExcludePaths are request paths never logged: exact ("/healthz"), or
-	// a prefix when the entry ends in '*' ("/static/*"). Setting it
-	// replaces the sidecar's --access-log-exclude.
-	// +optional
-	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:items:MaxLength=2048
-	// +kubebuilder:validation:items:Pattern=`^/[^?#*]*\*?$`
-	// +listType=set
-	ExcludePaths []string `json:"excludePaths,omitempty"`
-	// QueryParams names the query parameters logged (a trailing '*' is a
-	// prefix); the query is otherwise left out of the log, since its
-	// values may be secrets (tokens, signatures).
-	// +optional
-	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:items:MaxLength=256
-	// +kubebuilder:validation:items:Pattern=`^[^*]*\*?$`
-	// +kubebuilder:validation:items:MinLength=1
-	// +listType=set
-	QueryParams []string `json:"queryParams,omitempty"`
-	// TrustForwardedFor logs the client address from the last
-	// X-Forwarded-For entry instead of the connection's peer. Set it only
-	// when every request reaches the sidecar through a proxy that appends
-	// it (an ingress, a mesh).
-	// +optional
-	TrustForwardedFor bool `json:"trustForwardedFor,omitempty"`
-}
+// AccessLogSpec chooses what the sidecars' access log writes: the
+// sidecar config's own type.
+type AccessLogSpec = tierconfig.AccessLog
 
-// Match selects requests: by path (exactly one of path, pathPrefix, regex
-// must be set) and, on a bypass rule only, by request header fields and
-// cookies. Every condition given must hold.
-// +kubebuilder:validation:XValidation:rule="[has(self.path), has(self.pathPrefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of path, pathPrefix, regex must be set"
-type Match struct {
-	// Path matches one exact path.
-	// +optional
-	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:Pattern=`^/`
-	Path string `json:"path,omitempty"`
-	// PathPrefix matches paths that start with it ("/static/").
-	// +optional
-	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:Pattern=`^/`
-	PathPrefix string `json:"pathPrefix,omitempty"`
-	// Regex matches paths with an RE2 regular expression, unanchored:
-	// write ^ and $ to match the whole path.
-	// +optional
-	// +kubebuilder:validation:MaxLength=1024
-	Regex string `json:"regex,omitempty"`
-	// Headers are conditions on request header fields, all of which must
-	// hold (with the path), e.g. bypass when X-Preview is present. Only on
-	// a bypass rule: a client chooses its own headers, so they may take
-	// its request past the cache, never choose how a shared entry is
-	// stored or served (see docs/caching.md "Which rule applies"). A
-	// request that sends the field on several lines or spelt with '_' for
-	// '-' meets the condition (origins read those differently).
-	// +optional
-	// +kubebuilder:validation:MaxItems=8
-	// +listType=map
-	// +listMapKey=name
-	Headers []HeaderMatch `json:"headers,omitempty"`
-	// Cookies are conditions on request cookies, all of which must hold
-	// (with the path and headers), e.g. bypass for clients with a session
-	// cookie: {name: session, present: true}. Only on a bypass rule, as
-	// headers. A request that names the cookie twice, in another case,
-	// percent-encoded or beside a comma meets the condition, and so does
-	// a quoted or percent-encoded value for exact and regex.
-	// +optional
-	// +kubebuilder:validation:MaxItems=8
-	// +listType=map
-	// +listMapKey=name
-	Cookies []CookieMatch `json:"cookies,omitempty"`
-}
-
-// HeaderMatch is a condition on one request header field. Exactly one of
-// present, absent, exact, prefix, regex must be set.
-// +kubebuilder:validation:XValidation:rule="[has(self.present) && self.present, has(self.absent) && self.absent, has(self.exact), has(self.prefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of present, absent, exact, prefix, regex must be set"
-type HeaderMatch struct {
-	// Name of the header field, case-insensitive. Not a hop-by-hop field
-	// and not Host.
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=256
-	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
-	Name string `json:"name"`
-	// Present holds when the request has the field, whatever its value.
-	// +optional
-	Present bool `json:"present,omitempty"`
-	// Absent holds when the request does not have the field.
-	// +optional
-	Absent bool `json:"absent,omitempty"`
-	// Exact holds when the field's value is exactly this (case-sensitive).
-	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=1024
-	Exact string `json:"exact,omitempty"`
-	// Prefix holds when the field's value starts with this
-	// (case-sensitive).
-	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=1024
-	Prefix string `json:"prefix,omitempty"`
-	// Regex holds when this RE2 regular expression matches the field's
-	// value, unanchored: write ^ and $ to match the whole value.
-	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=256
-	Regex string `json:"regex,omitempty"`
-}
-
-// CookieMatch is a condition on one request cookie. Exactly one of
-// present, absent, exact, regex must be set.
-// +kubebuilder:validation:XValidation:rule="[has(self.present) && self.present, has(self.absent) && self.absent, has(self.exact), has(self.regex)].filter(x, x).size() == 1",message="exactly one of present, absent, exact, regex must be set"
-type CookieMatch struct {
-	// Name of the cookie, case-sensitive.
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=256
-	// +kubebuilder:validation:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+$`
-	Name string `json:"name"`
-	// Present holds when the request sends the cookie, whatever its value
-	// (an empty one too).
-	// +optional
-	Present bool `json:"present,omitempty"`
-	// Absent holds when the request does not send the cookie.
-	// +optional
-	Absent bool `json:"absent,omitempty"`
-	// Exact holds when the cookie's value, as received, is exactly this:
-	// visible ASCII without ; , " \ % or spaces.
-	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=1024
-	Exact string `json:"exact,omitempty"`
-	// Regex holds when this RE2 regular expression matches the cookie's
-	// value as received, unanchored.
-	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=256
-	Regex string `json:"regex,omitempty"`
-}
-
-// CacheKey shapes the cache key.
-// +kubebuilder:validation:XValidation:rule="!(has(self.queryInclude) && size(self.queryInclude) > 0 && has(self.queryExclude) && size(self.queryExclude) > 0)",message="queryInclude and queryExclude are mutually exclusive"
-type CacheKey struct {
-	// QueryInclude keeps only these query parameters (a trailing * is a
-	// prefix wildcard); empty keeps all.
-	// +optional
-	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:items:MaxLength=256
-	QueryInclude []string `json:"queryInclude,omitempty"`
-	// QueryExclude drops these query parameters ("utm_*").
-	// +optional
-	// +kubebuilder:validation:MaxItems=64
-	// +kubebuilder:validation:items:MaxLength=256
-	QueryExclude []string `json:"queryExclude,omitempty"`
-	// SortQuery sorts parameters so their order does not split the cache.
-	// +optional
-	SortQuery bool `json:"sortQuery,omitempty"`
-	// Headers adds these request header values to the key.
-	// +optional
-	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:validation:items:MaxLength=256
-	Headers []string `json:"headers,omitempty"`
-	// Cookies adds these cookie values to the key.
-	// +optional
-	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:validation:items:MaxLength=256
-	Cookies []string `json:"cookies,omitempty"`
-}
+// The leaf types of a rule are the sidecar config's own: one definition
+// (tierconfig) carries the fields, their validation markers and their
+// docs, for the CRD and the sidecar alike.
+type (
+	// Match selects requests by path, header fields and cookies.
+	Match = tierconfig.Match
+	// HeaderMatch is a condition on one request header field.
+	HeaderMatch = tierconfig.HeaderMatch
+	// CookieMatch is a condition on one request cookie.
+	CookieMatch = tierconfig.CookieMatch
+	// CacheKey shapes the cache key.
+	CacheKey = tierconfig.CacheKey
+)
 
 // CoalescingSpec collapses concurrent misses.
 type CoalescingSpec struct {

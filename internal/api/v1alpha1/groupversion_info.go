@@ -10,6 +10,12 @@
 // never needs them), the heuristic fraction is a whole percentage (CRDs
 // avoid floats), and spec.sidecar shapes the injected container.
 //
+// Where nothing departs, the type is the model's own, by type alias
+// (Match, CacheKey, RequestHeadersSpec, AccessLogSpec, ...): its fields,
+// validation markers and docs are written once, in tierconfig. The
+// sections that depart are converted to the model by code that
+// tools/convertgen generates (internal/operator/render).
+//
 // +kubebuilder:object:generate=true
 // +groupName=tiercache.io
 package v1alpha1

@@ -2,179 +2,86 @@ package render
 
 import (
 	"errors"
-	"fmt"
-	"slices"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// convert maps the spec onto the config model field by field, without
-// defaults and without Secrets. Sizes and durations that do not convert
-// are FieldErrors named by their config-model path (so FieldErrors maps
-// them back like any validation error).
+// convert maps the spec onto the config model, without defaults and
+// without Secrets. tools/convertgen writes the conversion of every field
+// that maps one to one (zz_generated.convert.go, make generate); the
+// fields it leaves to this file are listed below, each with its reason,
+// and convertgen fails on a field of either side that is neither
+// converted nor listed. Sizes and durations that do not convert are
+// FieldErrors named by their config-model path (so FieldErrors maps them
+// back like any validation error).
 func convert(spec v1alpha1.CacheTierSpec) (tierconfig.Config, error) {
-	var errs []error
-	dur := func(path string, d v1alpha1.Duration) tierconfig.Duration {
-		v, err := duration(path, d)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		return v
-	}
+	var cv converter
 	var c tierconfig.Config
-	var err error
-	if c.L1.MaxSize, err = quantity("l1.maxSize", spec.L1.MaxSize); err != nil {
-		errs = append(errs, err)
+	cv.cacheTierSpec("", &spec, &c)
+	if spec.L2 != nil && spec.L2.TLS != nil {
+		c.L2.TLS = spec.L2.TLS.Enabled
 	}
-	if c.L1.MaxEntrySize, err = quantity("l1.maxEntrySize", spec.L1.MaxEntrySize); err != nil {
-		errs = append(errs, err)
-	}
-	c.L1.Shards = int(spec.L1.Shards)
+	c.Defaults.HeuristicFraction = float64(spec.Defaults.HeuristicPercent) / 100
+	// The shared type's deep copy keeps an empty list; a tier that writes
+	// "allow: []" has always rendered without requestHeaders (omitzero),
+	// and keeps that config and its hash.
+	c.RequestHeaders.Allow = nilIfEmpty(c.RequestHeaders.Allow)
+	c.RequestHeaders.AllowUnderscoredNames = nilIfEmpty(c.RequestHeaders.AllowUnderscoredNames)
+	return c, errors.Join(cv.errs...)
+}
 
-	if l2 := spec.L2; l2 != nil {
-		c.L2 = tierconfig.L2{
-			Addresses:  append([]string(nil), l2.Addresses...),
-			Mode:       string(l2.Mode),
-			MasterName: l2.MasterName,
-			Username:   l2.Username,
-			Timeout:    dur("l2.timeout", l2.Timeout),
-		}
-		if l2.TLS != nil {
-			c.L2.TLS = l2.TLS.Enabled
-		}
-		if w := l2.WarmStart; w != nil {
-			c.L2.WarmStart = tierconfig.WarmStart{
-				Disabled:   w.Disabled,
-				MaxEntries: int(w.MaxEntries),
-				Timeout:    dur("l2.warmStart.timeout", w.Timeout),
-			}
-			if c.L2.WarmStart.MaxBytes, err = quantity("l2.warmStart.maxBytes", w.MaxBytes); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if c.L2.MaxBodySize, err = quantity("l2.maxBodySize", l2.MaxBodySize); err != nil {
-			errs = append(errs, err)
-		}
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
 	}
+	return s
+}
 
-	// Only the tier-level half of spec.bodyStore: size and medium shape
-	// the pod (BodyVolume), not the config.
-	if bs := spec.BodyStore; bs != nil {
-		if c.BodyStore.Threshold, err = quantity("bodyStore.threshold", bs.Threshold); err != nil {
-			errs = append(errs, err)
-		}
-		if c.BodyStore.MaxObjectSize, err = quantity("bodyStore.maxObjectSize", bs.MaxObjectSize); err != nil {
-			errs = append(errs, err)
-		}
-	}
+// Converted here, above:
+//
+//convertgen:byhand v1alpha1.L2Spec.TLS an object (enabled, caSecretRef); the config has the switch
+//convertgen:byhand v1alpha1.DefaultsSpec.HeuristicPercent a percentage; the config has a fraction
+//convertgen:byhand tierconfig.Defaults.HeuristicFraction from heuristicPercent
+//
+// Never in the config: Secrets reach the sidecar as files (SecretFiles,
+// SecretVersions), and the pod's shape is the injector's:
+//
+//convertgen:byhand v1alpha1.L2Spec.PasswordSecretRef a Secret: a file of the pod, its version in SecretVersions
+//convertgen:byhand tierconfig.L2.Password a secret value: the sidecar reads it from its file
+//convertgen:byhand tierconfig.L2.CACert a secret value: the sidecar reads it from its file
+//convertgen:byhand v1alpha1.PurgeSpec.TokenSecretRef a Secret: a file of the pod, its version in SecretVersions
+//convertgen:byhand tierconfig.Purge.Token a secret value: the sidecar reads it from its file
+//convertgen:byhand tierconfig.Config.SecretVersions filled by Config (SecretVersions)
+//convertgen:byhand tierconfig.L2.KeyPrefix derived from the tier's name by Redacted, never chosen
+//convertgen:byhand v1alpha1.BodyStoreSpec.Size the pod's volume (BodyVolume)
+//convertgen:byhand v1alpha1.BodyStoreSpec.Medium the pod's volume (BodyVolume)
+//convertgen:byhand v1alpha1.CacheTierSpec.Sidecar the injected container (inject)
+//
+// The types convertgen converts through a method of converter:
+//
+//convertgen:via v1alpha1.Duration tierconfig.Duration duration
+//convertgen:via *resource.Quantity tierconfig.Size size
 
-	c.Origin = tierconfig.Origin{
-		Timeout:               dur("origin.timeout", spec.Origin.Timeout),
-		ResponseHeaderTimeout: dur("origin.responseHeaderTimeout", spec.Origin.ResponseHeaderTimeout),
-		IdleTimeout:           dur("origin.idleTimeout", spec.Origin.IdleTimeout),
-		StreamRequestBodies:   spec.Origin.StreamRequestBodies,
-	}
-	if c.Origin.RequestBuffer, err = quantity("origin.requestBuffer", spec.Origin.RequestBuffer); err != nil {
-		errs = append(errs, err)
-	}
+// converter collects the errors of one conversion.
+type converter struct{ errs []error }
 
-	d := spec.Defaults
-	c.Defaults = tierconfig.Defaults{
-		FallbackTTL:               dur("defaults.fallbackTTL", d.FallbackTTL),
-		StaleWhileRevalidate:      dur("defaults.staleWhileRevalidate", d.StaleWhileRevalidate),
-		StaleIfError:              dur("defaults.staleIfError", d.StaleIfError),
-		NegativeTTL:               dur("defaults.negativeTTL", d.NegativeTTL),
-		HeuristicFraction:         float64(d.HeuristicPercent) / 100,
-		HeuristicMaxTTL:           dur("defaults.heuristicMaxTTL", d.HeuristicMaxTTL),
-		HitForMissTTL:             dur("defaults.hitForMissTTL", d.HitForMissTTL),
-		AllowSetCookie:            d.AllowSetCookie,
-		IgnoreRequestCacheControl: d.IgnoreRequestCacheControl,
-		UpdateFromHead:            d.UpdateFromHead,
-		ForwardClientValidators:   d.ForwardClientValidators,
-		StorePostResponses:        d.StorePostResponses,
-		NormalizeAcceptLanguage:   d.NormalizeAcceptLanguage,
-		CacheStatus:               d.CacheStatus,
+// duration converts a duration of the field at path.
+func (cv *converter) duration(path string, d v1alpha1.Duration) tierconfig.Duration {
+	v, err := duration(path, d)
+	if err != nil {
+		cv.errs = append(cv.errs, err)
 	}
-	if d.StaleIfUnreachable != nil {
-		v := dur("defaults.staleIfUnreachable", *d.StaleIfUnreachable)
-		c.Defaults.StaleIfUnreachable = &v
-	}
-	if tc := d.TargetedCacheControl; tc != nil {
-		// slices.Clone keeps an empty list empty (targeted fields off),
-		// where append to nil would make it unset (the default list).
-		c.Defaults.TargetedCacheControl = &tierconfig.TargetedCacheControl{Fields: slices.Clone(tc.Fields), Strip: tc.Strip}
-	}
+	return v
+}
 
-	for i, r := range spec.Rules {
-		at := fmt.Sprintf("rules[%d].", i)
-		rule := tierconfig.Rule{
-			Name: r.Name,
-			Match: tierconfig.Match{
-				Path:       r.Match.Path,
-				PathPrefix: r.Match.PathPrefix,
-				Regex:      r.Match.Regex,
-			},
-			Bypass:             r.Bypass,
-			TTL:                dur(at+"ttl", r.TTL),
-			TTLWithCredentials: r.TTLWithCredentials,
-			MaxTTL:             dur(at+"maxTTL", r.MaxTTL),
-			CacheKey: tierconfig.CacheKey{
-				QueryInclude: append([]string(nil), r.CacheKey.QueryInclude...),
-				QueryExclude: append([]string(nil), r.CacheKey.QueryExclude...),
-				SortQuery:    r.CacheKey.SortQuery,
-				Headers:      append([]string(nil), r.CacheKey.Headers...),
-				Cookies:      append([]string(nil), r.CacheKey.Cookies...),
-			},
-		}
-		for _, h := range r.Match.Headers {
-			rule.Match.Headers = append(rule.Match.Headers, tierconfig.HeaderMatch(h))
-		}
-		for _, k := range r.Match.Cookies {
-			rule.Match.Cookies = append(rule.Match.Cookies, tierconfig.CookieMatch(k))
-		}
-		if r.StaleWhileRevalidate != nil {
-			v := dur(at+"staleWhileRevalidate", *r.StaleWhileRevalidate)
-			rule.StaleWhileRevalidate = &v
-		}
-		if r.StaleIfError != nil {
-			v := dur(at+"staleIfError", *r.StaleIfError)
-			rule.StaleIfError = &v
-		}
-		c.Rules = append(c.Rules, rule)
+// size converts a quantity of the field at path.
+func (cv *converter) size(path string, q *resource.Quantity) tierconfig.Size {
+	v, err := quantity(path, q)
+	if err != nil {
+		cv.errs = append(cv.errs, err)
 	}
-
-	c.RequestHeaders = tierconfig.RequestHeaders{
-		Mode:                  string(spec.RequestHeaders.Mode),
-		Allow:                 append([]string(nil), spec.RequestHeaders.Allow...),
-		AllowUnderscoredNames: append([]string(nil), spec.RequestHeaders.AllowUnderscoredNames...),
-	}
-
-	al := spec.AccessLog
-	c.AccessLog = tierconfig.AccessLog{
-		SamplePercent:     int(al.SamplePercent),
-		ExcludePaths:      slices.Clone(al.ExcludePaths),
-		QueryParams:       slices.Clone(al.QueryParams),
-		TrustForwardedFor: al.TrustForwardedFor,
-	}
-	if al.Enabled != nil {
-		v := *al.Enabled
-		c.AccessLog.Enabled = &v
-	}
-
-	c.Purge.HTTPMethod = spec.Purge.HTTPMethod
-
-	co := spec.Coalescing
-	c.Coalescing = tierconfig.Coalescing{
-		Timeout: dur("coalescing.timeout", co.Timeout),
-	}
-	if co.Enabled != nil {
-		v := *co.Enabled
-		c.Coalescing.Enabled = &v
-	}
-	if co.ClusterWide != nil {
-		v := *co.ClusterWide
-		c.Coalescing.ClusterWide = &v
-	}
-	return c, errors.Join(errs...)
+	return v
 }
