@@ -168,9 +168,16 @@ func podReady(p *corev1.Pod) bool {
 // podState says why a pod of the tier has no sidecar to talk to ("" when
 // it has one that may be running).
 func podState(p *corev1.Pod) string {
-	switch {
-	case sidecarOf(p) == nil:
+	if sidecarOf(p) == nil {
 		return "not injected"
+	}
+	return runState(p)
+}
+
+// runState says why a pod cannot be read (terminating, not scheduled,
+// not running), or "" when it runs.
+func runState(p *corev1.Pod) string {
+	switch {
 	case p.DeletionTimestamp != nil:
 		return "terminating"
 	case p.Status.Phase == "", p.Status.Phase == corev1.PodPending && p.Spec.NodeName == "":
