@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -250,5 +251,32 @@ func TestAcceptsCoding(t *testing.T) {
 		if got := acceptsCoding(tt.ae, tt.coding); got != tt.want {
 			t.Errorf("%s: acceptsCoding(%q, %q) = %v", name, tt.ae, tt.coding, got)
 		}
+	}
+}
+
+func TestCPUTicksReadsProcesses(t *testing.T) {
+	self, err := cpuTicks([]int{os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn CPU until the kernel has charged at least one tick more
+	// (bounded: 5 s of wall clock).
+	deadline := time.Now().Add(5 * time.Second)
+	x := 0
+	for time.Now().Before(deadline) {
+		for i := 0; i < 1_000_000; i++ {
+			x += i
+		}
+		if now, err := cpuTicks([]int{os.Getpid()}); err == nil && now > self {
+			return
+		}
+	}
+	t.Errorf("own CPU ticks did not grow from %d in 5 s of work (x=%d)", self, x)
+}
+
+func TestCPUTicksCountsAGoneProcessAsZero(t *testing.T) {
+	// PID_MAX_LIMIT is 2^22: this pid cannot exist.
+	if n, err := cpuTicks([]int{1 << 23}); err != nil || n != 0 {
+		t.Errorf("cpuTicks(gone) = %d, %v; want 0, nil", n, err)
 	}
 }
