@@ -335,10 +335,11 @@ elif kind == "replay":
     mb = lambda b: f"{b / 1e6:,.1f} MB"
     cpu = f"{r['cpu_per_request_us']:.0f}" if r.get("cpu_per_request_us") else "?"
     anon = f"{li.get('anonymous', 0)} ({li.get('anonymous_from_cache', 0)} from cache)"
+    personal = f"{li.get('personal', 0)} ({li.get('personal_from_cache', 0)} from cache)"
     leaks = r["leaks"] if r["leaks"] == 0 else f"**{r['leaks']}**"
     print(f"| {label} | {r['requests']} | {100 * r['hit_rate']:.1f}% | {o.get('requests', '?')} "
           f"| {mb(o['bytes']) if 'bytes' in o else '?'} | {mb(r['client_bytes'])} | {cpu} "
-          f"| {li.get('requests', 0)} | {li.get('personal', 0)} | {anon} | {leaks} | {r['errors']} |")
+          f"| {li.get('requests', 0)} | {personal} | {anon} | {leaks} | {r['errors']} |")
 elif kind == "roll":
     label, r, base, ready, loaded = args[0], load(args[1]), args[2], args[3], args[4]
     tl = r.get("timeline") or []
@@ -1400,7 +1401,8 @@ commands() {
     echo "UPDATING. Origin requests and body bytes from demo-origin's /stats; bytes to clients as sent (compressed"
     echo "or not); CPU: the server's user + system time (/proc: the sidecar; nginx's and varnishd's processes) per"
     echo "request. Signed in: page and API requests of signed-in visitors, answered with their own page (personal)"
-    echo "or the anonymous one. Leaks: answers carrying another session's page (the run fails on any)."
+    echo "or the anonymous one, and how many of each the server said came from its cache. Leaks: answers"
+    echo "carrying another session's page (the run fails on any)."
     echo
     echo "| target | requests | from cache | origin requests | origin bytes | bytes to clients | CPU µs/req | signed-in page/API requests | personal | anonymous | leaks | errors |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

@@ -53,7 +53,11 @@ type ReplayLoggedIn struct {
 	Requests int64 `json:"requests"`
 	// Personal answers carried the visitor's own marker; Anonymous ones
 	// the anonymous page (AnonymousFromCache of them from the cache).
-	Personal           int64 `json:"personal"`
+	Personal int64 `json:"personal"`
+	// PersonalFromCache counts personal answers the server said came
+	// from its cache: a personal page was stored (served back to its own
+	// visitor here, but stored all the same).
+	PersonalFromCache  int64 `json:"personal_from_cache"`
 	Anonymous          int64 `json:"anonymous"`
 	AnonymousFromCache int64 `json:"anonymous_from_cache"`
 }
@@ -294,6 +298,9 @@ func (ws *replayStats) check(rq ReplayRequest, plain []byte, cached bool) {
 	switch {
 	case own:
 		ws.LoggedIn.Personal++
+		if cached {
+			ws.LoggedIn.PersonalFromCache++
+		}
 	case bytes.Contains(plain, []byte("tc-anonymous")):
 		ws.LoggedIn.Anonymous++
 		if cached {
@@ -312,6 +319,7 @@ func (t *replayStats) merge(o *replayStats) {
 	t.Leaks += o.Leaks
 	t.LoggedIn.Requests += o.LoggedIn.Requests
 	t.LoggedIn.Personal += o.LoggedIn.Personal
+	t.LoggedIn.PersonalFromCache += o.LoggedIn.PersonalFromCache
 	t.LoggedIn.Anonymous += o.LoggedIn.Anonymous
 	t.LoggedIn.AnonymousFromCache += o.LoggedIn.AnonymousFromCache
 	for _, m := range [][2]map[string]int64{{t.Status, o.Status}, {t.XCache, o.XCache}, {t.Codings, o.Codings}} {
@@ -449,7 +457,8 @@ func (r *ReplayResult) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "server CPU    %.2fs, %.0f µs per request\n", r.CPUS, r.CPUPerRequestUS)
 	}
 	li := r.LoggedIn
-	fmt.Fprintf(w, "signed in     %d page/API requests: %d personal, %d anonymous (%d of them from cache)\n", li.Requests, li.Personal, li.Anonymous, li.AnonymousFromCache)
+	fmt.Fprintf(w, "signed in     %d page/API requests: %d personal (%d from cache), %d anonymous (%d from cache)\n",
+		li.Requests, li.Personal, li.PersonalFromCache, li.Anonymous, li.AnonymousFromCache)
 	if r.Leaks == 0 {
 		fmt.Fprintln(w, "LEAK CHECK    ok: no client received another session's page")
 		return

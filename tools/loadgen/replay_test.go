@@ -178,7 +178,7 @@ func TestReplayLeakCheckPassesAnHonestServer(t *testing.T) {
 		t.Errorf("leaks = %d: %v", res.Leaks, res.LeakExamples)
 	}
 	li := res.LoggedIn
-	if li.Requests == 0 || li.Personal != li.Requests {
+	if li.Requests == 0 || li.Personal != li.Requests || li.PersonalFromCache != 0 {
 		t.Errorf("signed in: %+v, want every page personal", li)
 	}
 	if res.Codings["gzip"] == 0 || res.Undecodable != 0 || res.Unaccepted != 0 {
