@@ -65,7 +65,8 @@
 # BENCH_REPLAY_CONCURRENCY (16) and BENCH_REPLAY_TARGETS (all five, part
 # 9), BENCH_RESULTS (bench-results).
 #
-# A full run takes about 8 minutes on 2 cores (part 7 alone 1, part 2 3).
+# A full run takes about 10 minutes on 2 cores (part 7 alone 1, part 2 3,
+# part 9 about 2).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$TC_ROOT"
