@@ -2,17 +2,20 @@ vcl 4.1;
 # Varnish with the cookie- and query-normalizing VCL its users commonly
 # deploy (hack/bench.sh, part 9). The rules are the usual ones of the
 # public templates and docs, written here for this site:
-# - tracking parameters stripped and the query sorted (std.querysort): as
-#   in the widely copied "varnish 4/5/6 configuration templates" default.vcl
-#   (Mattias Geniar) and Varnish Software's "Varnish Book" / developer
-#   portal examples on removing Google Analytics parameters;
+# - tracking parameters (utm_*, gclid, fbclid, ...) stripped and the
+#   query sorted with std.querysort: as in the widely copied
+#   varnish-4.x/5.x/6.0 configuration templates' default.vcl (Mattias
+#   Geniar) and hosting guides' recipes ("Strip marketing or analytics
+#   query parameters with Varnish", GetPageSpeed; "Varnish 103: URL
+#   normalization", Upsun);
 # - static files served without cookies (unset req.http.Cookie for asset
 #   extensions): the same templates;
-# - every cookie but the application's session cookie removed
-#   (vmod_cookie's keep(), the example of the vmod's own documentation and
-#   of varnish-cache.org's "Removing all BUT some cookies"), so analytics
-#   cookies no longer make builtin.vcl pass the request; a request that
-#   still has a Cookie (the session) is passed by builtin.vcl.
+# - every cookie but the application's session cookie removed, the
+#   "Cookies" advice of varnish-cache.org's users guide ("Achieving a high
+#   hitrate"), written with vmod_cookie's keep() as its documentation
+#   shows, so analytics cookies no longer make builtin.vcl pass the
+#   request; a request that still has a Cookie (the session) is passed
+#   by builtin.vcl.
 # Accept-Encoding needs no rule: http_gzip_support (on by default) makes
 # Varnish ask the origin for gzip and store one gzipped copy.
 # hack/bench.sh fills in the origin's address.
