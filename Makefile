@@ -177,7 +177,7 @@ demo-smoke: ## Run the demo once and fail unless it shows MISS, HIT, then MISS a
 demo: ## Start the demo origin and the sidecar, show MISS → HIT → purge → MISS, keep running until Ctrl-C
 	@bash hack/demo.sh
 
-bench: ## Benchmarks against nginx (hits, herd, 100 MiB), L2, replicas, restarts, memory (results in bench-results/; BENCH_PARTS)
+bench: ## Benchmarks against nginx (hits, herd, 100 MiB), L2, replicas, restarts, memory, a browser-mix replay against Varnish and nginx (results in bench-results/; BENCH_PARTS)
 	@bash hack/bench.sh
 
 .PHONY: k8s-tools

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/bench.sh — what `make bench` runs. Eight parts, results under
+# hack/bench.sh — what `make bench` runs. Nine parts, results under
 # bench-results/<time>/ and a summary ready to paste into docs/benchmarks.md.
 # nginx (Debian's package, unpacked into the tool cache with wrk by
 # hack/ensure-nginx.sh) is the yardstick of parts 2, 3 and 8: it runs next
@@ -36,6 +36,15 @@
 #      origin is done; then a hit's MB/s. The sidecar gets its body store
 #      (--body-dir, hack/bench-large-tier.yaml) when the binary has one;
 #      without it the object passes through uncached
+#   9. the browser-mix replay (`loadgen replay`, issue 29): the same seeded
+#      requests of browsers, crawlers and tools (analytics and session
+#      cookies, compressing origin: demo-origin's /site/) against Tiercache
+#      with its defaults and with hack/bench-replay-tier.yaml (docs/caching.md's
+#      settings for a typical site), Varnish with its built-in VCL and with
+#      hack/bench-replay-varnish.vcl (cookie and query normalizing), and
+#      nginx proxy_cache with gzip on; from-cache share, origin requests and
+#      bytes, bytes to clients, CPU per request; fails on any leak of a
+#      signed-in visitor's page to another client
 #
 # Everything listens on free loopback ports and is stopped on exit; nginx's
 # cache and the sidecar's body directory live in a temporary directory on
@@ -46,15 +55,18 @@
 #
 # Knobs: BENCH_DURATION (10s, parts 2–5), BENCH_REPS (2, parts 2, 3, 8),
 # BENCHTIME (go test -benchtime, 1s), BENCH_GO_TIMEOUT (3m), BENCH_PARTS
-# (which parts, "1 2 3 4 5 6 7 8"), BENCH_SKIP_GO=1 (skip part 1),
+# (which parts, "1 2 3 4 5 6 7 8 9"), BENCH_SKIP_GO=1 (skip part 1),
 # BENCH_ROLL_DURATION (20s, part 6), BENCH_FLOOD_DURATION (60s, part 7),
 # BENCH_LARGE_SIZE (104857600 bytes) and BENCH_LARGE_RATE (52428800 B/s,
 # part 8), BENCH_BODY_STORE (1; 0 runs parts 2 and 8 without the body
 # store), BENCH_ACCESS_LOG (0: the sidecars run with --access-log=false,
 # as nginx runs with access_log off; 1 logs every request to the part's
-# log file), BENCH_RESULTS (bench-results).
+# log file), BENCH_REPLAY_REQUESTS (30000), BENCH_REPLAY_SEED (1),
+# BENCH_REPLAY_CONCURRENCY (16) and BENCH_REPLAY_TARGETS (all five, part
+# 9), BENCH_RESULTS (bench-results).
 #
-# A full run takes about 8 minutes on 2 cores (part 7 alone 1, part 2 3).
+# A full run takes about 10 minutes on 2 cores (part 7 alone 1, part 2 3,
+# part 9 about 2).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$TC_ROOT"
@@ -62,13 +74,25 @@ cd "$TC_ROOT"
 DURATION="${BENCH_DURATION:-10s}"
 BENCHTIME="${BENCHTIME:-1s}"
 GO_TIMEOUT="${BENCH_GO_TIMEOUT:-3m}"
-PARTS=" ${BENCH_PARTS:-1 2 3 4 5 6 7 8} "
+PARTS=" ${BENCH_PARTS:-1 2 3 4 5 6 7 8 9} "
 if [[ "${BENCH_SKIP_GO:-0}" == 1 ]]; then PARTS="${PARTS/ 1 / }"; fi
 ROLL_DURATION="${BENCH_ROLL_DURATION:-20s}"
 REPS="${BENCH_REPS:-2}"
 FLOOD_DURATION="${BENCH_FLOOD_DURATION:-60s}"
 LARGE_SIZE="${BENCH_LARGE_SIZE:-104857600}"
 LARGE_RATE="${BENCH_LARGE_RATE:-52428800}"
+REPLAY_REQUESTS="${BENCH_REPLAY_REQUESTS:-30000}"
+REPLAY_SEED="${BENCH_REPLAY_SEED:-1}"
+REPLAY_CONCURRENCY="${BENCH_REPLAY_CONCURRENCY:-16}"
+read -ra REPLAY_TARGETS <<<"${BENCH_REPLAY_TARGETS:-tiercache-defaults tiercache-recommended varnish-builtin varnish-normalizing nginx-gzip}"
+[[ "$REPLAY_REQUESTS" =~ ^[1-9][0-9]*$ && "$REPLAY_CONCURRENCY" =~ ^[1-9][0-9]*$ && "$REPLAY_SEED" =~ ^[0-9]+$ ]] ||
+  tc_die "BENCH_REPLAY_REQUESTS, BENCH_REPLAY_CONCURRENCY: want positive integers; BENCH_REPLAY_SEED: an integer"
+for t in "${REPLAY_TARGETS[@]}"; do
+  case "$t" in
+    tiercache-defaults | tiercache-recommended | varnish-builtin | varnish-normalizing | nginx-gzip) ;;
+    *) tc_die "BENCH_REPLAY_TARGETS: unknown target '$t' (tiercache-defaults, tiercache-recommended, varnish-builtin, varnish-normalizing, nginx-gzip)" ;;
+  esac
+done
 [[ "$REPS" =~ ^[1-9][0-9]?$ ]] || tc_die "BENCH_REPS: want 1..99, got '$REPS'"
 [[ "$FLOOD_DURATION" =~ ^[1-9][0-9]*s$ ]] || tc_die "BENCH_FLOOD_DURATION: want seconds like 60s, got '$FLOOD_DURATION'"
 [[ "$LARGE_SIZE" =~ ^[1-9][0-9]*$ && "$LARGE_RATE" =~ ^[1-9][0-9]*$ ]] ||
@@ -305,6 +329,18 @@ elif kind == "replicas":
           f"| {lat['p50']:.1f} | {lat['p99']:.1f} | {o} | {k['fetched']} "
           f"| {k['misses_per_fetched_key']:.2f} | {by or '-'} | {unseen} "
           f"| {l2err} failed, {l2drop} dropped, {trips} trips | {mix(r['x_cache_detail'], 5)} |")
+elif kind == "replay":
+    label, r = args[0], load(args[1])
+    o = r.get("origin") or {}
+    li = r.get("logged_in") or {}
+    mb = lambda b: f"{b / 1e6:,.1f} MB"
+    cpu = f"{r['cpu_per_request_us']:.0f}" if r.get("cpu_per_request_us") else "?"
+    anon = f"{li.get('anonymous', 0)} ({li.get('anonymous_from_cache', 0)} from cache)"
+    personal = f"{li.get('personal', 0)} ({li.get('personal_from_cache', 0)} from cache)"
+    leaks = r["leaks"] if r["leaks"] == 0 else f"**{r['leaks']}**"
+    print(f"| {label} | {r['requests']} | {100 * r['hit_rate']:.1f}% | {o.get('requests', '?')} "
+          f"| {mb(o['bytes']) if 'bytes' in o else '?'} | {mb(r['client_bytes'])} | {cpu} "
+          f"| {li.get('requests', 0)} | {personal} | {anon} | {leaks} | {r['errors']} |")
 elif kind == "roll":
     label, r, base, ready, loaded = args[0], load(args[1]), args[2], args[3], args[4]
     tl = r.get("timeline") or []
@@ -594,6 +630,118 @@ start_nginx() {
     tc_die "nginx did not come up (see $out/$label.log and $dir/error.log)"
 }
 
+# --- the replay's nginx and Varnish (part 9) --------------------------------
+
+# nginx_replay_conf DIR PORT ORIGIN_HOSTPORT CACHE_DIR prints the config of
+# part 9's nginx: proxy_cache with gzip on, as nginx users front a site.
+# The origin is asked for identity (Accept-Encoding cleared), so one copy
+# is stored per URL and gzip compresses it for each client that accepts
+# gzip, on every answer; with the origin always asked the same way, its
+# Vary: Accept-Encoding is ignored (proxy_ignore_headers Vary). Requests
+# with the session cookie pass the cache and are not stored
+# (proxy_cache_bypass / proxy_no_cache $cookie_sid), the usual pattern of
+# nginx's docs for signed-in users; the key holds the Host
+# ($scheme$host$request_uri). The rest as part 2's nginx: one worker per
+# core, keep-alive both ways, cache on tmpfs, no access log.
+nginx_replay_conf() {
+  local dir="$1" port="$2" origin="$3" cache="$4"
+  if [[ "$(id -u)" == 0 ]]; then echo "user root;"; fi
+  cat <<EOF
+worker_processes $NCPU;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events {
+  worker_connections 4096;
+}
+http {
+  access_log off;
+  default_type application/octet-stream;
+  sendfile on;
+  tcp_nodelay on;
+  keepalive_requests 1000000;
+  client_body_temp_path $dir/client_body;
+  proxy_temp_path $dir/proxy_temp;
+  fastcgi_temp_path $dir/fastcgi_temp;
+  uwsgi_temp_path $dir/uwsgi_temp;
+  scgi_temp_path $dir/scgi_temp;
+  gzip on;
+  gzip_vary on;
+  gzip_proxied any;
+  gzip_comp_level 5;
+  gzip_min_length 256;
+  gzip_types text/css text/javascript application/javascript application/json image/svg+xml;
+  proxy_cache_path $cache levels=1:2 keys_zone=replay:64m max_size=1g inactive=1h use_temp_path=off;
+  upstream origin {
+    server $origin;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:$port backlog=4096;
+    location = /nginx-ready {
+      return 200 "ready\n";
+    }
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_set_header Accept-Encoding "";
+      proxy_ignore_headers Vary;
+      proxy_cache replay;
+      proxy_cache_key \$scheme\$host\$request_uri;
+      proxy_cache_bypass \$cookie_sid;
+      proxy_no_cache \$cookie_sid;
+      proxy_cache_lock on;
+      proxy_cache_use_stale updating error timeout;
+      proxy_cache_background_update on;
+      add_header X-Cache \$upstream_cache_status always;
+    }
+  }
+}
+EOF
+}
+
+# start_nginx_replay LABEL starts part 9's nginx in front of ORIGIN, cold,
+# and sets NGINX and NGINX_PID.
+start_nginx_replay() {
+  local label="$1" dir="$PWD/$out/nginx/$1" cache
+  mkdir -p "$dir"/{client_body,proxy_temp,fastcgi_temp,uwsgi_temp,scgi_temp}
+  cache="$(mktemp -d "$BENCH_TMP/nginx-cache-$label.XXXXXX")"
+  free_ports 1
+  NGINX="http://127.0.0.1:${PORTS[0]}"
+  nginx_replay_conf "$dir" "${PORTS[0]}" "${ORIGIN#http://}" "$cache" >"$dir/nginx.conf"
+  record "$NGINX_BIN" -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log"
+  "$NGINX_BIN" -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log" >"$out/$label.log" 2>&1 &
+  NGINX_PID=$!
+  pids+=("$NGINX_PID")
+  tc_wait_http "$NGINX/nginx-ready" "$READY_TIMEOUT" "$NGINX_PID" ||
+    tc_die "nginx did not come up (see $out/$label.log and $dir/error.log)"
+}
+
+# start_varnish LABEL VCL starts varnishd (hack/ensure-varnish.sh's) in
+# front of ORIGIN with VCL (its __ORIGIN_HOST__ and __ORIGIN_PORT__ filled
+# in) and 256 MiB of malloc storage (the sidecar's default l1.maxSize), in
+# the foreground, its working directory under $out/varnish/LABEL; sets
+# VARNISH (its URL) and VARNISH_PID (the manager). Ready once a request
+# through it reaches the origin's index.
+start_varnish() {
+  local label="$1" vcl="$2" dir="$PWD/$out/varnish/$1" hp="${ORIGIN#http://}"
+  mkdir -p "$dir"
+  sed -e "s/__ORIGIN_HOST__/${hp%:*}/" -e "s/__ORIGIN_PORT__/${hp##*:}/" "$vcl" >"$dir/site.vcl"
+  free_ports 1
+  VARNISH="http://127.0.0.1:${PORTS[0]}"
+  local args=(-F -n "$dir/work" -a "127.0.0.1:${PORTS[0]}" -f "$dir/site.vcl"
+    -p "vmod_path=$VARNISH_VMODS" -s malloc,256m)
+  if [[ "$(id -u)" == 0 ]]; then args+=(-j none); fi
+  record "$VARNISHD" "${args[@]}"
+  "$VARNISHD" "${args[@]}" >"$out/$label.log" 2>&1 &
+  VARNISH_PID=$!
+  pids+=("$VARNISH_PID")
+  tc_wait_http "$VARNISH/" "$READY_TIMEOUT" "$VARNISH_PID" ||
+    tc_die "varnishd did not come up (see $out/$label.log)"
+}
+
 # warm URL... requests each URL, then again, and says whether the second
 # answer was a HIT.
 warm() {
@@ -620,11 +768,12 @@ proc_ticks() {
 }
 
 # server_pids NAME PID prints the processes whose CPU counts as the
-# server's: the sidecar itself, or nginx's master and its children
-# (workers, cache manager and loader).
+# server's: the sidecar itself, nginx's master and its children
+# (workers, cache manager and loader), or varnishd's manager and its
+# child (the cache process).
 server_pids() {
   echo "$2"
-  if [[ "$1" == nginx ]]; then pgrep -P "$2" || true; fi
+  if [[ "$1" == nginx || "$1" == varnish ]]; then pgrep -P "$2" || true; fi
 }
 
 # wrk_run NAME URL SERVER PID [PREFIX...] runs wrk (-t2 -c64, $DURATION,
@@ -688,12 +837,17 @@ if want 1 || want 4 || want 5 || want 6; then
   REDIS_CLI="$(bash hack/ensure-redis.sh cli)"
   export TIERCACHE_REDIS_SERVER="$REDIS_SERVER"
 fi
-if want 2 || want 3 || want 8; then
+if want 2 || want 3 || want 8 || want 9; then
   { read -r NGINX_BIN; read -r WRK_BIN; } < <(bash hack/ensure-nginx.sh)
   [[ -x "$NGINX_BIN" && -x "$WRK_BIN" ]] || tc_die "hack/ensure-nginx.sh did not give nginx and wrk"
   echo "nginx: $("$NGINX_BIN" -v 2>&1), wrk: $WRK_BIN"
   if want 2; then tc_need_cmd taskset; fi
   tc_need_cmd pgrep
+fi
+if want 9; then
+  { read -r VARNISHD; read -r _; read -r _; read -r VARNISH_VMODS; } < <(bash hack/ensure-varnish.sh)
+  [[ -x "$VARNISHD" && -d "$VARNISH_VMODS" ]] || tc_die "hack/ensure-varnish.sh did not give varnishd and its vmods"
+  echo "varnish: $("$VARNISHD" -V 2>&1 | head -1)"
 fi
 
 # 1. In-process benchmarks.
@@ -1030,6 +1184,58 @@ if want 8; then
   stop_all
 fi
 
+# 9. The browser-mix replay (issue 29): the same seeded requests, on the
+# same origin (demo-origin's /site/), against Tiercache (defaults, then
+# the settings docs/caching.md recommends for a typical site,
+# hack/bench-replay-tier.yaml), Varnish (built-in VCL, then the
+# normalizing VCL its users deploy, hack/bench-replay-varnish*.vcl) and
+# nginx (proxy_cache with gzip on). Each target starts cold; the origin
+# stays (its counters are reset by loadgen before each run). loadgen fails
+# the run when any answer carries another session's marker.
+if want 9; then
+  part=9
+  step "9. Browser-mix replay: $REPLAY_REQUESTS requests (seed $REPLAY_SEED, concurrency $REPLAY_CONCURRENCY) against ${REPLAY_TARGETS[*]}"
+  start_origin replay-origin
+  for target in "${REPLAY_TARGETS[@]}"; do
+    case "$target" in
+      tiercache-defaults)
+        free_ports 2
+        start_sidecar replay-tiercache-defaults "${PORTS[@]}" --upstream "$ORIGIN"
+        base="$SIDECAR" procs=("$SIDECAR_PID") ;;
+      tiercache-recommended)
+        free_ports 2
+        start_sidecar replay-tiercache-recommended "${PORTS[@]}" --upstream "$ORIGIN" --config hack/bench-replay-tier.yaml
+        base="$SIDECAR" procs=("$SIDECAR_PID") ;;
+      varnish-builtin | varnish-normalizing)
+        vcl=hack/bench-replay-varnish.vcl
+        if [[ "$target" == varnish-builtin ]]; then vcl=hack/bench-replay-varnish-builtin.vcl; fi
+        start_varnish "replay-$target" "$vcl"
+        base="$VARNISH"
+        mapfile -t procs < <(server_pids varnish "$VARNISH_PID") ;;
+      nginx-gzip)
+        start_nginx_replay replay-nginx-gzip
+        base="$NGINX"
+        mapfile -t procs < <(server_pids nginx "$NGINX_PID") ;;
+    esac
+    cpu_args=()
+    for p in "${procs[@]}"; do cpu_args+=(--cpu-pid "$p"); done
+    if ! loadgen "replay-$target" replay --base "$base" --origin-stats "$ORIGIN/stats" \
+      --requests "$REPLAY_REQUESTS" --seed "$REPLAY_SEED" --concurrency "$REPLAY_CONCURRENCY" \
+      --duration 10m "${cpu_args[@]}"; then
+      echo "replay against $target FAILED (see $out/replay-$target.txt)"
+      status=1
+    fi
+    # The cache stops; the next target starts cold, on the same origin.
+    for p in "${pids[@]}"; do
+      if [[ "$p" != "$ORIGIN_PID" ]]; then
+        tc_stop "$p"
+        forget "$p"
+      fi
+    done
+  done
+  stop_all
+fi
+
 # Summary.
 cpu="$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)"
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -1184,6 +1390,34 @@ commands() {
     row large "$out" "$REPS" tiercache "Tiercache (body store ${BODY_STORE_NOTE%%:*})"
     row large "$out" "$REPS" nginx nginx
     commands 8
+  fi
+  if want 9; then
+    echo
+    echo "### Browser-mix replay ($REPLAY_REQUESTS requests of seed $REPLAY_SEED, concurrency $REPLAY_CONCURRENCY, each target cold, one origin)"
+    echo
+    echo "loadgen replay: Zipf over 3,000 URLs (pages, API answers, CSS/JS, images) on two hosts, headers of"
+    echo "tools/loadgen/clients.json's browsers, crawlers and tools, analytics cookies on most browser requests,"
+    echo "15% of browser visitors signed in (cookie sid), tracking parameters on 10% of browsers' page requests;"
+    echo "demo-origin's /site/ compresses (br, gzip) with Vary: Accept-Encoding. From cache: X-Cache HIT, STALE or"
+    echo "UPDATING. Origin requests and body bytes from demo-origin's /stats; bytes to clients as sent (compressed"
+    echo "or not); CPU: the server's user + system time (/proc: the sidecar; nginx's and varnishd's processes) per"
+    echo "request. Signed in: page and API requests of signed-in visitors, answered with their own page (personal)"
+    echo "or the anonymous one, and how many of each the server said came from its cache. Leaks: answers"
+    echo "carrying another session's page (the run fails on any)."
+    echo
+    echo "| target | requests | from cache | origin requests | origin bytes | bytes to clients | CPU µs/req | signed-in page/API requests | personal | anonymous | leaks | errors |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for t in "${REPLAY_TARGETS[@]}"; do
+      case "$t" in
+        tiercache-defaults) what="Tiercache, defaults" ;;
+        tiercache-recommended) what="Tiercache, recommended settings (hack/bench-replay-tier.yaml)" ;;
+        varnish-builtin) what="Varnish, built-in VCL" ;;
+        varnish-normalizing) what="Varnish, normalizing VCL (hack/bench-replay-varnish.vcl)" ;;
+        nginx-gzip) what="nginx proxy_cache, gzip on" ;;
+      esac
+      if [[ -s "$out/replay-$t.json" ]]; then row replay "$what" "$out/replay-$t.json"; else echo "| $what | (failed: see replay-$t.txt) |"; fi
+    done
+    commands 9
   fi
   if [[ -s "$out/go-bench.txt" ]]; then
     echo

@@ -56,6 +56,9 @@ type origin struct {
 	now   func() time.Time
 	mux   *http.ServeMux
 	block []byte // pattern /bytes bodies are cut from
+	memo  siteMemo
+
+	sentBytes atomic.Int64 // body bytes written, every route but /stats
 
 	requests    atomic.Int64
 	mu          sync.Mutex // guards inflight, maxInflight, byClass, pacedDone
@@ -70,6 +73,7 @@ func newOrigin(cfg config) (*origin, error) {
 		return nil, err
 	}
 	o := &origin{cfg: cfg, now: time.Now, mux: http.NewServeMux(), block: patternBlock(), byClass: map[string]int64{}}
+	o.memo.m = map[string][]byte{}
 	if cfg.MaxConcurrency > 0 {
 		o.slots = make(chan struct{}, cfg.MaxConcurrency)
 	}
@@ -79,6 +83,7 @@ func newOrigin(cfg config) (*origin, error) {
 	o.mux.HandleFunc("/private", o.private)
 	o.mux.HandleFunc("/tagged/{tag}", o.tagged)
 	o.mux.HandleFunc("/bytes/{key}", o.bytes)
+	o.mux.HandleFunc("/site/", o.site)
 	o.mux.HandleFunc("/", o.notFound) // /missing/... and everything unknown
 	return o, nil
 }
@@ -108,7 +113,7 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o.cfg.Latency > 0 && !sleep(r.Context(), o.cfg.Latency) {
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, sent: &o.sentBytes}
 	defer func() { o.count(requestClass(r, sw.status())) }()
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		o.write(sw, r)
@@ -125,6 +130,10 @@ func requestClass(r *http.Request, status int) string {
 	route := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 2)[0]
 	switch route {
 	case "", "hello", "time", "private", "tagged", "bytes", "missing":
+	case "site":
+		if k := siteKind(r.URL.Path); k != "" {
+			route += " " + k
+		}
 	default:
 		route = "other"
 	}
@@ -154,6 +163,7 @@ func (o *origin) count(class string) {
 type statusWriter struct {
 	http.ResponseWriter
 	code int
+	sent *atomic.Int64 // body bytes written, counted for /stats
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -167,7 +177,9 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	return w.ResponseWriter.Write(p)
+	n, err := w.ResponseWriter.Write(p)
+	w.sent.Add(int64(n))
+	return n, err
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -202,7 +214,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // stats is the response of GET /stats.
 type stats struct {
-	Requests    int64 `json:"requests"`
+	Requests int64 `json:"requests"`
+	// Bytes counts the body bytes sent (as sent: compressed when the
+	// answer was).
+	Bytes       int64 `json:"bytes"`
 	Inflight    int64 `json:"inflight"`
 	MaxInflight int64 `json:"max_inflight"`
 	// ByClass counts finished requests by requestClass ("bytes 200",
@@ -217,7 +232,7 @@ type stats struct {
 func (o *origin) snapshot() stats {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s := stats{Requests: o.requests.Load(), Inflight: o.inflight, MaxInflight: o.maxInflight,
+	s := stats{Requests: o.requests.Load(), Bytes: o.sentBytes.Load(), Inflight: o.inflight, MaxInflight: o.maxInflight,
 		ByClass: make(map[string]int64, len(o.byClass))}
 	for k, v := range o.byClass {
 		s.ByClass[k] = v
@@ -245,6 +260,7 @@ func (o *origin) resetStats(w http.ResponseWriter, r *http.Request) {
 	}
 	o.mu.Lock()
 	o.requests.Store(0)
+	o.sentBytes.Store(0)
 	o.maxInflight = o.inflight
 	clear(o.byClass)
 	o.pacedDone = time.Time{}
@@ -267,9 +283,13 @@ GET /tagged/<x>       Cache-Control: max-age=300; Surrogate-Key: demo <x>
 GET /bytes/<key>      ?size=N bytes of content fixed by <key>; Cache-Control: public, max-age=1,
                       stale-while-revalidate=86400 (override with ?ttl=<seconds>&swr=<seconds>);
                       ?rate=<bytes/s> sends the body at that pace (0 = at once)
+GET /site/...         a site for the browser-mix replay: *.html pages, /site/api/*.json, *.css, *.js,
+                      *.jpg|png|webp on any Host; text compressed per Accept-Encoding (br, gzip) with
+                      Vary: Accept-Encoding; the cookie sid=<s> gets a personal page (private or
+                      no-store) whose body carries "tc-session=<s>;"
 GET /missing/...      404 without caching headers
 POST|PUT|DELETE any   200 "updated", never cached (an unsafe method invalidates the URL in caches)
-GET /stats            {"requests":..,"inflight":..,"max_inflight":..,"by_class":{"bytes 200":..},
+GET /stats            {"requests":..,"bytes":..,"inflight":..,"max_inflight":..,"by_class":{"bytes 200":..},
                       "paced_done_unix_ns":..} (not counted itself)
 POST /stats/reset     zero the counters
 `

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,6 +28,12 @@ const usage = `loadgen: HTTP load against loopback servers (127.0.0.0/8, ::1, lo
       every request asks for a key never asked for before: request n is
       <base>/bytes/<prefix><n>?size=1024&ttl=3600 (--prefix f, --size, --ttl),
       so a cache stores one new entry per request (its memory under churn)
+  loadgen replay --base URL [--requests 20000] [--concurrency 16] [--duration 5m] [--seed 1]
+      the browser-mix replay against demo-origin's /site/: request n of a seed is always
+      the same (Zipf over --urls on --hosts, headers of --clients profiles, analytics
+      and session cookies); reports from-cache share, bytes, origin requests and bytes
+      (--origin-stats), server CPU (--cpu-pid), and fails when any answer carries a
+      session marker that is not the request's own (LEAK CHECK)
   loadgen get --url URL [--host NAME] [--timeout 2m] [--json]
       one GET, the body read to its end: when the first body byte and the
       last arrived (wall clock and since the request) and MB/s (10^6 B/s)
@@ -80,6 +87,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return flood(ctx, args[1:], stdout, stderr)
 	case "get":
 		return get(ctx, args[1:], stdout, stderr)
+	case "replay":
+		return replay(ctx, args[1:], stdout, stderr)
 	case "freshness":
 		return freshness(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
@@ -374,4 +383,74 @@ func freshness(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		MeanS  float64          `json:"mean_s"`
 		Trials []FreshnessTrial `json:"trials"`
 	}{fc.TTL, mean, trials})
+}
+
+// pidList is a repeatable --cpu-pid flag.
+type pidList []int
+
+func (p *pidList) String() string { return fmt.Sprint(*p) }
+func (p *pidList) Set(v string) error {
+	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return fmt.Errorf("want a process id, got %q", f)
+		}
+		*p = append(*p, n)
+	}
+	return nil
+}
+
+func replay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rc := DefaultReplayConfig()
+	run := ReplayRun{}
+	fs.StringVar(&run.Base, "base", "", "the server under test (loopback only)")
+	fs.IntVar(&run.Concurrency, "concurrency", 16, "number of workers, each with one request in flight")
+	fs.Int64Var(&run.Requests, "requests", 20000, "requests 0..N-1 of the replay")
+	fs.DurationVar(&run.Duration, "duration", 5*time.Minute, "bound on the run (at most 1h)")
+	fs.DurationVar(&run.Timeout, "timeout", 10*time.Second, "bound on one request, body included")
+	fs.StringVar(&run.OriginStats, "origin-stats", "", "demo-origin's /stats URL: reset before the run, read after it")
+	var pids pidList
+	fs.Var(&pids, "cpu-pid", "a process of the server whose CPU time counts (repeatable, or comma-separated)")
+	fs.Uint64Var(&rc.Seed, "seed", rc.Seed, "seed of the workload")
+	fs.IntVar(&rc.URLs, "urls", rc.URLs, "distinct resources")
+	hosts := fs.String("hosts", strings.Join(rc.Hosts, ","), "Host headers the resources are spread over (comma-separated)")
+	fs.Float64Var(&rc.ZipfS, "zipf", rc.ZipfS, "Zipf exponent of popularity")
+	fs.IntVar(&rc.Visitors, "visitors", rc.Visitors, "visitors requests are drawn from")
+	fs.Float64Var(&rc.Analytics, "analytics", rc.Analytics, "share of browser visitors with analytics cookies")
+	fs.Float64Var(&rc.LoggedIn, "logged-in", rc.LoggedIn, "share of browser visitors signed in (session cookie sid)")
+	fs.Float64Var(&rc.Campaign, "campaign", rc.Campaign, "share of browsers' page requests with tracking parameters")
+	clients := fs.String("clients", "", "client profiles file (default: the built-in clients.json)")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object on stdout (the text goes to stderr)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	rc.Hosts = strings.Split(*hosts, ",")
+	var err error
+	if rc.Clients, err = readClients(*clients); err != nil {
+		return err
+	}
+	if run.Replay, err = NewReplay(rc); err != nil {
+		return err
+	}
+	run.CPUPids = pids
+	res, err := RunReplay(ctx, run)
+	if err != nil {
+		return err
+	}
+	text := stdout
+	if *asJSON {
+		text = stderr
+	}
+	res.WriteText(text)
+	if *asJSON {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
+			return err
+		}
+	}
+	if res.Leaks > 0 {
+		return ErrLeak
+	}
+	return nil
 }

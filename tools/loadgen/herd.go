@@ -113,7 +113,9 @@ func (h *Herd) BandOf(k int) Band {
 
 // OriginStats is what the demo origin's /stats says.
 type OriginStats struct {
-	Requests    int64 `json:"requests"`
+	Requests int64 `json:"requests"`
+	// Bytes counts the body bytes the origin sent, as sent.
+	Bytes       int64 `json:"bytes,omitempty"`
 	Inflight    int64 `json:"inflight"`
 	MaxInflight int64 `json:"max_inflight"`
 	// ByClass counts the origin's requests by route, conditional or not,

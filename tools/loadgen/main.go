@@ -5,7 +5,10 @@
 // benchmarks ("herd", "uniform", and "flood", a new key every request).
 // Besides runs, it times one large GET to its first and last body byte
 // (FetchOne) and measures how long a cache serves a response as fresh
-// (ProbeFreshness). It reads the X-Cache values of Tiercache and of nginx's
+// (ProbeFreshness). The browser-mix replay (replay.go, replay_run.go)
+// sends a seeded site's traffic with real clients' headers and cookies,
+// decodes every answer and checks that no client ever receives a page
+// made for another signed-in visitor. It reads the X-Cache values of Tiercache and of nginx's
 // $upstream_cache_status alike. A run can spread its requests over several
 // servers (replicas behind a Service), follow a list of them that changes
 // while it runs (a rolling restart), and report itself interval by
