@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,6 +71,10 @@ type TierReconciler struct {
 	// Refresh re-reconciles each tier this often, so that an expired
 	// report stops counting (0: only on changes).
 	Refresh time.Duration
+	// SidecarImage is the image pods are injected with unless a tier
+	// names its own (--sidecar-image): SidecarImagesMatch compares the
+	// pods' with it ("": the condition is not set).
+	SidecarImage string
 	// Sidecars adds up a tier's sidecars over every replica's report; nil
 	// (no control plane) counts the Publisher's connected sidecars, and
 	// Ready then only says the config is published.
@@ -141,9 +146,16 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		setCondition(status, gen, v1alpha1.ConditionServicesRouted, metav1.ConditionFalse, reason, msg)
 	}
 
+	if want := cmp.Or(tier.Spec.Sidecar.Image, r.SidecarImage); want != "" {
+		st, reason, msg := sidecarImages(want, live)
+		setCondition(status, gen, v1alpha1.ConditionSidecarImagesMatch, st, reason, msg)
+	}
+
 	var perr error
 	var restart []podRestart
 	if err == nil {
+		st, reason, msg := purgesReach(len(cfg.L2.Addresses) > 0, len(live))
+		setCondition(status, gen, v1alpha1.ConditionPurgesReachEveryPod, st, reason, msg)
 		restart = restartsNeeded(live, secretFilesToProject(tier, cfg.SecretVersions))
 		status.ConfigHash = cfg.Hash()
 		status.L2Mode = "none"
@@ -232,14 +244,15 @@ func (r *TierReconciler) emitTransitions(tier *v1alpha1.CacheTier, next *v1alpha
 	if r.Events == nil {
 		return
 	}
-	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady, v1alpha1.ConditionServicesRouted} {
+	for _, t := range []string{v1alpha1.ConditionValid, v1alpha1.ConditionReady, v1alpha1.ConditionServicesRouted,
+		v1alpha1.ConditionPurgesReachEveryPod, v1alpha1.ConditionSidecarImagesMatch} {
 		now := meta.FindStatusCondition(next.Conditions, t)
 		before := meta.FindStatusCondition(tier.Status.Conditions, t)
 		if now == nil || (before != nil && before.Status == now.Status && before.Reason == now.Reason &&
 			(t == v1alpha1.ConditionReady || before.Message == now.Message)) {
 			continue
 		}
-		if t == v1alpha1.ConditionServicesRouted && before == nil && now.Status == metav1.ConditionTrue {
+		if t != v1alpha1.ConditionValid && t != v1alpha1.ConditionReady && before == nil && now.Status == metav1.ConditionTrue {
 			continue // nothing to tell
 		}
 		kind := corev1.EventTypeNormal

@@ -144,10 +144,11 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	r := &TierReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Events:    rec,
-		Publisher: pub,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Events:       rec,
+		Publisher:    pub,
+		SidecarImage: o.SidecarImage,
 	}
 	if o.XDSListen != "" {
 		r.Refresh = o.StatusRefresh

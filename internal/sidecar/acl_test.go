@@ -16,30 +16,16 @@ import (
 	"github.com/tiercache/tiercache/test/testredis"
 )
 
-// tierACLCommands are the commands a tier's sidecar sends in standalone
-// and Sentinel mode, as docs/l2.md lists them: connection set-up, entries,
-// tag sets (and what the tag script calls), leases (and what their
-// scripts call), the hot set, pub/sub and the invalidation sequence (the
-// INCR its script calls), and the prefix purge's SCAN. The
-// test below fails without any one of them except three it does not
-// reach: hello (checked against the unauthenticated connection's user),
-// ping (the subscription's probe after 3s of quiet) and zremrangebyrank
-// (the hot set's trim, every few thousand hits).
-var tierACLCommands = []string{
-	"+hello", "+ping",
-	"+get", "+set", "+del", "+scan",
-	"+sadd", "+smembers", "+srem", "+pttl", "+pexpire",
-	"+zincrby", "+zremrangebyrank", "+zrevrange",
-	"+incr", "+publish", "+subscribe",
-	"+eval", "+evalsha",
-}
-
-// tierACL is the ACL SETUSER of docs/l2.md for the tier with prefix.
+// tierACL is the ACL SETUSER of docs/l2.md for the tier with prefix: the
+// product's own (l2.ACLSetUser, which kubectl tiercache analyze prints).
+// The test below fails without any one of its commands except three it
+// does not reach: hello (checked against the unauthenticated connection's
+// user), ping (the subscription's probe after 3s of quiet) and
+// zremrangebyrank (the hot set's trim, every few thousand hits).
 func tierACL(user, password, prefix string) []any {
-	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + password,
-		"~" + prefix + "*", "&" + prefix + "inval", "-@all"}
-	for _, c := range tierACLCommands {
-		args = append(args, c)
+	var args []any
+	for _, w := range l2.ACLSetUser(user, password, prefix, false) {
+		args = append(args, w)
 	}
 	return args
 }

@@ -516,7 +516,9 @@ type PurgeSpec struct {
 	TokenSecretRef *corev1.SecretKeySelector `json:"tokenSecretRef,omitempty"`
 	// HTTPMethod turns on "PURGE <url>" on the sidecars' serving port, as
 	// Varnish users send it: it purges the URL of the request's Host and
-	// target (every variant, L1, L2 and every replica), marks it stale
+	// target (every variant, in L1 and L2; every replica through L2's
+	// invalidation channel, and without spec.l2 only the pod that receives
+	// it: see the PurgesReachEveryPod condition), marks it stale
 	// instead with the header "Tiercache-Soft-Purge: 1", requires the
 	// purge token as "Authorization: Bearer <token>" and shares the admin
 	// purges' rate limit. Off (the default): a PURGE goes to the
@@ -573,6 +575,19 @@ const (
 	// application's port by number (the sidecar takes over the port's
 	// name), so its traffic goes around the cache.
 	ConditionServicesRouted = "ServicesRouted"
+	// ConditionPurgesReachEveryPod says whether a purge or an invalidation
+	// that one pod receives reaches every pod of the tier: True with L2
+	// (through its invalidation channel) or with at most one pod; False
+	// for an L1-only tier with several pods, where a PURGE through a
+	// Service, an application's POST /purge and an unsafe method's
+	// invalidation reach only the pod that receives them (kubectl
+	// tiercache purge still reaches every pod).
+	ConditionPurgesReachEveryPod = "PurgesReachEveryPod"
+	// ConditionSidecarImagesMatch says whether every injected pod runs the
+	// tier's sidecar image (spec.sidecar.image, else the operator's
+	// --sidecar-image): False names how many run another one (admitted
+	// before an upgrade or an image change; they change when re-created).
+	ConditionSidecarImagesMatch = "SidecarImagesMatch"
 
 	ReasonRendered      = "Rendered"
 	ReasonInvalidSpec   = "InvalidSpec"
@@ -616,6 +631,17 @@ const (
 	// port by number, around the sidecar; also the reason of the Warning
 	// Event on the Service.
 	ReasonServiceTargetsAppPort = "ServiceTargetsAppPort"
+	// ReasonThroughL2: purges and invalidations reach every pod through
+	// L2's invalidation channel.
+	ReasonThroughL2 = "ThroughL2"
+	// ReasonAtMostOnePod: an L1-only tier with at most one pod.
+	ReasonAtMostOnePod = "AtMostOnePod"
+	// ReasonL1OnlyReplicas: an L1-only tier with several pods.
+	ReasonL1OnlyReplicas = "L1OnlyReplicas"
+	// ReasonTierImage: every injected pod runs the tier's sidecar image.
+	ReasonTierImage = "TierImage"
+	// ReasonOtherImages: some injected pods run another sidecar image.
+	ReasonOtherImages = "OtherImages"
 )
 
 // CacheTierStatus is what the operator observed and rendered.
@@ -623,7 +649,8 @@ type CacheTierStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Valid, Ready and ServicesRouted.
+	// Conditions: Valid, Ready, ServicesRouted, PurgesReachEveryPod and
+	// SidecarImagesMatch.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
