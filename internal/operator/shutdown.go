@@ -15,7 +15,7 @@ import (
 // webhook Service's endpoints, kube-proxy's rules and the API server's
 // pooled (HTTP/2) connection to the replica still point at it for a few
 // seconds, and a call sent there hangs until the webhook's timeoutSeconds
-// (issue 27: one pod create in 120 during an operator rollout). So, like
+// (about one pod create in 120 during a rollout, measured). So, like
 // kube-apiserver's --shutdown-delay-duration, a replica first says it is
 // leaving and keeps serving:
 //

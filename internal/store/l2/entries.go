@@ -88,7 +88,7 @@ func checkItem(key string, e *entry.Entry, ttl time.Duration) error {
 		return fmt.Errorf("l2: set %q: ttl must be > 0 (got %s)", key, ttl)
 	case e.File != nil && e.File.Chunks == 0:
 		// Another replica could not serve it: a body local to one
-		// replica keeps its entry out of L2 (common decision of issue 12).
+		// replica keeps its entry out of L2.
 		return fmt.Errorf("l2: set %q: entry.File.Chunks: a file-backed entry needs its body in L2 (SetBody) first", key)
 	case e.File != nil && checkBody(e.File.Size, e.File.Chunks) != nil:
 		return fmt.Errorf("l2: set %q: entry.File: %w", key, checkBody(e.File.Size, e.File.Chunks))

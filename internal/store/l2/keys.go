@@ -23,8 +23,7 @@ import (
 //	P b:ID:N chunk N (decimal, from 0) of the body whose random id is ID
 //	         (32 hex digits): ChunkSize bytes, the last chunk shorter, of
 //	         a file-backed entry's body (see body.go). Written before the
-//	         entry that refers to them, removed with it. An addition to
-//	         DESIGN.md (issue 12).
+//	         entry that refers to them, removed with it.
 //
 // Hashing bounds key length whatever the URL, and spreads a tier's entries
 // over every cluster slot. Each command names a single key, so nothing
