@@ -48,7 +48,7 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 	$(REDIS_ENV); set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
-.PHONY: help build build-release image release test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
+.PHONY: help build build-release image release test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo demo-cluster demo-cluster-smoke bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -176,6 +176,16 @@ demo-smoke: ## Run the demo once and fail unless it shows MISS, HIT, then MISS a
 
 demo: ## Start the demo origin and the sidecar, show MISS → HIT → purge → MISS, keep running until Ctrl-C
 	@bash hack/demo.sh
+
+# A real single-node cluster (test/testnode) with the chart, a CacheTier
+# and the demo origin in real pods (tools/democluster; hack/demo-cluster.sh
+# installs the node's tools first, as test-node does). Linux, root and
+# namespaces only; everything stays inside a network namespace of its own.
+demo-cluster: ## Start a real single-node cluster with the chart and an annotated demo app, show MISS → HIT → purge → MISS through its Service, keep running until Ctrl-C (Linux, root)
+	@DEMO_CLUSTER_VERSION='$(VERSION)' MAKE='$(MAKE)' bash hack/demo-cluster.sh
+
+demo-cluster-smoke: ## Run demo-cluster once: fail unless it shows MISS, HIT, then MISS after a purge and leaves the machine as it was
+	@DEMO_CLUSTER_ONESHOT=1 DEMO_CLUSTER_VERSION='$(VERSION)' MAKE='$(MAKE)' bash hack/demo-cluster.sh
 
 bench: ## Benchmarks against nginx (hits, herd, 100 MiB), L2, replicas, restarts, memory (results in bench-results/; BENCH_PARTS)
 	@bash hack/bench.sh
