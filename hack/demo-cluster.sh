@@ -49,8 +49,17 @@ redis_server="$(bash hack/ensure-redis.sh)"
 redis_cli="$(bash hack/ensure-redis.sh cli)"
 
 say "Building the binaries and the images (VERSION=$VERSION)"
-"$MAKE" --no-print-directory build
-"$MAKE" --no-print-directory image VERSION="$VERSION"
+build_log="$(mktemp "${TMPDIR:-/tmp}/tiercache-demo-cluster-build.XXXXXX")"
+trap 'rm -f "$build_log"' EXIT
+for target in build image; do
+  if ! "$MAKE" --no-print-directory "$target" VERSION="$VERSION" >"$build_log" 2>&1; then
+    cat "$build_log" >&2
+    tc_die "make $target failed"
+  fi
+done
+rm -f "$build_log"
+trap - EXIT
+ls bin/image/*-"$VERSION"-linux-*.oci.tar
 
 args=(-version "$VERSION" -images bin/image -chart charts/tiercache -plugin bin/kubectl-tiercache
   -helm "$HELM" -redis-server "$redis_server" -redis-cli "$redis_cli")
@@ -73,16 +82,16 @@ leftovers() {
   ip -o link show | grep -F "tcn$pid" || true
   # Processes: started from the node's work directory, or with it in
   # their command line.
-  local p
+  local p cmd
   for p in /proc/[0-9]*; do
-    if [[ "$(readlink "$p/cwd" 2>/dev/null)" == "$tmp/tiercache-node-$pid"* ]] ||
-      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF "tiercache-node-$pid"; then
-      echo "process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+    cmd="$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)"
+    if [[ "$(readlink "$p/cwd" 2>/dev/null)" == "$tmp/tiercache-node-$pid"* || "$cmd" == *"tiercache-node-$pid"* ]]; then
+      echo "process ${p#/proc/}: $cmd"
     fi
   done
 }
 iptables_rules() {
-  if command -v iptables-save >/dev/null; then iptables-save 2>/dev/null | grep -v '^#' | sed -E 's/\[[0-9]+:[0-9]+\]//' | sort; fi
+  if command -v iptables-save >/dev/null; then { iptables-save 2>/dev/null || true; } | sed -E -e '/^#/d' -e 's/\[[0-9]+:[0-9]+\]//' | sort; fi
 }
 
 rules_before="$(iptables_rules)"

@@ -36,7 +36,7 @@ func main() {
 		// commands the teardown runs (they inherit it): a second ^C
 		// must not cut the teardown short.
 		signal.Ignore(os.Interrupt, syscall.SIGTERM)
-		fmt.Fprintf(os.Stderr, "\ndemocluster: %v: stopping (the teardown takes about 20 s; further ^C are ignored)\n", s)
+		fmt.Fprintf(os.Stderr, "\ndemocluster: %v: stopping (the teardown takes a few seconds; further ^C are ignored)\n", s)
 		cancel()
 	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 	"time"
 )
 
@@ -75,31 +77,65 @@ func xCache(response string) string {
 	return ""
 }
 
+// shellLine is the command that opens a shell where the cluster
+// answers: in the node's network namespace, with its kubeconfig, kubectl
+// and the plugin on PATH, and kubectl's cache in the demo's directory
+// (removed with it). With command it runs that instead of a shell.
+func (d *demo) shellLine(command string) []string {
+	line := []string{"nsenter", "--net=" + d.node.NetNS(), "env",
+		"KUBECONFIG=" + d.node.Kubeconfig(), "KUBECACHEDIR=" + filepath.Join(d.dir, "kubectl-cache"),
+		"PATH=" + filepath.Dir(d.kubectl) + ":" + filepath.Dir(d.cfg.plugin) + ":" + os.Getenv("PATH"), "bash"}
+	if command != "" {
+		line = append(line, "-c", command)
+	}
+	return line
+}
+
+// status runs kubectl tiercache status through shellLine, as the user
+// will, and says whether it worked.
+func (d *demo) status(ctx context.Context) bool {
+	d.say("5. The tier, pod by pod, from a shell like the one below")
+	command := "kubectl tiercache status " + tierName + " -n " + appNS
+	fmt.Fprintln(d.out, "$ "+command)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	line := d.shellLine(command)
+	out, err := exec.CommandContext(ctx, line[0], line[1:]...).CombinedOutput()
+	fmt.Fprint(d.out, string(out))
+	if err != nil {
+		fmt.Fprintf(d.out, "✘ %s: %v\n", command, err)
+		return false
+	}
+	return true
+}
+
 // tryIt prints how to reach the cluster from another terminal.
 func (d *demo) tryIt() {
-	plugin, _ := filepath.Abs(d.cfg.plugin)
-	kc := d.node.Kubeconfig()
-	path := filepath.Dir(d.kubectl) + ":" + filepath.Dir(plugin)
+	line := d.shellLine("")
+	// $PATH is the user's, expanded by their shell.
+	line[len(line)-2] = "PATH=" + filepath.Dir(d.kubectl) + ":" + filepath.Dir(d.cfg.plugin) + `:"$PATH"`
 	fmt.Fprintf(d.out, `
-== Try it yourself, as root in another terminal. Everything of the cluster
-   lives in the network namespace %[1]s,
-   so enter it first (a shell there sees the cluster; nothing else is changed):
+== Try it yourself, as root in another terminal, in a shell inside the
+   cluster's network namespace (nothing outside it sees the cluster):
 
-  nsenter --net=%[1]s env KUBECONFIG=%[2]s PATH=%[3]s:"$PATH" bash
+  %s
 
-  kubectl get pods -A                                   # operator, Redis, CoreDNS, the demo app
-  kubectl get ct -n %[4]s                                  # the tier: READY, PODS, CURRENT
-  kubectl get pod -n %[4]s -l app=%[5]s -o jsonpath='{.items[0].spec.initContainers[*].name}'  # the injected sidecar
-  curl -si %[6]s/hello                             # X-Cache: HIT; layer=l1 or l2
-  curl -si %[6]s/time                              # max-age=5: watch it turn stale
-  curl -si %[6]s/private                           # Cache-Control: private: never stored
-  kubectl tiercache status %[7]s -n %[4]s                     # per pod: config, hit ratio, L2
-  kubectl tiercache purge %[7]s -n %[4]s --url /hello
-  kubectl tiercache explain %[7]s -n %[4]s /hello
-  kubectl logs -n %[4]s deploy/%[5]s -c tiercache
-  kubectl edit ct %[7]s -n %[4]s                               # live config: every pod applies it
-
-The manifests applied are in %[8]s (tier.yaml, app.yaml);
-the components' logs in %[9]s.
-`, d.node.NetNS(), kc, path, appNS, appName, d.svcURL, tierName, d.dir, d.node.LogDir())
+`, strings.Join(line, " "))
+	tw := tabwriter.NewWriter(d.out, 0, 8, 2, ' ', 0)
+	for _, c := range [][2]string{
+		{"kubectl get pods -A", "the operator, Redis, CoreDNS, the demo app"},
+		{"kubectl get ct -n " + appNS, "the tier: READY, PODS, CURRENT"},
+		{"curl -si " + d.svcURL + "/hello", "the Service: X-Cache HIT; layer=l1, or l2 from the other pod"},
+		{"curl -si " + d.svcURL + "/time", "max-age=5: watch it turn stale"},
+		{"curl -si " + d.svcURL + "/private", "Cache-Control: private: never stored"},
+		{"kubectl tiercache status " + tierName + " -n " + appNS, "per pod: config, hit ratio, L2"},
+		{"kubectl tiercache purge " + tierName + " -n " + appNS + " --url /hello", "or --prefix, --tag, --all"},
+		{"kubectl tiercache explain " + tierName + " -n " + appNS + " /hello", "which rule, which key"},
+		{"kubectl logs -n " + appNS + " deploy/" + appName + " -c tiercache", "the injected sidecar's log"},
+		{"kubectl edit ct " + tierName + " -n " + appNS, "live config: every pod applies it"},
+	} {
+		fmt.Fprintf(tw, "  %s\t# %s\n", c[0], c[1])
+	}
+	tw.Flush()
+	fmt.Fprintf(d.out, "\nThe manifests applied are in %s (tier.yaml, app.yaml);\nthe components' logs in %s.\n", d.dir, d.node.LogDir())
 }
