@@ -182,10 +182,10 @@ demo: ## Start the demo origin and the sidecar, show MISS → HIT → purge → 
 # installs the node's tools first, as test-node does). Linux, root and
 # namespaces only; everything stays inside a network namespace of its own.
 demo-cluster: ## Start a real single-node cluster with the chart and an annotated demo app, show MISS → HIT → purge → MISS through its Service, keep running until Ctrl-C (Linux, root)
-	@DEMO_CLUSTER_VERSION='$(VERSION)' MAKE='$(MAKE)' bash hack/demo-cluster.sh
+	@DEMO_CLUSTER_VERSION='$(VERSION)' DEMO_CLUSTER_LDFLAGS='$(VERSION_LDFLAGS)' GO='$(GO)' MAKE='$(MAKE)' bash hack/demo-cluster.sh
 
 demo-cluster-smoke: ## Run demo-cluster once: fail unless it shows MISS, HIT, then MISS after a purge and leaves the machine as it was
-	@DEMO_CLUSTER_ONESHOT=1 DEMO_CLUSTER_VERSION='$(VERSION)' MAKE='$(MAKE)' bash hack/demo-cluster.sh
+	@DEMO_CLUSTER_ONESHOT=1 DEMO_CLUSTER_VERSION='$(VERSION)' DEMO_CLUSTER_LDFLAGS='$(VERSION_LDFLAGS)' GO='$(GO)' MAKE='$(MAKE)' bash hack/demo-cluster.sh
 
 bench: ## Benchmarks against nginx (hits, herd, 100 MiB), L2, replicas, restarts, memory (results in bench-results/; BENCH_PARTS)
 	@bash hack/bench.sh

@@ -3,7 +3,7 @@
 # pods on a real single-node Kubernetes cluster (test/testnode), in one
 # command. It installs what the node needs (hack/node-tools.sh,
 # hack/k8s-tools.sh, hack/ensure-redis.sh: idempotent, cached), builds the
-# binaries and the images (make build, make image), and runs
+# plugin, bin/democluster and the images (make image), and runs
 # bin/democluster (tools/democluster), which starts the node inside a
 # network namespace of its own, loads the images, installs the chart with
 # its bundled Redis, applies a CacheTier, deploys the demo origin
@@ -21,7 +21,8 @@
 # change to the machine's iptables rules.
 #
 # Needs Linux, root and namespaces (unshare, nsenter), curl.
-# DEMO_CLUSTER_VERSION is the images' tag (make passes its VERSION).
+# DEMO_CLUSTER_VERSION is the images' tag and DEMO_CLUSTER_LDFLAGS the
+# version stamp of the binaries (make passes its VERSION and its -X flags).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$TC_ROOT"
@@ -29,11 +30,14 @@ cd "$TC_ROOT"
 ONESHOT="${DEMO_CLUSTER_ONESHOT:-0}"
 VERSION="${DEMO_CLUSTER_VERSION:?set DEMO_CLUSTER_VERSION (make demo-cluster sets it)}"
 MAKE="${MAKE:-make}"
+GO="${GO:-go}"
+# make passes the version stamp make build uses.
+LDFLAGS="${DEMO_CLUSTER_LDFLAGS:-}"
 
 [[ "$(uname -s)" == Linux ]] || tc_die "make demo-cluster needs Linux (network and mount namespaces, cgroups); make demo runs anywhere"
 ((EUID == 0)) || tc_die "make demo-cluster needs root: it creates network and mount namespaces and cgroups (everything stays inside them); run it as root, or use make demo"
 [[ -e /proc/self/ns/net ]] || tc_die "make demo-cluster needs network namespaces (/proc/self/ns/net is missing)"
-tc_need_cmd curl nsenter unshare ip ldd "$MAKE"
+tc_need_cmd curl nsenter unshare ip ldd "$MAKE" "$GO"
 
 if [[ -t 1 ]]; then bold=$'\e[1m' reset=$'\e[0m'; else bold="" reset=""; fi
 say() { printf '\n%s== %s%s\n' "$bold" "$*" "$reset"; }
@@ -51,12 +55,18 @@ redis_cli="$(bash hack/ensure-redis.sh cli)"
 say "Building the binaries and the images (VERSION=$VERSION)"
 build_log="$(mktemp "${TMPDIR:-/tmp}/tiercache-demo-cluster-build.XXXXXX")"
 trap 'rm -f "$build_log"' EXIT
-for target in build image; do
-  if ! "$MAKE" --no-print-directory "$target" VERSION="$VERSION" >"$build_log" 2>&1; then
+# Only the two commands run here (as make build builds them), then the
+# images.
+for cmd in cmd/kubectl-tiercache tools/democluster; do
+  if ! CGO_ENABLED=0 "$GO" build -trimpath -ldflags "$LDFLAGS" -o "bin/${cmd#*/}" "./$cmd" >"$build_log" 2>&1; then
     cat "$build_log" >&2
-    tc_die "make $target failed"
+    tc_die "building $cmd failed"
   fi
 done
+if ! "$MAKE" --no-print-directory image VERSION="$VERSION" >"$build_log" 2>&1; then
+  cat "$build_log" >&2
+  tc_die "make image failed"
+fi
 rm -f "$build_log"
 trap - EXIT
 ls bin/image/*-"$VERSION"-linux-*.oci.tar

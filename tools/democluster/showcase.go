@@ -25,7 +25,11 @@ func (d *demo) showcase(ctx context.Context) (failures int) {
 	}
 	d.say("1. The first request through the Service goes to the origin")
 	expect("MISS", "first request", d.get(ctx, "/hello"))
-	d.say("2. The second is a hit: from the pod's own L1, or from L2 (Redis) when kube-proxy picked the other pod")
+	d.say("   The sidecar wrote the response to L2 (Redis) behind it, for every pod")
+	if !d.inRedis(ctx) {
+		failures++
+	}
+	d.say("2. The second is a hit: from the pod's own L1, or from L2 when kube-proxy picked the other pod")
 	expect("HIT", "second request", d.get(ctx, "/hello"))
 
 	d.say("3. Purge /hello with the kubectl plugin (over a port-forward to a sidecar; L2 tells every pod)")
@@ -38,6 +42,30 @@ func (d *demo) showcase(ctx context.Context) (failures int) {
 	d.say("4. After the purge the origin is asked again")
 	expect("MISS", "after purge", d.get(ctx, "/hello"))
 	return failures
+}
+
+// inRedis waits (at most 10 s: the write is queued behind the response)
+// until the bundled Redis holds an entry of the tier (store/l2 names
+// them tc:<namespace>/<tier>:e:<key hash>), and prints their keys.
+func (d *demo) inRedis(ctx context.Context) bool {
+	args := []string{"exec", "-n", releaseNS, "deploy/" + release + "-redis", "-c", "redis", "--", "redis-cli", "--scan", "--pattern", "tc:" + appNS + "/" + tierName + ":e:*"}
+	var out string
+	err := poll(ctx, 10*time.Second, "an entry in Redis", func() error {
+		o, err := d.node.Exec(ctx, append([]string{d.kubectl}, args...)...)
+		out = string(o)
+		if err == nil && strings.TrimSpace(out) == "" {
+			return fmt.Errorf("no key yet")
+		}
+		return err
+	})
+	shown := strings.Join(args[:len(args)-1], " ") + " '" + args[len(args)-1] + "'"
+	fmt.Fprintln(d.out, "$ kubectl "+shown)
+	fmt.Fprint(d.out, out)
+	if err != nil {
+		fmt.Fprintf(d.out, "✘ %v\n", err)
+		return false
+	}
+	return true
 }
 
 // get runs curl inside the node's network namespace, as the user can,
