@@ -123,7 +123,7 @@ release: ## Build every release artifact into bin/release/VERSION/: plugin archi
 	IMAGE_REPO='$(IMAGE_REPO)' IMAGE_SOURCE='$(IMAGE_SOURCE)' IMAGE_CONTENT='$(IMAGE_CONTENT)' \
 	bash hack/release.sh
 
-test: lint check-generated test-unit test-alloc test-node fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, the real-node test, short fuzz runs, demo smoke test
+test: lint check-generated test-unit test-alloc test-node fuzz-short demo-smoke demo-cluster-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, the real-node test, short fuzz runs, demo smoke tests (process and real cluster)
 
 # The Kubernetes tools (etcd, kube-apiserver, kubectl, helm, controller-gen)
 # are built on first use (~15 min cold, cached after). With
