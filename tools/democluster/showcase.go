@@ -153,7 +153,7 @@ func (d *demo) tryIt() {
 	for _, c := range [][2]string{
 		{"kubectl get pods -A", "the operator, Redis, CoreDNS, the demo app"},
 		{"kubectl get ct -n " + appNS, "the tier: READY, PODS, CURRENT"},
-		{"curl -si " + d.svcURL + "/hello", "the Service: X-Cache HIT; layer=l1, or l2 from the other pod"},
+		{"curl -si " + d.svcURL + "/hello", "HIT; layer=l1 or l2 (a MISS first: the purge's repeat, 2 s on, also took the refill)"},
 		{"curl -si " + d.svcURL + "/time", "max-age=5: watch it turn stale"},
 		{"curl -si " + d.svcURL + "/private", "Cache-Control: private: never stored"},
 		{"kubectl tiercache status " + tierName + " -n " + appNS, "per pod: config, hit ratio, L2"},
