@@ -40,7 +40,9 @@ func Up(ctx context.Context, o Options) (*Node, error) {
 		return nil, err
 	}
 	if err := n.up(ctx); err != nil {
-		n.dumpLogs()
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			n.dumpLogs() // not when the caller cancelled
+		}
 		return nil, errors.Join(err, n.Teardown())
 	}
 	return n, nil
