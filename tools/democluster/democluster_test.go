@@ -87,7 +87,7 @@ func TestManifestsAreKubernetesObjects(t *testing.T) {
 		kind, _ := obj["kind"].(string)
 		kinds[kind] = obj
 	}
-	for _, k := range []string{"CacheTier", "Namespace", "Deployment", "Service"} {
+	for _, k := range []string{"CacheTier", "Deployment", "Service"} {
 		if kinds[k] == nil {
 			t.Fatalf("no %s among %v", k, docs)
 		}

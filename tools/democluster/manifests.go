@@ -51,14 +51,10 @@ spec:
 
 // appManifest is the demo origin, annotated for the tier, and its
 // Service, which targets the port by name (the sidecar takes that name
-// over).
+// over). Their namespace is made before the tier's.
 func appManifest(image string) string {
 	return strings.NewReplacer("NS", appNS, "APP", appName, "TIER", tierName, "IMAGE", image,
-		"PORT", fmt.Sprint(appPort), "REPLICAS", fmt.Sprint(appReplica)).Replace(`apiVersion: v1
-kind: Namespace
-metadata: {name: NS}
----
-apiVersion: apps/v1
+		"PORT", fmt.Sprint(appPort), "REPLICAS", fmt.Sprint(appReplica)).Replace(`apiVersion: apps/v1
 kind: Deployment
 metadata: {name: APP, namespace: NS}
 spec:
