@@ -245,7 +245,22 @@ var kubeletSysctls = []string{
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
 }
 
+// saveSysctls writes the machine's values of kubeletSysctls to file: a
+// live node's saved ones when there is one (sysctls.go).
 func saveSysctls(file string) error {
+	return withSysctlLock(func() error {
+		if other := liveSysctls(filepath.Dir(file)); other != "" {
+			b, err := os.ReadFile(other)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(file, b, 0o644)
+		}
+		return readSysctls(file)
+	})
+}
+
+func readSysctls(file string) error {
 	var b strings.Builder
 	for _, s := range kubeletSysctls {
 		v, err := os.ReadFile(filepath.Join("/proc/sys", s))
@@ -257,7 +272,18 @@ func saveSysctls(file string) error {
 	return os.WriteFile(file, []byte(b.String()), 0o644)
 }
 
+// restoreSysctls puts file's values back, unless another node still
+// lives: the last one does (sysctls.go).
 func restoreSysctls(file string) error {
+	return withSysctlLock(func() error {
+		if liveSysctls(filepath.Dir(file)) != "" {
+			return nil
+		}
+		return writeSysctls(file)
+	})
+}
+
+func writeSysctls(file string) error {
 	b, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
