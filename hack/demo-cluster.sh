@@ -18,7 +18,7 @@
 # after the showcase, exits non-zero unless the Service answered MISS, HIT,
 # then MISS after the purge, and then checks that the run left nothing on
 # the machine: no process, mount, cgroup, link or directory of its own, no
-# change to the machine's iptables rules.
+# change to the machine's iptables rules or to the sysctls kubelet sets.
 #
 # Needs Linux, root and namespaces (unshare, nsenter), curl.
 # DEMO_CLUSTER_VERSION is the images' tag and DEMO_CLUSTER_LDFLAGS the
@@ -104,7 +104,14 @@ iptables_rules() {
   if command -v iptables-save >/dev/null; then { iptables-save 2>/dev/null || true; } | sed -E -e '/^#/d' -e 's/\[[0-9]+:[0-9]+\]//' | sort; fi
 }
 
+# The machine-wide sysctls kubelet sets (test/testnode puts them back,
+# the last of overlapping nodes does): compared only when no other node
+# ran at either end.
+sysctls() { cat /proc/sys/vm/overcommit_memory /proc/sys/vm/panic_on_oom /proc/sys/kernel/panic /proc/sys/kernel/panic_on_oops; }
+other_nodes() { compgen -G "${TMPDIR:-/tmp}/tiercache-node-*" || true; }
+
 rules_before="$(iptables_rules)"
+sysctls_before="$(sysctls)" others_before="$(other_nodes)"
 start=$SECONDS
 bin/democluster -oneshot "${args[@]}" &
 pid=$!
@@ -118,10 +125,16 @@ if [[ -n "$left" ]]; then
   echo "$left" >&2
   rc=1
 fi
+sysctls_after="$(sysctls)" others_after="$(other_nodes)"
+if [[ -z "$others_before$others_after" && "$sysctls_before" != "$sysctls_after" ]]; then
+  echo "demo-cluster smoke test FAILED: the machine's sysctls changed (vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops):" >&2
+  diff <(echo "$sysctls_before") <(echo "$sysctls_after") >&2 || true
+  rc=1
+fi
 if [[ "$rules_before" != "$rules_after" ]]; then
   echo "demo-cluster smoke test FAILED: the machine's iptables rules changed:" >&2
   diff <(echo "$rules_before") <(echo "$rules_after") >&2 || true
   rc=1
 fi
-((rc == 0)) && echo "the machine is as it was: no process, mount, cgroup, link, directory or iptables rule left"
+((rc == 0)) && echo "the machine is as it was: no process, mount, cgroup, link, directory, iptables rule or sysctl left"
 exit "$rc"
