@@ -51,7 +51,7 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 .PHONY: help build build-release image release test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo demo-cluster demo-cluster-smoke bench clean
 
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the commands into bin/, static (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen, imagebuild, krewplugin, democluster, gofloor, pause), VERSION and REVISION stamped
 	@mkdir -p bin
