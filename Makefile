@@ -48,12 +48,12 @@ e2e: ## Run only the end-to-end test (helm, API server, operator, sidecars, Redi
 	$(REDIS_ENV); set -a; eval "$$(bash hack/k8s-tools.sh env)"; set +a; \
 	TIERCACHE_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 10m -v ./e2e/
 
-.PHONY: help build build-release image release test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo bench clean
+.PHONY: help build build-release image release test test-unit test-alloc test-node lint check-generated generate fuzz-short fuzz demo-smoke demo demo-cluster demo-cluster-smoke bench clean
 
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the commands into bin/, static (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen, imagebuild, krewplugin, gofloor, pause, convertgen), VERSION and REVISION stamped
+build: ## Build the commands into bin/, static (tiercache-sidecar, tiercache-operator, kubectl-tiercache; tools: demo-origin, loadgen, imagebuild, krewplugin, democluster, gofloor, pause, convertgen), VERSION and REVISION stamped
 	@mkdir -p bin
 	@for d in $(CMD_DIRS); do \
 		case "$$d" in cmd/sidecar) n=$(BIN_NAME_sidecar) ;; cmd/operator) n=$(BIN_NAME_operator) ;; *) n=$${d#*/} ;; esac; \
@@ -123,7 +123,7 @@ release: ## Build every release artifact into bin/release/VERSION/: plugin archi
 	IMAGE_REPO='$(IMAGE_REPO)' IMAGE_SOURCE='$(IMAGE_SOURCE)' IMAGE_CONTENT='$(IMAGE_CONTENT)' \
 	bash hack/release.sh
 
-test: lint check-generated test-unit test-alloc test-node fuzz-short demo-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, the real-node test, short fuzz runs, demo smoke test
+test: lint check-generated test-unit test-alloc test-node fuzz-short demo-smoke demo-cluster-smoke ## Lint, generated-file check, unit and envtest tests with -race, allocation tests without it, the real-node test, short fuzz runs, demo smoke tests (process and real cluster)
 
 # The Kubernetes tools (etcd, kube-apiserver, kubectl, helm, controller-gen)
 # are built on first use (~15 min cold, cached after). With
@@ -176,6 +176,16 @@ demo-smoke: ## Run the demo once and fail unless it shows MISS, HIT, then MISS a
 
 demo: ## Start the demo origin and the sidecar, show MISS → HIT → purge → MISS, keep running until Ctrl-C
 	@bash hack/demo.sh
+
+# A real single-node cluster (test/testnode) with the chart, a CacheTier
+# and the demo origin in real pods (tools/democluster; hack/demo-cluster.sh
+# installs the node's tools first, as test-node does). Linux, root and
+# namespaces only; everything stays inside a network namespace of its own.
+demo-cluster: ## Start a real single-node cluster with the chart and an annotated demo app, show MISS → HIT → purge → MISS through its Service, keep running until Ctrl-C (Linux, root)
+	@DEMO_CLUSTER_VERSION='$(VERSION)' DEMO_CLUSTER_LDFLAGS='$(VERSION_LDFLAGS)' GO='$(GO)' MAKE='$(MAKE)' bash hack/demo-cluster.sh
+
+demo-cluster-smoke: ## Run demo-cluster once: fail unless it shows MISS, HIT, then MISS after a purge and leaves the machine as it was
+	@DEMO_CLUSTER_ONESHOT=1 DEMO_CLUSTER_VERSION='$(VERSION)' DEMO_CLUSTER_LDFLAGS='$(VERSION_LDFLAGS)' GO='$(GO)' MAKE='$(MAKE)' bash hack/demo-cluster.sh
 
 bench: ## Benchmarks against nginx (hits, herd, 100 MiB), L2, replicas, restarts, memory, a browser-mix replay against Varnish and nginx (results in bench-results/; BENCH_PARTS)
 	@bash hack/bench.sh

@@ -19,10 +19,11 @@ import (
 // Teardown stops the node and removes everything it made: processes,
 // cgroups, namespaces (with their links, routes, iptables rules and
 // mounts), the work directory, and puts back the sysctls kubelet changed.
-// It is idempotent; Start registers it with t.Cleanup.
+// It is idempotent; Start registers it with t.Cleanup, and Up's caller
+// calls it.
 func (n *Node) Teardown() error {
 	n.once.Do(func() {
-		if n.t.Failed() {
+		if n.failed != nil && n.failed() {
 			n.dumpLogs()
 		}
 		start := time.Now()
@@ -44,13 +45,13 @@ func (n *Node) Teardown() error {
 			{nil, stopTimeout}, // the rest: etcd
 		} {
 			which := func(p *proc) bool { return stage.names == nil || slices.Contains(stage.names, p.name) }
-			stopAll(procs, which, stage.grace, n.t.Logf, &errs)
+			stopAll(procs, which, stage.grace, n.logf, &errs)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		errs = append(errs, removeNode(ctx, n.l.work))
 		n.teardownErr = errors.Join(errs...)
-		n.t.Logf("testnode: teardown took %.1fs", time.Since(start).Seconds())
+		n.logf("testnode: teardown took %.1fs", time.Since(start).Seconds())
 		// Only now: a second ^C during the teardown waits for it (Once)
 		// instead of killing the binary halfway.
 		if n.stopSignals != nil {
@@ -244,7 +245,22 @@ var kubeletSysctls = []string{
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
 }
 
+// saveSysctls writes the machine's values of kubeletSysctls to file: a
+// live node's saved ones when there is one (sysctls.go).
 func saveSysctls(file string) error {
+	return withSysctlLock(func() error {
+		if other := liveSysctls(filepath.Dir(file)); other != "" {
+			b, err := os.ReadFile(other)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(file, b, 0o644)
+		}
+		return readSysctls(file)
+	})
+}
+
+func readSysctls(file string) error {
 	var b strings.Builder
 	for _, s := range kubeletSysctls {
 		v, err := os.ReadFile(filepath.Join("/proc/sys", s))
@@ -256,7 +272,18 @@ func saveSysctls(file string) error {
 	return os.WriteFile(file, []byte(b.String()), 0o644)
 }
 
+// restoreSysctls puts file's values back, unless another node still
+// lives: the last one does (sysctls.go).
 func restoreSysctls(file string) error {
+	return withSysctlLock(func() error {
+		if liveSysctls(filepath.Dir(file)) != "" {
+			return nil
+		}
+		return writeSysctls(file)
+	})
+}
+
+func writeSysctls(file string) error {
 	b, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -286,11 +313,10 @@ func Sweep(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sweep(ctx, t)
+	sweep(ctx, t.Logf)
 }
 
-func sweep(ctx context.Context, t testing.TB) {
-	t.Helper()
+func sweep(ctx context.Context, logf func(string, ...any)) {
 	stale := map[string]bool{}
 	if m, err := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*")); err == nil {
 		for _, w := range m {
@@ -309,9 +335,9 @@ func sweep(ctx context.Context, t testing.TB) {
 		if err != nil || alive(pid) {
 			continue
 		}
-		t.Logf("testnode: sweeping the node of a killed run (pid %d)", pid)
+		logf("testnode: sweeping the node of a killed run (pid %d)", pid)
 		if err := removeNode(ctx, filepath.Join(os.TempDir(), name)); err != nil {
-			t.Logf("testnode: sweeping %s: %v", name, err)
+			logf("testnode: sweeping %s: %v", name, err)
 		}
 	}
 }

@@ -108,6 +108,9 @@ func (n *Node) startAPIServer(ctx context.Context) error {
 		"--secure-port", strconv.Itoa(apiPort),
 		"--tls-cert-file", pk(serverCert), "--tls-private-key-file", pk(serverKey),
 		"--client-ca-file", pk(caCert),
+		// The node's hostname resolves nowhere: logs, exec and
+		// port-forward reach kubelet at NodeIP.
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--kubelet-client-certificate", pk(adminCert), "--kubelet-client-key", pk(adminKey),
 		"--service-cluster-ip-range", ServiceCIDR.String(),
 		"--service-account-issuer", "https://kubernetes.default.svc."+ClusterDomain,

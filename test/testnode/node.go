@@ -2,6 +2,7 @@ package testnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,11 +27,12 @@ const startTimeout = 4 * time.Minute
 // Node is one running single-node cluster. Its methods may be called from
 // the test's goroutine and any other until Teardown.
 type Node struct {
-	t     testing.TB
-	tools Tools
-	l     layout
-	ns    namespaces
-	pki   *pki
+	logf   func(format string, args ...any)
+	failed func() bool // when it says so at the teardown, the logs are dumped first
+	tools  Tools
+	l      layout
+	ns     namespaces
+	pki    *pki
 
 	mu    sync.Mutex
 	procs []*proc // in start order
@@ -49,26 +50,15 @@ type Node struct {
 // returns once the node is Ready and CoreDNS answers.
 func Start(t testing.TB) *Node {
 	t.Helper()
-	if why := canRun(); why != "" {
-		skipOrFail(t, why)
-	}
-	tools, err := toolsFromEnv()
-	if err != nil {
-		skipOrFail(t, err.Error())
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	sweep(ctx, t)
-
-	work := filepath.Join(os.TempDir(), prefix+strconv.Itoa(os.Getpid()))
-	n := &Node{
-		t:     t,
-		tools: tools,
-		l:     layout{work: work, cgroup: "/" + filepath.Base(work)},
-		ns:    newNamespaces(work),
+	var cannot *CannotRunError
+	n, err := newNode(ctx, Options{Logf: t.Logf}, t.Failed)
+	if errors.As(err, &cannot) {
+		skipOrFail(t, cannot.Why)
 	}
-	if err := os.Mkdir(work, 0o755); err != nil {
-		t.Fatalf("testnode: %v (another node of this process still running?)", err)
+	if err != nil {
+		t.Fatalf("testnode: %v", err)
 	}
 	n.stopSignals = n.onSignal()
 	t.Cleanup(func() {
@@ -76,31 +66,13 @@ func Start(t testing.TB) *Node {
 			t.Errorf("testnode: teardown: %v", err)
 		}
 	})
-	if err := n.ns.create(ctx, work); err != nil {
-		skipOrFail(t, fmt.Sprintf("cannot create network and mount namespaces: %v", err))
+	err = n.up(ctx)
+	if errors.As(err, &cannot) {
+		skipOrFail(t, cannot.Why)
 	}
-	start := time.Now()
-	for _, phase := range []struct {
-		name string
-		run  func(context.Context) error
-	}{
-		{"network", n.setupNetwork},
-		{"cgroups", n.setupCgroups},
-		{"files", n.setupFiles},
-		{"etcd", n.startEtcd},
-		{"kube-apiserver", n.startAPIServer},
-		{"controllers", n.startControllers},
-		{"containerd", n.startContainerd},
-		{"kubelet", n.startKubelet},
-		{"kube-proxy", n.startKubeProxy},
-		{"node Ready", n.waitNodeReady},
-		{"CoreDNS", n.startCoreDNS},
-	} {
-		if err := phase.run(ctx); err != nil {
-			t.Fatalf("testnode: %s: %v", phase.name, err)
-		}
+	if err != nil {
+		t.Fatalf("testnode: %v", err)
 	}
-	t.Logf("testnode: node Ready and DNS answering %.1fs after the namespaces were made", time.Since(start).Seconds())
 	return n
 }
 
@@ -196,7 +168,7 @@ func (n *Node) dumpLogs() {
 	procs := append([]*proc(nil), n.procs...)
 	n.mu.Unlock()
 	for _, p := range procs {
-		n.t.Logf("testnode: --- %s (%s), last lines:\n%s", p.name, p.log, p.tail(25))
+		n.logf("testnode: --- %s (%s), last lines:\n%s", p.name, p.log, p.tail(25))
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package testnode runs a real single-node Kubernetes cluster for tests:
 // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, a private
 // containerd with runc and the CNI bridge, kubelet, kube-proxy (iptables
-// mode) and CoreDNS as a Deployment. It is a test harness (only _test.go
-// files import it), not part of the product.
+// mode) and CoreDNS as a Deployment. It is tooling, not part of the
+// product: tests start a node with Start, and tools/democluster (`make
+// demo-cluster`) with Up; nothing under cmd/ or internal/ imports it.
 //
 // Everything runs inside a network namespace and a mount namespace that the
 // harness creates (unshare, kept alive by bind mounts of their files in the
@@ -25,7 +26,9 @@
 // TIERCACHE_NODE_* variables it prints). Start skips the test with the
 // reason when the machine cannot run a node (not Linux, not root, no
 // namespaces, tools missing), and fails instead when
-// TIERCACHE_REQUIRE_NODE=1.
+// TIERCACHE_REQUIRE_NODE=1; Up returns a *CannotRunError then. Start
+// tears the node down when the test ends (or the binary gets SIGINT or
+// SIGTERM); Up's caller calls Teardown itself (up.go).
 package testnode
 
 import (
