@@ -20,6 +20,7 @@ type Remote interface {
 	// known before the write lands: any other selector drops every queued
 	// write.
 	Forget(sel Selector)
+	// Publish sends a sealed message on the tier's channel.
 	Publish(ctx context.Context, msg []byte) error
 	// NextSeq takes the next number of the tier's invalidation sequence,
 	// for a message about to be published.
