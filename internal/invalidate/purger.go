@@ -1,7 +1,7 @@
 // Package invalidate owns removing entries before their time: purges from
 // the admin API (by URL, path prefix or tag, hard or soft) and the
 // invalidations that unsafe requests cause (RFC 9111 §4.4). A soft purge
-// (soft.go) ends the freshness of what it names instead of removing it.
+// (Mode) ends the freshness of what it names instead of removing it.
 // It also knows the fills in progress (Watches), so that a fill of a
 // resource that is purged or invalidated while it runs is served but
 // never stored after it, while fills of every other resource are stored
@@ -18,8 +18,6 @@ package invalidate
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -46,43 +44,6 @@ type Local interface {
 	// it concerned.
 	ExpireMatching(at time.Time, match func(e *entry.Entry) bool) int
 	Reset()
-}
-
-// Remote is the shared tier and the channel to the tier's other sidecars
-// (L2 over Redis). Every method is bounded by ctx.
-type Remote interface {
-	// Delete removes exact keys and reports how many existed.
-	Delete(ctx context.Context, keys ...string) (int, error)
-	PurgeTags(ctx context.Context, tags []string) (int, error)
-	PurgeMatching(ctx context.Context, match func(key string, e *entry.Entry) bool) (int, error)
-	// DeleteKeysIf and PurgeTagsIf are Delete and PurgeTags for the
-	// entries match selects (a repeat's condition, repeat.go): each is
-	// deleted only if it is still the value match saw, and they report
-	// how many they deleted.
-	DeleteKeysIf(ctx context.Context, keys []string, match func(key string, e *entry.Entry) bool) (int, error)
-	PurgeTagsIf(ctx context.Context, tags []string, match func(key string, e *entry.Entry) bool) (int, error)
-	Publish(ctx context.Context, msg []byte) error
-	// NextSeq takes the next number of the tier's invalidation sequence,
-	// for a message about to be published.
-	NextSeq(ctx context.Context) (uint64, error)
-	// Seq reads the number of the last message published; existed is
-	// false when the counter was missing (and has been started anew).
-	Seq(ctx context.Context) (n uint64, existed bool, err error)
-	// Forget drops this sidecar's L2 writes of keys that are still queued
-	// (and deletes again those already on their way once they land), so
-	// that a fill stored just before an invalidation cannot put the key
-	// back into L2 after it was deleted; ForgetAll does it for every key.
-	Forget(keys ...string)
-	ForgetAll()
-	// ExpireKeys, ExpireTags and ExpireMatching are the soft purges of
-	// Delete, PurgeTags and PurgeMatching: they apply a soft purge made
-	// at at (entry.Entry.Expire) to the entries match accepts and keep
-	// them for what is left of their use, and report how many stored
-	// responses they concerned. match sees every entry found, Vary
-	// markers included.
-	ExpireKeys(ctx context.Context, at time.Time, keys []string, match func(key string, e *entry.Entry) bool) (int, error)
-	ExpireTags(ctx context.Context, at time.Time, tags []string, match func(key string, e *entry.Entry) bool) (int, error)
-	ExpireMatching(ctx context.Context, at time.Time, match func(key string, e *entry.Entry) bool) (int, error)
 }
 
 // Purger removes entries and tells the fills in progress that they were
@@ -186,13 +147,7 @@ func (p *Purger) invalidate(ctx context.Context, urls []*url.URL, before time.Ti
 		ctx, cancel := context.WithTimeout(ctx, p.remoteTimeout)
 		defer cancel()
 		if len(keys) > 0 {
-			var err error
-			if before.IsZero() {
-				_, err = p.remote.Delete(ctx, keys...)
-			} else {
-				_, err = p.remote.DeleteKeysIf(ctx, keys, func(_ string, e *entry.Entry) bool { return older(e, before) })
-			}
-			if err != nil {
+			if _, err := p.remote.Purge(ctx, Selector{Kind: SelectKeys, Values: keys, Match: requestedBefore(before)}, Mode{}); err != nil {
 				p.log.Warn("invalidation: deleting from l2 failed", "err", err, "repeat", !before.IsZero())
 			}
 		}
@@ -233,7 +188,7 @@ func (p *Purger) markInvalidated(urls []*url.URL) []string {
 	p.watches.mark(refs, "", nil, false)
 	all := p.primaryKeys(urls)
 	if p.remote != nil {
-		p.remote.Forget(all...)
+		p.remote.Forget(Selector{Kind: SelectKeys, Values: all})
 	}
 	return all
 }
@@ -258,7 +213,7 @@ type Request struct {
 	// that empties the cache is never the side effect of a short prefix.
 	All bool `json:"all,omitempty"`
 	// Soft marks what the purge names stale instead of removing it
-	// (soft.go). Sidecars of a version before soft purges ignore the
+	// (Mode). Sidecars of a version before soft purges ignore the
 	// field in a published message and remove: safe, never nothing.
 	Soft bool `json:"soft,omitempty"`
 }
@@ -310,18 +265,15 @@ func (p *Purger) purge(ctx context.Context, r Request, at, before time.Time) (Re
 	} else {
 		refs, at = p.refsOf(p.cfg.Load(), r.URLs), before
 	}
-	res := Result{Soft: r.Soft}
+	m := r.mode(at)
+	res := Result{Soft: m.Soft}
 	var err error
 	if p.remote != nil {
 		var n2 int
-		if r.Soft {
-			n2, err = p.expireRemote(ctx, r, at)
-		} else {
-			n2, err = p.purgeRemote(ctx, r, before)
-		}
+		n2, err = p.purgeRemote(ctx, r, m, before)
 		res.L2 = &n2
 	}
-	l := p.purgeLocal(r, refs, at, before)
+	l := p.purgeLocal(r, refs, m, before)
 	res.L1, res.Bodies, res.Purged = l.responses, l.files, l.responses+l.filesOnly
 	if p.remote != nil {
 		res.Purged = max(res.Purged, *res.L2)
@@ -338,70 +290,9 @@ func (p *Purger) markPurged(r Request) []ref {
 	if p.remote != nil {
 		// Which queued writes a prefix, a tag or an any-host URL covers
 		// is not known here; purges are rare: drop them all.
-		p.remote.ForgetAll()
+		p.remote.Forget(Selector{Kind: SelectAll})
 	}
 	return refs
-}
-
-// purgeRemote applies r to L2: exact keys for absolute URLs whose rule
-// allows it, the tags' sets for tags, and one scan for everything else
-// (prefixes and origin-form URLs, which name every host). With before
-// set (a repeat) only what was requested before it.
-func (p *Purger) purgeRemote(ctx context.Context, r Request, before time.Time) (int, error) {
-	cond := func(_ string, e *entry.Entry) bool { return before.IsZero() || older(e, before) }
-	if r.All {
-		return p.remote.PurgeMatching(ctx, cond)
-	}
-	cfg := p.cfg.Load()
-	var keys []string
-	var scanURLs []string
-	for _, raw := range r.URLs {
-		u, err := url.Parse(raw)
-		if err != nil {
-			continue
-		}
-		if u.Host != "" {
-			keys = append(keys, cachekey.PrimaryKeys(&cfg.StoredRule(u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery)...)
-			continue
-		}
-		scanURLs = append(scanURLs, raw)
-	}
-	total := 0
-	var errs []error
-	if len(keys) > 0 {
-		var n int
-		var err error
-		if before.IsZero() {
-			n, err = p.remote.Delete(ctx, keys...)
-		} else {
-			n, err = p.remote.DeleteKeysIf(ctx, keys, cond)
-		}
-		total += n
-		errs = append(errs, err)
-	}
-	if len(r.Tags) > 0 {
-		var n int
-		var err error
-		if before.IsZero() {
-			n, err = p.remote.PurgeTags(ctx, r.Tags)
-		} else {
-			n, err = p.remote.PurgeTagsIf(ctx, r.Tags, cond)
-		}
-		total += n
-		errs = append(errs, err)
-	}
-	if len(scanURLs) > 0 || r.Prefix != "" {
-		refs := p.refsOf(cfg, scanURLs)
-		n, err := p.remote.PurgeMatching(ctx, func(key string, e *entry.Entry) bool {
-			return matches(e, refs, r.Prefix, nil) && cond(key, e)
-		})
-		total += n
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return total, fmt.Errorf("l2: %w", err)
-	}
-	return total, nil
 }
 
 // message is what sidecars of a tier tell each other.
@@ -498,11 +389,10 @@ func (p *Purger) HandleMessage(b []byte) {
 		if m.Request.Validate() == nil {
 			// A soft purge is marked at its arrival here: the sender's
 			// clock may differ, and marking a little more is safe.
-			at := p.clock.Now()
 			if before.IsZero() {
-				p.purgeLocal(m.Request, p.markPurged(m.Request), at, before)
+				p.purgeLocal(m.Request, p.markPurged(m.Request), m.mode(p.clock.Now()), before)
 			} else {
-				p.purgeLocal(m.Request, p.refsOf(p.cfg.Load(), m.URLs), before, before)
+				p.purgeLocal(m.Request, p.refsOf(p.cfg.Load(), m.URLs), m.mode(before), before)
 			}
 		}
 	}
@@ -550,7 +440,7 @@ func (p *Purger) Subscribed(ctx context.Context, since time.Time) {
 	// a missed purge named must not land after its repeat, which drops
 	// no queued write.
 	if p.remote != nil {
-		p.remote.ForgetAll()
+		p.remote.Forget(Selector{Kind: SelectAll})
 	}
 	p.local.Reset()
 	p.log.Info("resubscribed to invalidations; L1 cleared, messages may have been missed")

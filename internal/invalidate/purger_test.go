@@ -270,23 +270,7 @@ func (r recordingL1) ExpireMatching(at time.Time, m func(e *entry.Entry) bool) i
 // the purger calls it.
 type recordingL2 struct{ s *steps }
 
-func (r recordingL2) Delete(context.Context, ...string) (int, error) {
-	r.s.got = append(r.s.got, "l2")
-	return 0, nil
-}
-func (r recordingL2) PurgeTags(context.Context, []string) (int, error) {
-	r.s.got = append(r.s.got, "l2")
-	return 0, nil
-}
-func (r recordingL2) DeleteKeysIf(context.Context, []string, func(string, *entry.Entry) bool) (int, error) {
-	r.s.got = append(r.s.got, "l2")
-	return 0, nil
-}
-func (r recordingL2) PurgeTagsIf(context.Context, []string, func(string, *entry.Entry) bool) (int, error) {
-	r.s.got = append(r.s.got, "l2")
-	return 0, nil
-}
-func (r recordingL2) PurgeMatching(context.Context, func(string, *entry.Entry) bool) (int, error) {
+func (r recordingL2) Purge(context.Context, Selector, Mode) (int, error) {
 	r.s.got = append(r.s.got, "l2")
 	return 0, nil
 }
@@ -297,20 +281,7 @@ func (r recordingL2) NextSeq(context.Context) (uint64, error) {
 func (r recordingL2) Seq(context.Context) (uint64, bool, error) {
 	return 0, false, errors.New("no sequence in the order test")
 }
-func (r recordingL2) ExpireKeys(context.Context, time.Time, []string, func(string, *entry.Entry) bool) (int, error) {
-	r.s.got = append(r.s.got, "l2")
-	return 0, nil
-}
-func (r recordingL2) ExpireTags(context.Context, time.Time, []string, func(string, *entry.Entry) bool) (int, error) {
-	r.s.got = append(r.s.got, "l2")
-	return 0, nil
-}
-func (r recordingL2) ExpireMatching(context.Context, time.Time, func(string, *entry.Entry) bool) (int, error) {
-	r.s.got = append(r.s.got, "l2")
-	return 0, nil
-}
-func (r recordingL2) Forget(...string) { r.s.got = append(r.s.got, "forget") }
-func (r recordingL2) ForgetAll()       { r.s.got = append(r.s.got, "forget") }
+func (r recordingL2) Forget(Selector) { r.s.got = append(r.s.got, "forget") }
 
 func TestPurgesClearL2BeforeL1(t *testing.T) {
 	// A request that misses L1 while a purge runs must not find the old

@@ -66,36 +66,26 @@ func (s *sharedL2) messages() []message {
 	return append([]message(nil), s.published...)
 }
 
-func (s *sharedL2) Delete(_ context.Context, keys ...string) (int, error) {
+// Purge deletes exact keys (with a Match, those it accepts); a soft purge
+// records the time it was made at; tags and scans find nothing.
+func (s *sharedL2) Purge(_ context.Context, sel Selector, m Mode) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if m.Soft {
+		s.softAt = append(s.softAt, m.At)
+		return 0, nil
+	}
+	if sel.Kind != SelectKeys {
+		return 0, nil
+	}
 	n := 0
-	for _, k := range keys {
-		if s.keys[k] {
+	for _, k := range sel.Values {
+		if s.keys[k] && (sel.Match == nil || sel.Match(k, &entry.Entry{Kind: entry.KindResponse, RequestTime: s.requested[k]})) {
 			n++
 			delete(s.keys, k)
 		}
 	}
 	return n, nil
-}
-func (s *sharedL2) DeleteKeysIf(_ context.Context, keys []string, match func(string, *entry.Entry) bool) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, k := range keys {
-		if s.keys[k] && match(k, &entry.Entry{Kind: entry.KindResponse, RequestTime: s.requested[k]}) {
-			n++
-			delete(s.keys, k)
-		}
-	}
-	return n, nil
-}
-func (s *sharedL2) PurgeTags(context.Context, []string) (int, error) { return 0, nil }
-func (s *sharedL2) PurgeTagsIf(context.Context, []string, func(string, *entry.Entry) bool) (int, error) {
-	return 0, nil
-}
-func (s *sharedL2) PurgeMatching(context.Context, func(string, *entry.Entry) bool) (int, error) {
-	return 0, nil
 }
 func (s *sharedL2) Publish(_ context.Context, b []byte) error {
 	var m message
@@ -114,20 +104,7 @@ func (s *sharedL2) NextSeq(context.Context) (uint64, error) {
 	return uint64(len(s.published) + 1), nil
 }
 func (s *sharedL2) Seq(context.Context) (uint64, bool, error) { return 0, true, nil }
-func (s *sharedL2) Forget(...string)                          {}
-func (s *sharedL2) ForgetAll()                                {}
-func (s *sharedL2) ExpireKeys(_ context.Context, at time.Time, _ []string, _ func(string, *entry.Entry) bool) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.softAt = append(s.softAt, at)
-	return 0, nil
-}
-func (s *sharedL2) ExpireTags(context.Context, time.Time, []string, func(string, *entry.Entry) bool) (int, error) {
-	return 0, nil
-}
-func (s *sharedL2) ExpireMatching(context.Context, time.Time, func(string, *entry.Entry) bool) (int, error) {
-	return 0, nil
-}
+func (s *sharedL2) Forget(Selector)                           {}
 
 // A purge is applied again: a response another replica wrote back to L2
 // after the purge deleted it (before that replica had the purge's
@@ -317,16 +294,10 @@ type hangingL2 struct {
 	entered chan struct{}
 }
 
-func (h *hangingL2) Delete(ctx context.Context, keys ...string) (int, error) {
-	if !h.hanging.Load() {
-		return h.sharedL2.Delete(ctx, keys...)
-	}
-	return h.hang(ctx)
-}
-
-func (h *hangingL2) DeleteKeysIf(ctx context.Context, keys []string, match func(string, *entry.Entry) bool) (int, error) {
-	if !h.hanging.Load() {
-		return h.sharedL2.DeleteKeysIf(ctx, keys, match)
+// Purge hangs the hard purges of keys.
+func (h *hangingL2) Purge(ctx context.Context, sel Selector, m Mode) (int, error) {
+	if !h.hanging.Load() || m.Soft || sel.Kind != SelectKeys {
+		return h.sharedL2.Purge(ctx, sel, m)
 	}
 	return h.hang(ctx)
 }

@@ -71,7 +71,7 @@ func TestALaggingReplicaAppliesARepeatToWhatAnotherReplicaFetchedBeforeThePurge(
 }
 
 // queuedL2 is sharedL2 seen from a replica with an L2 write queue: its
-// writes wait in queued until flush, and Forget/ForgetAll drop them, as
+// writes wait in queued until flush, and Forget drops them, as
 // store.Layered's do.
 type queuedL2 struct {
 	*sharedL2
@@ -97,18 +97,16 @@ func (q *queuedL2) flush() {
 	q.queued = nil
 }
 
-func (q *queuedL2) Forget(keys ...string) {
+func (q *queuedL2) Forget(sel Selector) {
 	q.qmu.Lock()
 	defer q.qmu.Unlock()
-	for _, k := range keys {
+	if sel.Kind != SelectKeys {
+		q.queued = nil
+		return
+	}
+	for _, k := range sel.Values {
 		delete(q.queued, k)
 	}
-}
-
-func (q *queuedL2) ForgetAll() {
-	q.qmu.Lock()
-	defer q.qmu.Unlock()
-	q.queued = nil
 }
 
 // Seq is the tier's counter: the number of the last message published.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,8 +49,17 @@ var env struct {
 	kubeconfig string
 }
 
+// TestMain runs the tests, then, once the API server has stopped,
+// checks that they left no goroutine behind.
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
+	code := runMain(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func runMain(m *testing.M) int {

@@ -12,7 +12,13 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+// Every test leaves no goroutine behind: the server and its connections
+// end with the context that started them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestEveryPipelinedRequestGetsTheWholeBody sends three requests in one
 // write and reads three complete responses of the body file's bytes.

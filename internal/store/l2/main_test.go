@@ -10,19 +10,22 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // These tests run against real redis-server processes (test/testredis);
-// a machine without one fails them rather than skipping.
+// a machine without one fails them rather than skipping. Every test
+// leaves no goroutine behind: each client's pool, subscription and
+// reconnection loop ends with Close.
 func TestMain(m *testing.M) {
 	if _, err := testredis.Binary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // testTimeout is Config.Timeout for tests that are not about timeouts:

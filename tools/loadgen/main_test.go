@@ -1,0 +1,10 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every test leaves no goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
