@@ -322,6 +322,16 @@ func keyHash(path string) string {
 // has landed, without touching any sidecar.
 func waitInL2(t *testing.T, rdb redis.UniversalClient, prefix, path string) time.Duration {
 	t.Helper()
+	took, ok := inL2Within(rdb, prefix, path)
+	if !ok {
+		t.Fatalf("%s (for %s) did not reach L2 within 5s", entryName(prefix, path), path)
+	}
+	return took
+}
+
+// inL2Within polls L2 for path's entry for about 5s (500 polls), and
+// returns how long it took to appear, or false.
+func inL2Within(rdb redis.UniversalClient, prefix, path string) (time.Duration, bool) {
 	name := entryName(prefix, path)
 	start := time.Now()
 	for range 500 {
@@ -329,12 +339,11 @@ func waitInL2(t *testing.T, rdb redis.UniversalClient, prefix, path string) time
 		n, err := rdb.Exists(ctx, name).Result()
 		cancel()
 		if err == nil && n == 1 {
-			return time.Since(start)
+			return time.Since(start), true
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("%s (for %s) did not reach L2 within 5s", name, path)
-	return 0
+	return 0, false
 }
 
 // awaitEviction polls b, every 5 ms for at most a second, until it stops
