@@ -98,14 +98,15 @@ func TestAResubscriptionClearsL1OnlyWhenAMessageWasMissed(t *testing.T) {
 			do(t, admin, tierACL("tc-shop-web-a", "password-a", prefix)...)
 			do(t, admin, tierACL("tc-shop-web-b", "password-b", prefix)...)
 			origin := newOrigin(t, 0)
-			start := func(pod, user, password string) *node {
+			start := func(logs *logBuffer, pod, user, password string) *node {
 				cfg := writeConfig(t, smallL1+fmt.Sprintf("l2: {addresses: ['%s'], username: %s}\n", rs.Addr(), user))
 				sec := newSecretsDir(t, map[string]string{fileRedisPassword: password, fileInvalidationKey: "0123456789abcdef0123456789abcdef"})
-				return startNode(t, origin.URL, "--config", cfg, "--secrets-dir", sec.path,
-					"--tier", "web", "--pod-namespace", "shop", "--pod-name", pod)
+				return startNodeLogging(t, logs, origin.URL, "--config", cfg, "--secrets-dir", sec.path,
+					"--tier", "web", "--pod-namespace", "shop", "--pod-name", pod, "--log-level", "info")
 			}
-			a := start("a", "tc-shop-web-a", "password-a")
-			b := start("b", "tc-shop-web-b", "password-b")
+			logsB := &logBuffer{}
+			a := start(&logBuffer{}, "a", "tc-shop-web-a", "password-a")
+			b := start(logsB, "b", "tc-shop-web-b", "password-b")
 			a.waitReady(t)
 			b.waitReady(t)
 			waitSubscribers(t, admin, 2)
@@ -126,6 +127,19 @@ func TestAResubscriptionClearsL1OnlyWhenAMessageWasMissed(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatal("B did not resubscribe within 15s of getting the channel back")
 				}
+			}
+			// B has decided about its L1 once it says so (the
+			// resubscription reads the sequence counter first): wait
+			// for that line, either one, then check which.
+			const kept, cleared = "resubscribed to invalidations; none was published meanwhile, L1 kept",
+				"resubscribed to invalidations; L1 cleared, messages may have been missed"
+			for deadline := time.Now().Add(15 * time.Second); len(logsB.records(kept))+len(logsB.records(cleared)) == 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("B did not log its resubscription within 15s of getting the channel back")
+				}
+			}
+			if got := len(logsB.records(cleared)) > 0; got != tc.purgeMeanwhile {
+				t.Errorf("B cleared its L1 at the resubscription: %v, want %v", got, tc.purgeMeanwhile)
 			}
 			b.expect(t, "/x", tc.want, tc.wantBody)
 			if d := aclDenials(t, admin); slices.ContainsFunc(d, func(s string) bool { return !strings.Contains(s, webChannel) }) {
