@@ -217,15 +217,24 @@ func jsonType(t reflect.Type) string {
 
 // authorize returns a non-zero status and message when r may not purge.
 func authorize(r *http.Request, token string) (int, string) {
+	return Authorize(r, token, "purge")
+}
+
+// Authorize returns a non-zero status and message when r may not use the
+// admin endpoint named what: with a token, r must carry it as
+// "Authorization: Bearer <token>"; without one, r must come from exactly
+// 127.0.0.1 or ::1. The purge token guards every admin endpoint that acts
+// or reveals (purges, the running config).
+func Authorize(r *http.Request, token, what string) (int, string) {
 	if token != "" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return http.StatusUnauthorized, "purge: a valid bearer token is required"
+			return http.StatusUnauthorized, what + ": a valid bearer token is required"
 		}
 		return 0, ""
 	}
 	if !fromPodLoopback(r.RemoteAddr) {
-		return http.StatusForbidden, "purge: without a purge token, purges are accepted only from 127.0.0.1 or ::1; set a purge token to purge from elsewhere"
+		return http.StatusForbidden, what + ": without a purge token, this is accepted only from 127.0.0.1 or ::1; set a purge token to reach it from elsewhere"
 	}
 	return 0, ""
 }

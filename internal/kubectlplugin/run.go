@@ -102,7 +102,7 @@ It takes kubectl's flags (--kubeconfig, --context, -n/--namespace, ...).`,
 	root.SetErr(streams.ErrOut)
 	r.flags.AddFlags(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{Err: err} })
-	root.AddCommand(r.purgeCommand(), r.statusCommand(), r.explainCommand(), r.analyzeCommand(), r.versionCommand())
+	root.AddCommand(r.purgeCommand(), r.statusCommand(), r.explainCommand(), r.analyzeCommand(), r.configCommand(), r.versionCommand())
 	return root
 }
 

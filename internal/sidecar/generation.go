@@ -39,6 +39,9 @@ type generation struct {
 	number uint64
 	l1cfg  tierconfig.L1 // what cache was built with
 	l2cfg  tierconfig.L2 // what client was built with (no addresses: none)
+	// cfg is the whole config the generation runs (the admin /config,
+	// redacted).
+	cfg tierconfig.Config
 
 	cache  *l1.Cache
 	client *l2.Client // nil: L1 only
@@ -228,7 +231,7 @@ func (dp *dataPlane) purgeHandler() http.Handler {
 func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomic.Bool) (_ *generation, err error) {
 	cfg := c.Config
 	dp.built++
-	g := &generation{number: dp.built, l1cfg: cfg.L1, l2cfg: cfg.L2, ownsL1: true, ownsL2: true, idle: make(chan struct{})}
+	g := &generation{number: dp.built, l1cfg: cfg.L1, l2cfg: cfg.L2, cfg: cfg, ownsL1: true, ownsL2: true, idle: make(chan struct{})}
 	var newL1, newL2 bool
 	defer func() {
 		if err == nil {

@@ -481,7 +481,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	drain := newDrainer(o.DrainDelay, o.ShutdownTimeout, o.DrainToken, serve, log)
 	defer drain.stop()
 	admin := &http.Server{
-		Handler:           adminMux(reg, dp.purgeHandler(), drain.hook(ctx), drain.draining, &warm, o.AdminPprof),
+		Handler:           adminMux(reg, dp.purgeHandler(), dp.configHandler(), drain.hook(ctx), drain.draining, &warm, o.AdminPprof),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -565,7 +565,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	return runErr
 }
 
-func adminMux(reg *prometheus.Registry, purge, drain http.Handler, draining func() bool, warm *atomic.Bool, profiles bool) *http.ServeMux {
+func adminMux(reg *prometheus.Registry, purge, config, drain http.Handler, draining func() bool, warm *atomic.Bool, profiles bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -587,6 +587,7 @@ func adminMux(reg *prometheus.Registry, purge, drain http.Handler, draining func
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/purge", purge)
+	mux.Handle("/config", config)
 	mux.Handle(drainPath, drain)
 	if profiles {
 		// Not pprof.Cmdline: the command line may carry secrets
