@@ -222,7 +222,6 @@ func sidecarsWorkUnderTheirACL(t *testing.T, addr string, admin redis.UniversalC
 	noL2Errors(t, a, b, c)
 }
 
-
 func TestATierACLUserServesATierOnRedisCluster(t *testing.T) {
 	cluster := testredis.StartCluster(t, 3)
 	prefix := tierconfig.KeyPrefix("shop", "web")
