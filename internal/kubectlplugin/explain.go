@@ -336,7 +336,16 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 			e.Lifetimes.From["staleIfError"] = "rule"
 		}
 	}
-	if p.ForceTTL > 0 && !p.ForceTTLWithCredentials && (req.Header.Get("Authorization") != "" || req.Header.Get("Cookie") != "") {
+	// The tier's ignored cookies are removed before the credentials check
+	// on a request the cache looks up (defaults.ignoreCookies).
+	kept := req.Header
+	if !e.Bypass {
+		kept = req.Header.Clone()
+		if c.StripIgnoredCookies(kept) {
+			e.Notes = append(e.Notes, fmt.Sprintf("the tier ignores some of this request's cookies (defaults.ignoreCookies): the origin receives Cookie %q", kept.Get("Cookie")))
+		}
+	}
+	if p.ForceTTL > 0 && !p.ForceTTLWithCredentials && (kept.Get("Authorization") != "" || kept.Get("Cookie") != "") {
 		e.Notes = append(e.Notes, fmt.Sprintf("this request carries Authorization or Cookie: rule %s's ttl does not apply to it (ttlWithCredentials is off), the origin's headers decide", rule.Name))
 	}
 	if req.Header.Get("Authorization") != "" {

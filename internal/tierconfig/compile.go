@@ -35,6 +35,8 @@ type Compiled struct {
 	// CacheStatus: responses carry Cache-Status (defaults.cacheStatus).
 	CacheStatus bool
 	rules       []*CompiledRule
+	// ignoreCookies: defaults.ignoreCookies (StripIgnoredCookies).
+	ignoreCookies cookieIgnore
 }
 
 // CacheStatusName is the cache's name in its Cache-Status members (RFC
@@ -112,6 +114,7 @@ func Compile(c Config) (*Compiled, error) {
 		rules:   make([]*CompiledRule, 0, len(c.Rules)),
 	}
 	out.CacheStatus = d.CacheStatusOn()
+	out.ignoreCookies = compileCookieIgnore(c)
 	if d.StripTargeted() {
 		out.StripTargeted = base.TargetedFields
 	}

@@ -325,6 +325,16 @@ type Defaults struct {
 	// X-Cache. nil means the default, on; false turns it off (X-Cache
 	// stays). Read it through CacheStatusOn.
 	CacheStatus *bool `json:"cacheStatus,omitempty"`
+	// IgnoreCookies names request cookies the cache removes from GET and
+	// HEAD requests that a caching rule matches, before the lookup and
+	// before the origin request (cookies.go): an exact name, a glob with
+	// '*' ("_ga_*"), or "@analytics", the preset of common analytics and
+	// advertising cookies (AnalyticsCookies). A request whose only cookies
+	// are ignored is then not credentialed: rule ttl applies and
+	// hit-for-miss does not kick in. A cookie a rule keys
+	// (cacheKey.cookies) or a bypass condition reads (match.cookies) is
+	// never removed. Default: none.
+	IgnoreCookies []string `json:"ignoreCookies,omitempty"`
 }
 
 // Rule applies to requests that Match selects. The first matching rule

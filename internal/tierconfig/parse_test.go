@@ -73,6 +73,7 @@ func TestParseExampleFile(t *testing.T) {
 			StaleIfUnreachable:      ptr(Duration(30 * time.Minute)),
 			NormalizeAcceptLanguage: true,
 			CacheStatus:             ptr(true),
+			IgnoreCookies:           []string{"@analytics", "consent_*"},
 		},
 		Rules: []Rule{
 			{Name: "health", Match: Match{Path: "/healthz"}, Bypass: true},

@@ -95,6 +95,7 @@ func (c Config) Validate() error {
 	c.Origin.validate(&p)
 	c.Defaults.validate(&p)
 	validateRules(&p, c.Rules)
+	c.validateIgnoreCookies(&p)
 	c.Coalescing.validate(&p)
 	c.Purge.validate(&p)
 	c.RequestHeaders.validate(&p)

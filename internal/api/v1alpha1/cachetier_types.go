@@ -408,6 +408,19 @@ type DefaultsSpec struct {
 	// true; false turns it off (X-Cache stays).
 	// +optional
 	CacheStatus *bool `json:"cacheStatus,omitempty"`
+	// IgnoreCookies names request cookies the sidecars remove from GET and
+	// HEAD requests that a caching rule matches, before the lookup and the
+	// origin request, so that they neither split nor defeat caching: exact
+	// names, globs with '*' ("_ga_*"), or "@analytics" (the common
+	// analytics and advertising cookies, docs/caching.md). A cookie a rule
+	// keys or a bypass condition reads is never removed. Never list a
+	// cookie the application reads: the origin does not receive it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^(@analytics|[!#$%&'*+.^_|~0-9A-Za-z-]+)$`
+	// +listType=set
+	IgnoreCookies []string `json:"ignoreCookies,omitempty"`
 }
 
 // TargetedCacheControlSpec is the tier's target list of RFC 9213: the

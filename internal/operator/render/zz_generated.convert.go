@@ -90,6 +90,7 @@ func (cv *converter) defaultsSpec(path string, in *v1alpha1.DefaultsSpec, out *t
 		v := *in.CacheStatus
 		out.CacheStatus = &v
 	}
+	out.IgnoreCookies = slices.Clone(in.IgnoreCookies)
 }
 
 // rule converts v1alpha1.Rule into tierconfig.Rule.
