@@ -106,6 +106,7 @@ func Compile(c Config) (*Compiled, error) {
 		StorePOST:            d.StorePostResponses,
 		StaleIfUnreachable:   d.StaleIfUnreachableWindow(),
 		Vary:                 httpcache.VaryOptions{NormalizeAcceptLanguage: d.NormalizeAcceptLanguage},
+		StatusTTLs:           statusLifetimes(d.StatusTTLs),
 	}
 	out := &Compiled{
 		Config:  c,
@@ -151,6 +152,9 @@ func compileRule(r Rule, base httpcache.Policy, underscored []string) (*Compiled
 	}
 	if r.StaleIfError != nil {
 		p.StaleIfError = r.StaleIfError.Std()
+	}
+	if len(r.StatusTTLs) > 0 {
+		p.StatusTTLs = statusLifetimes(r.StatusTTLs)
 	}
 	cr := &CompiledRule{Name: r.Name, Bypass: r.Bypass, Policy: p, HitStatus: httpcache.NewHitMembers(CacheStatusName, r.Name)}
 	switch {

@@ -335,6 +335,12 @@ type Defaults struct {
 	// (cacheKey.cookies) or a bypass condition reads (match.cookies) is
 	// never removed. Default: none.
 	IgnoreCookies []string `json:"ignoreCookies,omitempty"`
+	// StatusTTLs are lifetimes by status for responses without explicit
+	// freshness (statusttl.go): they win over NegativeTTL, FallbackTTL
+	// and the heuristic, never over the origin's freshness or a rule's
+	// ttl, and apply to requests with credentials only as those do. A
+	// rule's statusTTLs replace these. Default: none.
+	StatusTTLs []StatusTTL `json:"statusTTLs,omitempty"`
 }
 
 // Rule applies to requests that Match selects. The first matching rule
@@ -367,6 +373,9 @@ type Rule struct {
 	StaleIfError         *Duration `json:"staleIfError,omitempty"`
 	// CacheKey shapes the key of matching requests.
 	CacheKey CacheKey `json:"cacheKey,omitempty"`
+	// StatusTTLs, when set, replace the tier's defaults.statusTTLs for
+	// this rule.
+	StatusTTLs []StatusTTL `json:"statusTTLs,omitempty"`
 }
 
 // Match selects requests: by path (exactly one of path, pathPrefix, regex

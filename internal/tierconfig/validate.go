@@ -249,6 +249,7 @@ func (d Defaults) validate(p *problems) {
 	checkDuration(p, "defaults.heuristicMaxTTL", d.HeuristicMaxTTL)
 	checkDuration(p, "defaults.hitForMissTTL", d.HitForMissTTL)
 	d.TargetedCacheControl.validate(p)
+	validateStatusTTLs(p, "defaults.statusTTLs", d.StatusTTLs)
 	if w := d.StaleIfUnreachable; w != nil {
 		switch {
 		case *w < 0:
@@ -369,6 +370,7 @@ func validateRules(p *problems, rules []Rule) {
 			checkDuration(p, at+".staleIfError", *r.StaleIfError)
 		}
 		r.CacheKey.validate(p, at+".cacheKey")
+		validateStatusTTLs(p, at+".statusTTLs", r.StatusTTLs)
 	}
 }
 

@@ -421,6 +421,26 @@ type DefaultsSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^(@analytics|[!#$%&'*+.^_|~0-9A-Za-z-]+)$`
 	// +listType=set
 	IgnoreCookies []string `json:"ignoreCookies,omitempty"`
+	// StatusTTLs are lifetimes by status code for responses without
+	// explicit freshness (nginx's proxy_cache_valid 301 302 1h). They win
+	// over negativeTTL, fallbackTTL and the heuristic, never over the
+	// origin's max-age, s-maxage or Expires or a rule's ttl.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	StatusTTLs []StatusTTLSpec `json:"statusTTLs,omitempty"`
+}
+
+// StatusTTLSpec is the lifetime of responses with one of statuses.
+type StatusTTLSpec struct {
+	// Statuses are status codes: 200, 203, 204, 300, 301, 302, 307, 308,
+	// 404, 405, 410, 414 or 501, each once in its list.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=13
+	// +kubebuilder:validation:items:Enum=200;203;204;300;301;302;307;308;404;405;410;414;501
+	// +listType=set
+	Statuses []int32 `json:"statuses"`
+	// TTL is their lifetime (> 0).
+	TTL Duration `json:"ttl"`
 }
 
 // TargetedCacheControlSpec is the tier's target list of RFC 9213: the
@@ -467,6 +487,11 @@ type Rule struct {
 	// CacheKey shapes the cache key of matching requests.
 	// +optional
 	CacheKey CacheKey `json:"cacheKey,omitempty"`
+	// StatusTTLs, when set, replace the tier's defaults.statusTTLs for
+	// this rule.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	StatusTTLs []StatusTTLSpec `json:"statusTTLs,omitempty"`
 }
 
 // RequestHeadersMode is how a tier forwards client request headers on
