@@ -107,7 +107,7 @@ func (p *Purger) expireRemote(ctx context.Context, r Request, at time.Time) (int
 			scanURLs = append(scanURLs, raw)
 			continue
 		}
-		for _, k := range cachekey.PrimaryKeys(&cfg.StoredRule(u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery) {
+		for _, k := range cachekey.PrimaryKeys(&cfg.StoredRule(u.Host, u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery) {
 			keys = append(keys, k)
 			urlOf[k] = raw
 		}

@@ -252,7 +252,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		// conditions all hold is the one Match picks.
 		r := c.Config.Rules[i]
 		check := ruleCheck{Name: r.Name, Match: describeMatch(r.Match), PathMatches: cr.MatchesPath(req.URL.Path)}
-		check.Matches = check.PathMatches
+		check.Matches = check.PathMatches && cr.MatchesHost(req.Host)
 		descs := describeConditions(r.Match)
 		for j, cc := range cr.CheckConditions(req.Header) {
 			check.Conditions = append(check.Conditions, conditionCheck{Field: cc.Field, Condition: descs[j], Met: cc.Met, Ambiguous: cc.Ambiguous})
@@ -260,7 +260,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		}
 		e.Rules = append(e.Rules, check)
 	}
-	rule, agreed := c.MatchRequest(req.URL.EscapedPath(), req.Header)
+	rule, agreed := c.MatchRequest(req.Host, req.URL.EscapedPath(), req.Header)
 	e.Rule = rule.Name
 	var conf *tierconfig.Rule
 	for i := range c.Config.Rules {
@@ -299,7 +299,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		ps := originview.Readings(req.URL.EscapedPath())
 		var rs []string
 		for i := 0; i < ps.Len(); i++ {
-			rs = append(rs, fmt.Sprintf("%q: %s", ps.At(i), c.MatchReading(ps.At(i), req.Header).Name))
+			rs = append(rs, fmt.Sprintf("%q: %s", ps.At(i), c.MatchReading(req.Host, ps.At(i), req.Header).Name))
 		}
 		e.Bypass, e.Why = true, fmt.Sprintf("origins read this path in ways that select different rules (%s): passed to the origin uncached", strings.Join(rs, ", "))
 	case rule.Bypass && rule.HasConditions():
@@ -408,13 +408,19 @@ func describeConditions(m tierconfig.Match) []string {
 }
 
 func describeMatch(m tierconfig.Match) string {
+	var s string
 	switch {
 	case m.Path != "":
-		return "path " + m.Path
+		s = "path " + m.Path
 	case m.PathPrefix != "":
-		return "pathPrefix " + m.PathPrefix
+		s = "pathPrefix " + m.PathPrefix
+	default:
+		s = "regex " + m.Regex
 	}
-	return "regex " + m.Regex
+	if len(m.Hosts) > 0 {
+		s += " on hosts " + strings.Join(m.Hosts, ", ")
+	}
+	return s
 }
 
 func dur(d time.Duration) string {

@@ -44,7 +44,7 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 			StatusTTLs:    []v1alpha1.StatusTTLSpec{{Statuses: []int32{301, 302}, TTL: "1h"}},
 		},
 		Rules: []v1alpha1.Rule{
-			{Name: "api", Match: v1alpha1.Match{PathPrefix: "/api/"}, Bypass: true},
+			{Name: "api", Match: v1alpha1.Match{PathPrefix: "/api/", Hosts: []string{"shop.example.com", "*.tenants.example.com"}}, Bypass: true},
 			{Name: "static", Match: v1alpha1.Match{Regex: `^/static/.*\.(css|js)$`}, TTL: "7d",
 				CacheKey: v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true, Headers: []string{"Accept-Language"}, Cookies: []string{"currency"}}},
 		},
@@ -112,6 +112,10 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{PathPrefix: "/"},
 				StatusTTLs: []v1alpha1.StatusTTLSpec{{Statuses: []int32{301}, TTL: "1m"}, {Statuses: []int32{301}, TTL: "1h"}}}}},
 			want: []string{"admission webhook", "spec.rules[0].statusTTLs[1].statuses[0]", "give each status one lifetime"},
+		},
+		"a host with a port is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{PathPrefix: "/", Hosts: []string{"shop.example.com:8080"}}}}},
+			want: []string{"spec.rules[0].match.hosts[0]", "should match"},
 		},
 		"an unknown request header mode is refused by the schema": {
 			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: "paranoid"}},

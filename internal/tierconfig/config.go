@@ -379,8 +379,8 @@ type Rule struct {
 }
 
 // Match selects requests: by path (exactly one of path, pathPrefix, regex
-// must be set) and, on a bypass rule only, by request header fields and
-// cookies. Every condition given must hold.
+// must be set), optionally by host, and, on a bypass rule only, by request
+// header fields and cookies. Every condition given must hold.
 // +kubebuilder:object:generate=true
 // +kubebuilder:validation:XValidation:rule="[has(self.path), has(self.pathPrefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of path, pathPrefix, regex must be set"
 type Match struct {
@@ -399,6 +399,18 @@ type Match struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Regex string `json:"regex,omitempty"`
+	// Hosts, when set, limit the rule to requests for one of these hosts:
+	// exact names ("shop.example.com") or "*." and a name, for any name
+	// below it ("*.example.com": a.example.com, a.b.example.com, not
+	// example.com). Compared case-insensitively with the host the cache
+	// keys on and the origin receives (the request target's authority,
+	// else Host), without its port. On any rule.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=255
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$`
+	// +listType=set
+	Hosts []string `json:"hosts,omitempty"`
 	// Headers are conditions on request header fields, all of which must
 	// hold (with the path), e.g. bypass when X-Preview is present. Only on
 	// a bypass rule: a client chooses its own headers, so they may take

@@ -82,7 +82,7 @@ func TestParseExampleFile(t *testing.T) {
 		Rules: []Rule{
 			{Name: "health", Match: Match{Path: "/healthz"}, Bypass: true},
 			{
-				Name: "static", Match: Match{PathPrefix: "/static/"},
+				Name: "static", Match: Match{PathPrefix: "/static/", Hosts: []string{"shop.example.com", "*.cdn.example.com"}},
 				TTL: Duration(24 * time.Hour), MaxTTL: Duration(168 * time.Hour),
 				StaleWhileRevalidate: ptr(Duration(time.Hour)),
 				StaleIfError:         ptr(Duration(24 * time.Hour)),

@@ -43,8 +43,8 @@ rules:
   - {name: own, match: {pathPrefix: /own/}, statusTTLs: [{statuses: [404], ttl: 1m}]}
   - {name: tier, match: {pathPrefix: /}}
 `)
-	own, _ := cc.MatchRequest("/own/x", nil)
-	tier, _ := cc.MatchRequest("/x", nil)
+	own, _ := cc.MatchRequest("", "/own/x", nil)
+	tier, _ := cc.MatchRequest("", "/x", nil)
 	if len(own.Policy.StatusTTLs) != 1 || own.Policy.StatusTTLs[404] != time.Minute {
 		t.Errorf("the rule's own: %v, want 404: 1m only", own.Policy.StatusTTLs)
 	}

@@ -419,6 +419,7 @@ func (m Match) validate(p *problems, at string) {
 		}
 		p.add(at, "exactly one of path, pathPrefix, regex must be set (got %s)", got)
 	}
+	validateHosts(p, at+".hosts", m.Hosts)
 }
 
 func (k CacheKey) validate(p *problems, at string) {
