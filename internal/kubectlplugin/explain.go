@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -199,16 +202,19 @@ type keyPart struct {
 // lifetimes are the rule's caching policy (httpcache.Policy). Durations
 // are Go duration strings; empty means not set.
 type lifetimes struct {
-	TTL                  string  `json:"ttl,omitempty"`
-	TTLWithCredentials   bool    `json:"ttlWithCredentials,omitempty"`
-	MaxTTL               string  `json:"maxTTL,omitempty"`
-	StaleWhileRevalidate string  `json:"staleWhileRevalidate,omitempty"`
-	StaleIfError         string  `json:"staleIfError,omitempty"`
-	FallbackTTL          string  `json:"fallbackTTL,omitempty"`
-	NegativeTTL          string  `json:"negativeTTL,omitempty"`
-	HeuristicPercent     float64 `json:"heuristicPercent,omitempty"`
-	HeuristicMaxTTL      string  `json:"heuristicMaxTTL,omitempty"`
-	AllowSetCookie       bool    `json:"allowSetCookie,omitempty"`
+	TTL                  string `json:"ttl,omitempty"`
+	TTLWithCredentials   bool   `json:"ttlWithCredentials,omitempty"`
+	MaxTTL               string `json:"maxTTL,omitempty"`
+	StaleWhileRevalidate string `json:"staleWhileRevalidate,omitempty"`
+	StaleIfError         string `json:"staleIfError,omitempty"`
+	FallbackTTL          string `json:"fallbackTTL,omitempty"`
+	NegativeTTL          string `json:"negativeTTL,omitempty"`
+	// StatusTTLs are the lifetimes by status (the rule's, else the
+	// tier's): status code → duration.
+	StatusTTLs       map[string]string `json:"statusTTLs,omitempty"`
+	HeuristicPercent float64           `json:"heuristicPercent,omitempty"`
+	HeuristicMaxTTL  string            `json:"heuristicMaxTTL,omitempty"`
+	AllowSetCookie   bool              `json:"allowSetCookie,omitempty"`
 	// TargetedFields are the targeted cache-control fields (RFC 9213)
 	// that decide instead of Cache-Control when a response carries one,
 	// as the tier names them (the policy holds them canonicalized).
@@ -327,6 +333,12 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		HeuristicPercent: p.HeuristicFraction * 100, HeuristicMaxTTL: dur(p.HeuristicMax),
 		AllowSetCookie: p.AllowSetCookie, TargetedFields: c.Config.Defaults.TargetedFields(),
 		From: map[string]string{"staleWhileRevalidate": "tier", "staleIfError": "tier"},
+	}
+	for code, d := range p.StatusTTLs {
+		if e.Lifetimes.StatusTTLs == nil {
+			e.Lifetimes.StatusTTLs = map[string]string{}
+		}
+		e.Lifetimes.StatusTTLs[strconv.Itoa(code)] = d.String()
 	}
 	if conf != nil {
 		if conf.StaleWhileRevalidate != nil {
@@ -526,6 +538,14 @@ func printExplanation(out io.Writer, e *explanation, output string) error {
 	p("  staleIfError          %s (%s)", orDash(l.StaleIfError), l.From["staleIfError"])
 	p("  fallbackTTL           %s (tier)", orDash(l.FallbackTTL))
 	p("  negativeTTL           %s (tier, 404 and 410)", orDash(l.NegativeTTL))
+	if len(l.StatusTTLs) > 0 {
+		codes := slices.Sorted(maps.Keys(l.StatusTTLs))
+		var parts []string
+		for _, c := range codes {
+			parts = append(parts, c+" "+l.StatusTTLs[c])
+		}
+		p("  statusTTLs            %s (without explicit freshness; before negativeTTL and fallbackTTL)", strings.Join(parts, ", "))
+	}
 	p("  heuristic             %g%% of the age since Last-Modified, at most %s (tier)", l.HeuristicPercent, orDash(l.HeuristicMaxTTL))
 	if len(l.TargetedFields) > 0 {
 		p("  targeted fields       %s (the first a response carries decides instead of Cache-Control and Expires)", strings.Join(l.TargetedFields, ", "))
