@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tiercache/tiercache/internal/invalidate"
 )
 
 // hostEcho answers with the Host it received, without freshness: only a
@@ -73,4 +76,23 @@ func TestAnAbsoluteTargetsHostSelectsTheRule(t *testing.T) {
 	if r := f.get("/page", "Host", "shop.example"); r.xcache() != "HIT; layer=l1" || r.body != "host=shop.example" {
 		t.Fatalf("shop.example after its fill: %q %q", r.xcache(), r.body)
 	}
+}
+
+// A purge of a full URL finds its entries under the rule its host
+// selects: here only the shop's rule sorts the query, so a purge keyed
+// under another rule's shape would miss the stored entry.
+func TestAPurgeKeysAURLUnderItsHostsRule(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - name: shop
+    match: {pathPrefix: /, hosts: [shop.example]}
+    cacheKey: {sortQuery: true}
+`, cacheFor("public, max-age=600", "x"))
+	expect(t, f.get("/p?b=1&a=2", "Host", "shop.example"), 200, "MISS")
+	expect(t, f.get("/p?a=2&b=1", "Host", "shop.example"), 200, "HIT; layer=l1")
+	res, err := f.purger.Purge(context.Background(), invalidate.Request{URLs: []string{"http://shop.example/p?b=1&a=2"}})
+	if err != nil || res.Purged != 1 {
+		t.Fatalf("purge: %+v, %v; want 1 entry purged", res, err)
+	}
+	expect(t, f.get("/p?a=2&b=1", "Host", "shop.example"), 200, "MISS")
 }
