@@ -18,7 +18,8 @@ func shopTier() v1alpha1.CacheTierSpec {
 	d := func(s string) *v1alpha1.Duration { v := v1alpha1.Duration(s); return &v }
 	return v1alpha1.CacheTierSpec{
 		Defaults: v1alpha1.DefaultsSpec{StaleIfError: "1h", NegativeTTL: "10s", FallbackTTL: "5m",
-			StatusTTLs: []v1alpha1.StatusTTLSpec{{Statuses: []int32{301, 302}, TTL: "1h"}}},
+			StatusTTLs:    []v1alpha1.StatusTTLSpec{{Statuses: []int32{301, 302}, TTL: "1h"}},
+			IgnoreCookies: []string{"_ga", "_gid"}},
 		Rules: []v1alpha1.Rule{
 			{Name: "api", Match: v1alpha1.Match{PathPrefix: "/api/"}, Bypass: true},
 			{Name: "static", Match: v1alpha1.Match{Regex: `^/static/.*\.(css|js)$`}, TTL: "24h",
@@ -160,6 +161,16 @@ func TestExplainUsesTheSidecarsRulesAndKey(t *testing.T) {
 				if e.Rule != "products" || e.Key.KeyedQuery != "id=9&page=2" || !e.Lifetimes.TTLWithCredentials ||
 					!slices.Equal(e.Key.Include, []string{"id", "page"}) || hasNote(e, "ttl does not apply") || !hasNote(e, "with Authorization") {
 					t.Fatalf("rule %q key %+v lifetimes %+v notes %q", e.Rule, e.Key, e.Lifetimes, e.Notes)
+				}
+			},
+		},
+		{
+			name:    "ignored cookies are removed before the credentials check",
+			url:     "https://shop.example/static/app.js",
+			headers: []string{"Cookie: _ga=GA1.1.2; _gid=3"},
+			check: func(t *testing.T, e explanation) {
+				if hasNote(e, "ttl does not apply") || !hasNote(e, `the origin receives Cookie ""`) {
+					t.Fatalf("notes %q, want the ignored-cookies note and no ttl note", e.Notes)
 				}
 			},
 		},
