@@ -10,7 +10,7 @@ import (
 // ruleTarget is what a purge keys a URL under: the rule its responses
 // were stored under, and its target as that rule keys it.
 func ruleTarget(cfg *tierconfig.Compiled, escapedPath, rawQuery string) (*tierconfig.CompiledRule, string) {
-	rule := cfg.StoredRule(escapedPath)
+	rule := cfg.StoredRule("", escapedPath)
 	return rule, string(cachekey.AppendTarget(nil, &rule.Key, escapedPath, rawQuery))
 }
 
@@ -55,7 +55,7 @@ func TestPurgeTargetsPassOverConditionedRules(t *testing.T) {
 	if rule.Name != "static" || tgt != "/static/a.css?v=2" {
 		t.Fatalf("RuleTarget = %s, %q; want static, /static/a.css?v=2", rule.Name, tgt)
 	}
-	keys := cachekey.PrimaryKeys(&cfg.StoredRule("/static/a.css").Key, "shop.example", "/static/a.css", "v=2&utm_x=1")
+	keys := cachekey.PrimaryKeys(&cfg.StoredRule("shop.example", "/static/a.css").Key, "shop.example", "/static/a.css", "v=2&utm_x=1")
 	if len(keys) != 2 || keys[0] != "GET http://shop.example/static/a.css?v=2" {
 		t.Fatalf("PrimaryKeys = %q", keys)
 	}

@@ -35,6 +35,12 @@ type Policy struct {
 	// NegativeTTL, when > 0, is the lifetime of a 404 or 410 without
 	// explicit freshness.
 	NegativeTTL time.Duration
+	// StatusTTLs are lifetimes by status for responses without explicit
+	// freshness; they win over NegativeTTL, FallbackTTL and the
+	// heuristic. A status listed here that is not cacheable by default
+	// (302, 307) is stored with its lifetime (RFC 9111 §3: the cache's
+	// configuration allows it).
+	StatusTTLs map[int]time.Duration
 	// HeuristicFraction of (Date - Last-Modified) is the heuristic
 	// lifetime, capped at HeuristicMax. 0 disables the heuristic.
 	HeuristicFraction float64
@@ -117,6 +123,7 @@ const (
 	sourceNegative              // Policy.NegativeTTL
 	sourceFallback              // Policy.FallbackTTL
 	sourceHeuristic             // Last-Modified heuristic
+	sourceStatus                // Policy.StatusTTLs
 )
 
 // String names the source for Decision.Source.
@@ -132,6 +139,8 @@ func (s freshSource) String() string {
 		return "fallback"
 	case sourceHeuristic:
 		return "heuristic"
+	case sourceStatus:
+		return "status"
 	}
 	return "none"
 }
@@ -166,7 +175,9 @@ func (s freshSource) String() string {
 //     be stored despite its no-store (RFC 9111 §5.2.2.3); with any other
 //     status it is not stored.
 //   - NegativeTTL is more specific than FallbackTTL, so it wins for 404 and
-//     410; FallbackTTL covers them only when NegativeTTL is 0.
+//     410; FallbackTTL covers them only when NegativeTTL is 0. A status
+//     lifetime (Policy.StatusTTLs) names the status, so it wins over both
+//     and over the heuristic; it is made up like them (credentials).
 //   - HeuristicMax <= 0 means the heuristic is not capped (beyond 2^31 s).
 //   - public makes a status that is not cacheable by default
 //     heuristically cacheable (RFC 9111 §5.2.2.9): the Last-Modified
@@ -278,7 +289,9 @@ func decide(x Exchange, p Policy) Decision {
 		}
 		forced = false
 	}
-	if !forced && !heuristic && !cc.Public && !cc.MaxAge.Valid && !cc.SMaxAge.Valid && len(expires) == 0 {
+	statusTTL, byStatus := p.StatusTTLs[x.Status]
+	byStatus = byStatus && !post
+	if !forced && !heuristic && !byStatus && !cc.Public && !cc.MaxAge.Valid && !cc.SMaxAge.Valid && len(expires) == 0 {
 		return notStored(WhyStatus, "the status code is not cacheable by default and the response has no explicit freshness")
 	}
 
@@ -304,6 +317,8 @@ func decide(x Exchange, p Policy) Decision {
 		lifetime, source = expiresLifetime(expires, date), sourceExplicit
 	case !madeUpOK:
 		return notStored(WhyCredentials, "a response to a request with Cookie or Authorization is stored only with explicit freshness from the origin (or public, or a rule's ttlWithCredentials)")
+	case byStatus:
+		lifetime, source = statusTTL, sourceStatus
 	case p.NegativeTTL > 0 && (x.Status == http.StatusNotFound || x.Status == http.StatusGone):
 		lifetime, source = p.NegativeTTL, sourceNegative
 	case p.FallbackTTL > 0 && heuristic:

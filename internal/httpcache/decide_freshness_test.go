@@ -321,3 +321,45 @@ func TestDecideStrip(t *testing.T) {
 		})
 	}
 }
+
+// Policy.StatusTTLs: lifetimes by status for responses without explicit
+// freshness (nginx's proxy_cache_valid), and where they stand among the
+// other lifetimes.
+func TestDecideStatusLifetimes(t *testing.T) {
+	byStatus := func(kv ...any) httpcache.Policy {
+		p := httpcache.Policy{StatusTTLs: map[int]time.Duration{}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			p.StatusTTLs[kv[i].(int)] = kv[i+1].(time.Duration)
+		}
+		return p
+	}
+	with := func(p httpcache.Policy, f func(*httpcache.Policy)) httpcache.Policy { f(&p); return p }
+	lm := date(t0.Add(-10 * time.Hour))
+	runDecide(t, []decideCase{
+		{"a status lifetime applies to a 301 without freshness", ex(301), byStatus(301, time.Hour), stored(time.Hour)},
+		{"a status lifetime makes a 302 storable", ex(302), byStatus(302, time.Hour), stored(time.Hour)},
+		{"a status lifetime makes a 307 storable", ex(307), byStatus(302, time.Minute, 307, time.Hour), stored(time.Hour)},
+		{"a 302 without a status lifetime is not stored", ex(302), byStatus(301, time.Hour), notStored(reasonNotByDefault)},
+		{"a status lifetime applies only to its status", ex(200, "ETag", `"v"`), byStatus(301, time.Hour), stored(0)},
+		{"the origin's max-age wins over a status lifetime", ex(301, "Cache-Control", "max-age=60"), byStatus(301, time.Hour), stored(sec(60))},
+		{"the origin's Expires wins over a status lifetime", ex(200, "Expires", date(t0.Add(90*time.Second))), byStatus(200, time.Hour), stored(sec(90))},
+		{"a rule's ttl wins over a status lifetime", ex(301),
+			with(byStatus(301, time.Hour), func(p *httpcache.Policy) { p.ForceTTL = 5 * time.Minute }), stored(5 * time.Minute)},
+		{"a status lifetime wins over NegativeTTL for its status", ex(404),
+			with(byStatus(404, time.Minute), func(p *httpcache.Policy) { p.NegativeTTL = 10 * time.Second }), stored(time.Minute)},
+		{"NegativeTTL still covers a 410 that no status lifetime names", ex(410),
+			with(byStatus(404, time.Minute), func(p *httpcache.Policy) { p.NegativeTTL = 10 * time.Second }), stored(sec(10))},
+		{"a status lifetime wins over FallbackTTL and the heuristic", ex(200, "Last-Modified", lm),
+			with(byStatus(200, 5*time.Minute), func(p *httpcache.Policy) { p.FallbackTTL, p.HeuristicFraction = time.Hour, 0.1 }), stored(5 * time.Minute)},
+		{"maxTTL caps a status lifetime", ex(301),
+			with(byStatus(301, time.Hour), func(p *httpcache.Policy) { p.MaxTTL = time.Minute }), stored(time.Minute)},
+		{"a status lifetime does not apply to a request with a Cookie", withReq(ex(301), "Cookie", "s=1"),
+			byStatus(301, time.Hour), notStored(reasonCredentials)},
+		{"a status lifetime applies to a request with a Cookie when the rule opts in", withReq(ex(302), "Cookie", "s=1"),
+			with(byStatus(302, time.Hour), func(p *httpcache.Policy) { p.ForceTTLWithCredentials = true }), stored(time.Hour)},
+		{"no-store still wins over a status lifetime", ex(301, "Cache-Control", "no-store"), byStatus(301, time.Hour),
+			notStored("no-store on the response prevents storing")},
+		{"private still wins over a status lifetime", ex(302, "Cache-Control", "private"), byStatus(302, time.Hour),
+			notStored("private prevents storing in a shared cache")},
+	})
+}

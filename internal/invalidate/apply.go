@@ -142,7 +142,7 @@ func splitURLs(cfg *tierconfig.Compiled, urls []string) (keys []string, urlOf ma
 			scan = append(scan, raw)
 			continue
 		}
-		for _, k := range cachekey.PrimaryKeys(&cfg.StoredRule(u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery) {
+		for _, k := range cachekey.PrimaryKeys(&cfg.StoredRule(u.Host, u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery) {
 			keys = append(keys, k)
 			urlOf[k] = raw
 		}

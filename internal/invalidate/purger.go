@@ -198,7 +198,7 @@ func (p *Purger) primaryKeys(urls []*url.URL) []string {
 	cfg := p.cfg.Load()
 	var all []string
 	for _, u := range urls {
-		all = append(all, cachekey.PrimaryKeys(&cfg.StoredRule(u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery)...)
+		all = append(all, cachekey.PrimaryKeys(&cfg.StoredRule(u.Host, u.EscapedPath()).Key, u.Host, u.EscapedPath(), u.RawQuery)...)
 	}
 	return all
 }
@@ -460,7 +460,7 @@ func (p *Purger) purged() {
 type ref struct{ host, target string }
 
 func (p *Purger) refOf(cfg *tierconfig.Compiled, host, escapedPath, rawQuery string) ref {
-	target := string(cachekey.AppendTarget(nil, &cfg.StoredRule(escapedPath).Key, escapedPath, rawQuery))
+	target := string(cachekey.AppendTarget(nil, &cfg.StoredRule(host, escapedPath).Key, escapedPath, rawQuery))
 	r := ref{target: target}
 	if host != "" {
 		// Both schemes' default ports fold away; what remains is the same

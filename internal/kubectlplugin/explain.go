@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -199,16 +202,19 @@ type keyPart struct {
 // lifetimes are the rule's caching policy (httpcache.Policy). Durations
 // are Go duration strings; empty means not set.
 type lifetimes struct {
-	TTL                  string  `json:"ttl,omitempty"`
-	TTLWithCredentials   bool    `json:"ttlWithCredentials,omitempty"`
-	MaxTTL               string  `json:"maxTTL,omitempty"`
-	StaleWhileRevalidate string  `json:"staleWhileRevalidate,omitempty"`
-	StaleIfError         string  `json:"staleIfError,omitempty"`
-	FallbackTTL          string  `json:"fallbackTTL,omitempty"`
-	NegativeTTL          string  `json:"negativeTTL,omitempty"`
-	HeuristicPercent     float64 `json:"heuristicPercent,omitempty"`
-	HeuristicMaxTTL      string  `json:"heuristicMaxTTL,omitempty"`
-	AllowSetCookie       bool    `json:"allowSetCookie,omitempty"`
+	TTL                  string `json:"ttl,omitempty"`
+	TTLWithCredentials   bool   `json:"ttlWithCredentials,omitempty"`
+	MaxTTL               string `json:"maxTTL,omitempty"`
+	StaleWhileRevalidate string `json:"staleWhileRevalidate,omitempty"`
+	StaleIfError         string `json:"staleIfError,omitempty"`
+	FallbackTTL          string `json:"fallbackTTL,omitempty"`
+	NegativeTTL          string `json:"negativeTTL,omitempty"`
+	// StatusTTLs are the lifetimes by status (the rule's, else the
+	// tier's): status code → duration.
+	StatusTTLs       map[string]string `json:"statusTTLs,omitempty"`
+	HeuristicPercent float64           `json:"heuristicPercent,omitempty"`
+	HeuristicMaxTTL  string            `json:"heuristicMaxTTL,omitempty"`
+	AllowSetCookie   bool              `json:"allowSetCookie,omitempty"`
 	// TargetedFields are the targeted cache-control fields (RFC 9213)
 	// that decide instead of Cache-Control when a response carries one,
 	// as the tier names them (the policy holds them canonicalized).
@@ -252,7 +258,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		// conditions all hold is the one Match picks.
 		r := c.Config.Rules[i]
 		check := ruleCheck{Name: r.Name, Match: describeMatch(r.Match), PathMatches: cr.MatchesPath(req.URL.Path)}
-		check.Matches = check.PathMatches
+		check.Matches = check.PathMatches && cr.MatchesHost(req.Host)
 		descs := describeConditions(r.Match)
 		for j, cc := range cr.CheckConditions(req.Header) {
 			check.Conditions = append(check.Conditions, conditionCheck{Field: cc.Field, Condition: descs[j], Met: cc.Met, Ambiguous: cc.Ambiguous})
@@ -260,7 +266,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		}
 		e.Rules = append(e.Rules, check)
 	}
-	rule, agreed := c.MatchRequest(req.URL.EscapedPath(), req.Header)
+	rule, agreed := c.MatchRequest(req.Host, req.URL.EscapedPath(), req.Header)
 	e.Rule = rule.Name
 	var conf *tierconfig.Rule
 	for i := range c.Config.Rules {
@@ -299,7 +305,7 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		ps := originview.Readings(req.URL.EscapedPath())
 		var rs []string
 		for i := 0; i < ps.Len(); i++ {
-			rs = append(rs, fmt.Sprintf("%q: %s", ps.At(i), c.MatchReading(ps.At(i), req.Header).Name))
+			rs = append(rs, fmt.Sprintf("%q: %s", ps.At(i), c.MatchReading(req.Host, ps.At(i), req.Header).Name))
 		}
 		e.Bypass, e.Why = true, fmt.Sprintf("origins read this path in ways that select different rules (%s): passed to the origin uncached", strings.Join(rs, ", "))
 	case rule.Bypass && rule.HasConditions():
@@ -328,6 +334,12 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 		AllowSetCookie: p.AllowSetCookie, TargetedFields: c.Config.Defaults.TargetedFields(),
 		From: map[string]string{"staleWhileRevalidate": "tier", "staleIfError": "tier"},
 	}
+	for code, d := range p.StatusTTLs {
+		if e.Lifetimes.StatusTTLs == nil {
+			e.Lifetimes.StatusTTLs = map[string]string{}
+		}
+		e.Lifetimes.StatusTTLs[strconv.Itoa(code)] = d.String()
+	}
 	if conf != nil {
 		if conf.StaleWhileRevalidate != nil {
 			e.Lifetimes.From["staleWhileRevalidate"] = "rule"
@@ -336,7 +348,16 @@ func explain(cfg tierconfig.Config, req *http.Request) (*explanation, error) {
 			e.Lifetimes.From["staleIfError"] = "rule"
 		}
 	}
-	if p.ForceTTL > 0 && !p.ForceTTLWithCredentials && (req.Header.Get("Authorization") != "" || req.Header.Get("Cookie") != "") {
+	// The tier's ignored cookies are removed before the credentials check
+	// on a request the cache looks up (defaults.ignoreCookies).
+	kept := req.Header
+	if !e.Bypass {
+		kept = req.Header.Clone()
+		if c.StripIgnoredCookies(kept) {
+			e.Notes = append(e.Notes, fmt.Sprintf("the tier ignores some of this request's cookies (defaults.ignoreCookies): the origin receives Cookie %q", kept.Get("Cookie")))
+		}
+	}
+	if p.ForceTTL > 0 && !p.ForceTTLWithCredentials && (kept.Get("Authorization") != "" || kept.Get("Cookie") != "") {
 		e.Notes = append(e.Notes, fmt.Sprintf("this request carries Authorization or Cookie: rule %s's ttl does not apply to it (ttlWithCredentials is off), the origin's headers decide", rule.Name))
 	}
 	if req.Header.Get("Authorization") != "" {
@@ -399,13 +420,19 @@ func describeConditions(m tierconfig.Match) []string {
 }
 
 func describeMatch(m tierconfig.Match) string {
+	var s string
 	switch {
 	case m.Path != "":
-		return "path " + m.Path
+		s = "path " + m.Path
 	case m.PathPrefix != "":
-		return "pathPrefix " + m.PathPrefix
+		s = "pathPrefix " + m.PathPrefix
+	default:
+		s = "regex " + m.Regex
 	}
-	return "regex " + m.Regex
+	if len(m.Hosts) > 0 {
+		s += " on hosts " + strings.Join(m.Hosts, ", ")
+	}
+	return s
 }
 
 func dur(d time.Duration) string {
@@ -511,6 +538,14 @@ func printExplanation(out io.Writer, e *explanation, output string) error {
 	p("  staleIfError          %s (%s)", orDash(l.StaleIfError), l.From["staleIfError"])
 	p("  fallbackTTL           %s (tier)", orDash(l.FallbackTTL))
 	p("  negativeTTL           %s (tier, 404 and 410)", orDash(l.NegativeTTL))
+	if len(l.StatusTTLs) > 0 {
+		codes := slices.Sorted(maps.Keys(l.StatusTTLs))
+		var parts []string
+		for _, c := range codes {
+			parts = append(parts, c+" "+l.StatusTTLs[c])
+		}
+		p("  statusTTLs            %s (without explicit freshness; before negativeTTL and fallbackTTL)", strings.Join(parts, ", "))
+	}
 	p("  heuristic             %g%% of the age since Last-Modified, at most %s (tier)", l.HeuristicPercent, orDash(l.HeuristicMaxTTL))
 	if len(l.TargetedFields) > 0 {
 		p("  targeted fields       %s (the first a response carries decides instead of Cache-Control and Expires)", strings.Join(l.TargetedFields, ", "))

@@ -17,7 +17,9 @@ import (
 func shopTier() v1alpha1.CacheTierSpec {
 	d := func(s string) *v1alpha1.Duration { v := v1alpha1.Duration(s); return &v }
 	return v1alpha1.CacheTierSpec{
-		Defaults: v1alpha1.DefaultsSpec{StaleIfError: "1h", NegativeTTL: "10s", FallbackTTL: "5m"},
+		Defaults: v1alpha1.DefaultsSpec{StaleIfError: "1h", NegativeTTL: "10s", FallbackTTL: "5m",
+			StatusTTLs:    []v1alpha1.StatusTTLSpec{{Statuses: []int32{301, 302}, TTL: "1h"}},
+			IgnoreCookies: []string{"_ga", "_gid"}},
 		Rules: []v1alpha1.Rule{
 			{Name: "api", Match: v1alpha1.Match{PathPrefix: "/api/"}, Bypass: true},
 			{Name: "static", Match: v1alpha1.Match{Regex: `^/static/.*\.(css|js)$`}, TTL: "24h",
@@ -163,6 +165,16 @@ func TestExplainUsesTheSidecarsRulesAndKey(t *testing.T) {
 			},
 		},
 		{
+			name:    "ignored cookies are removed before the credentials check",
+			url:     "https://shop.example/static/app.js",
+			headers: []string{"Cookie: _ga=GA1.1.2; _gid=3"},
+			check: func(t *testing.T, e explanation) {
+				if hasNote(e, "ttl does not apply") || !hasNote(e, `the origin receives Cookie ""`) {
+					t.Fatalf("notes %q, want the ignored-cookies note and no ttl note", e.Notes)
+				}
+			},
+		},
+		{
 			name:    "the rule's ttl does not apply to a request with a cookie",
 			url:     "https://shop.example/static/app.js",
 			headers: []string{"Cookie: theme=dark"},
@@ -179,7 +191,7 @@ func TestExplainUsesTheSidecarsRulesAndKey(t *testing.T) {
 				l := e.Lifetimes
 				if e.Rule != "default" || len(matching(e)) != 0 || len(e.Rules) != 5 || e.Key.KeyedQuery != "x=1" ||
 					l.TTL != "" || l.FallbackTTL != "5m0s" || l.NegativeTTL != "10s" || l.StaleIfError != "1h0m0s" || l.HeuristicPercent != 10 ||
-					!slices.Equal(l.TargetedFields, []string{"CDN-Cache-Control"}) {
+					!slices.Equal(l.TargetedFields, []string{"CDN-Cache-Control"}) || l.StatusTTLs["302"] != "1h0m0s" {
 					t.Fatalf("rule %q rules %+v key %+v lifetimes %+v, want default with the tier's lifetimes", e.Rule, e.Rules, e.Key, l)
 				}
 			},

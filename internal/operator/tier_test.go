@@ -40,9 +40,11 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 		L2: &v1alpha1.L2Spec{Addresses: []string{"redis.shop.svc:6379"}, Timeout: "80ms", PasswordSecretRef: secretRef("redis", "password")},
 		Defaults: v1alpha1.DefaultsSpec{
 			FallbackTTL: "1m", StaleWhileRevalidate: "30s", StaleIfError: "1d", NegativeTTL: "10s", HeuristicPercent: 10,
+			IgnoreCookies: []string{"@analytics", "consent_*"},
+			StatusTTLs:    []v1alpha1.StatusTTLSpec{{Statuses: []int32{301, 302}, TTL: "1h"}},
 		},
 		Rules: []v1alpha1.Rule{
-			{Name: "api", Match: v1alpha1.Match{PathPrefix: "/api/"}, Bypass: true},
+			{Name: "api", Match: v1alpha1.Match{PathPrefix: "/api/", Hosts: []string{"shop.example.com", "*.tenants.example.com"}}, Bypass: true},
 			{Name: "static", Match: v1alpha1.Match{Regex: `^/static/.*\.(css|js)$`}, TTL: "7d",
 				CacheKey: v1alpha1.CacheKey{QueryExclude: []string{"utm_*"}, SortQuery: true, Headers: []string{"Accept-Language"}, Cookies: []string{"currency"}}},
 		},
@@ -92,6 +94,28 @@ func TestTheAPIServerRefusesInvalidCacheTiers(t *testing.T) {
 		"a request header allowlist without strict mode is refused by a CEL rule": {
 			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Allow: []string{"Accept"}}},
 			want: []string{"spec.requestHeaders.allow", "allow is used only when mode is strict"},
+		},
+		"an ignored cookie that is not a cookie name is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{Defaults: v1alpha1.DefaultsSpec{IgnoreCookies: []string{"a b"}}},
+			want: []string{"spec.defaults.ignoreCookies[0]", "should match"},
+		},
+		"a cookie both ignored and keyed is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{Defaults: v1alpha1.DefaultsSpec{IgnoreCookies: []string{"lang"}},
+				Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{PathPrefix: "/"}, CacheKey: v1alpha1.CacheKey{Cookies: []string{"lang"}}}}},
+			want: []string{"admission webhook", "spec.defaults.ignoreCookies[0]", "both ignored and keyed"},
+		},
+		"a status lifetime for a status not stored so is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{Defaults: v1alpha1.DefaultsSpec{StatusTTLs: []v1alpha1.StatusTTLSpec{{Statuses: []int32{500}, TTL: "1m"}}}},
+			want: []string{"spec.defaults.statusTTLs[0].statuses[0]", "Unsupported value"},
+		},
+		"a status given two lifetimes is refused by the webhook": {
+			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{PathPrefix: "/"},
+				StatusTTLs: []v1alpha1.StatusTTLSpec{{Statuses: []int32{301}, TTL: "1m"}, {Statuses: []int32{301}, TTL: "1h"}}}}},
+			want: []string{"admission webhook", "spec.rules[0].statusTTLs[1].statuses[0]", "give each status one lifetime"},
+		},
+		"a host with a port is refused by the schema": {
+			spec: v1alpha1.CacheTierSpec{Rules: []v1alpha1.Rule{{Name: "a", Match: v1alpha1.Match{PathPrefix: "/", Hosts: []string{"shop.example.com:8080"}}}}},
+			want: []string{"spec.rules[0].match.hosts[0]", "should match"},
 		},
 		"an unknown request header mode is refused by the schema": {
 			spec: v1alpha1.CacheTierSpec{RequestHeaders: v1alpha1.RequestHeadersSpec{Mode: "paranoid"}},

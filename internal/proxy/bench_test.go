@@ -36,7 +36,7 @@ func hitPathLoop(b *testing.B, f *fixture, req *http.Request) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		rule := cfg.Match(req.URL.Path, req.Header)
+		rule := cfg.Match(req.Host, req.URL.Path, req.Header)
 		rcc := httpcache.ParseRequestCC(req.Header)
 		kb := p.keys.Get().(*keyBuf)
 		kb.build(req, rule)
@@ -101,7 +101,7 @@ func BenchmarkServeHTTPStaleRefreshDeferred(b *testing.B) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		kb := f.px.keys.Get().(*keyBuf)
-		kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
+		kb.build(req, f.px.cfg.Load().Match(req.Host, req.URL.Path, req.Header))
 		ok := f.px.lookup(context.Background(), kb, req).ok
 		f.px.keys.Put(kb)
 		if ok {

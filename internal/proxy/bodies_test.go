@@ -157,7 +157,7 @@ func (f *fileFixture) stored(path string) *entry.Entry {
 	req := httptest.NewRequest(http.MethodGet, f.srv.URL+path, nil)
 	kb := f.px.keys.Get().(*keyBuf)
 	defer f.px.keys.Put(kb)
-	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
+	kb.build(req, f.px.cfg.Load().Match(req.Host, req.URL.Path, req.Header))
 	got := f.px.lookup(context.Background(), kb, req)
 	if !got.ok {
 		return nil

@@ -115,7 +115,7 @@ func hitPathFixture(b *testing.B, cfgYAML string, hdr http.Header) (*fixture, *h
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		kb := f.px.keys.Get().(*keyBuf)
-		kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
+		kb.build(req, f.px.cfg.Load().Match(req.Host, req.URL.Path, req.Header))
 		ok := f.px.lookup(context.Background(), kb, req).ok
 		f.px.keys.Put(kb)
 		if ok {

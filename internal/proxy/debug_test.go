@@ -152,7 +152,7 @@ func TestADebugRequestStoresAndServesWhatAnyOtherWould(t *testing.T) {
 	var e entry.Entry
 	kb := &keyBuf{}
 	req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/static/a", nil)
-	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
+	kb.build(req, f.px.cfg.Load().Match(req.Host, req.URL.Path, req.Header))
 	if err := f.cache.GetInto(kb.Primary(), &e); err != nil {
 		t.Fatalf("nothing stored under the plain request's key: %v", err)
 	}

@@ -69,7 +69,7 @@ func newOriginWith(t testing.TB, h http.HandlerFunc, serve func(http.Handler) *h
 // cookie: its primary key.
 func (f *fixture) flightKey(path string) string {
 	r := httptest.NewRequest(http.MethodGet, f.srv.URL+path, nil)
-	rule, _ := f.px.cfg.Load().MatchRequest(r.URL.EscapedPath(), r.Header)
+	rule, _ := f.px.cfg.Load().MatchRequest(r.Host, r.URL.EscapedPath(), r.Header)
 	var kb keyBuf
 	kb.build(r, rule)
 	return strings.Clone(kb.Primary())

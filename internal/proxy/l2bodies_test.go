@@ -269,7 +269,7 @@ func TestAForgedBodySizeInL2EvictsNoLocalBodyFile(t *testing.T) {
 	// The hostile writer, through a client with the tier's prefix.
 	req := httptest.NewRequest(http.MethodGet, "http://shop/evil", nil)
 	kb := a.px.keys.Get().(*keyBuf)
-	kb.build(req, a.px.cfg.Load().Match(req.URL.Path, req.Header))
+	kb.build(req, a.px.cfg.Load().Match(req.Host, req.URL.Path, req.Header))
 	key := strings.Clone(kb.Key())
 	a.px.keys.Put(kb)
 	hostile, err := l2.New(l2.Config{Addrs: []string{srv.Addr()}, Prefix: "tc:test/cluster:", Timeout: time.Second})

@@ -48,7 +48,7 @@ func keyOf(f *fixture, host, path string) string {
 	req := httptest.NewRequest(http.MethodGet, "http://"+host+path, nil)
 	kb := f.px.keys.Get().(*keyBuf)
 	defer f.px.keys.Put(kb)
-	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
+	kb.build(req, f.px.cfg.Load().Match(req.Host, req.URL.Path, req.Header))
 	return strings.Clone(kb.Key())
 }
 

@@ -316,7 +316,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "" && r.URL.Opaque == "" && r.Method != http.MethodConnect {
 		r.URL.Path = "/"
 	}
-	rule, agreed := cfg.MatchRequest(r.URL.EscapedPath(), r.Header)
+	rule, agreed := cfg.MatchRequest(r.Host, r.URL.EscapedPath(), r.Header)
 	agreed = agreed && r.URL.Opaque == ""
 	var dbg *debugInfo
 	if _, ok := r.Header[debugHeader]; ok {

@@ -423,12 +423,12 @@ func FuzzReadingsAgreeWithEveryOrigin(f *testing.F) {
 		if err != nil || u.Host != "" || !strings.HasPrefix(target, "/") || strings.ContainsAny(target, "?#") {
 			return // net/http refuses it, or it is not a path
 		}
-		rule, agreed := cc.MatchRequest(u.EscapedPath(), nil)
+		rule, agreed := cc.MatchRequest("", u.EscapedPath(), nil)
 		if !agreed {
 			return
 		}
 		for _, pr := range pathReaders {
-			if got := cc.MatchReading(pr.read(u.EscapedPath()), nil); got != rule {
+			if got := cc.MatchReading("", pr.read(u.EscapedPath()), nil); got != rule {
 				t.Fatalf("%q: every reading agreed on rule %s, but origin %s reads %q: rule %s",
 					target, rule.Name, pr.name, pr.read(u.EscapedPath()), got.Name)
 			}

@@ -119,6 +119,10 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		// describe: it is neither filled nor served from the cache.
 		return p.pass(w, r, cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass, dbg: dbg.bypass()}, metrics.ResultBypass)
 	}
+	// The tier's ignored cookies go before anything reads the request
+	// (key, Vary, credentials, the fill's request): the cache decides on
+	// what the origin will see. Passed requests above keep them.
+	cfg.StripIgnoredCookies(r.Header)
 	q := newCacheReq(r, cfg, rule, dbg)
 	kb := p.keys.Get().(*keyBuf)
 	defer p.keys.Put(kb)

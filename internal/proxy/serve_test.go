@@ -67,7 +67,7 @@ func TestStoredAgeAndContentLengthAreReplacedNotRepeated(t *testing.T) {
 	req := httptest.NewRequest("GET", f.srv.URL+"/s", nil)
 	kb := f.px.keys.Get().(*keyBuf)
 	defer f.px.keys.Put(kb)
-	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
+	kb.build(req, f.px.cfg.Load().Match(req.Host, req.URL.Path, req.Header))
 	key := kb.Primary()
 	var e entry.Entry
 	// The client has the whole response before the fill stores it.

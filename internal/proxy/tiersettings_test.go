@@ -22,7 +22,7 @@ func storedKind(f *fixture, path string) int {
 	f.t.Helper()
 	req := httptest.NewRequest(http.MethodGet, f.srv.URL+path, nil)
 	kb := &keyBuf{}
-	kb.build(req, f.px.cfg.Load().Match(req.URL.Path, req.Header))
+	kb.build(req, f.px.cfg.Load().Match(req.Host, req.URL.Path, req.Header))
 	var e entry.Entry
 	if err := f.cache.GetInto(kb.Primary(), &e); err != nil {
 		return -1

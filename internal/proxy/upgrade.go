@@ -160,7 +160,7 @@ func (u *Upgrades) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		copyHeader(h, resp.Header)
 		stripTargeted(h, cfg.StripTargeted)
 		h["X-Cache"] = xBypass
-		rule, _ := cfg.MatchRequest(r.URL.EscapedPath(), r.Header)
+		rule, _ := cfg.MatchRequest(r.Host, r.URL.EscapedPath(), r.Header)
 		if cs, ok := cacheStatus(cfg, verdict{x: xBypass, rule: rule, fwd: fwdBypass}, resp.StatusCode, 0, false); ok {
 			h["Cache-Status"] = append(h["Cache-Status"], cs)
 		}

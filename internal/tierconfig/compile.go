@@ -35,6 +35,8 @@ type Compiled struct {
 	// CacheStatus: responses carry Cache-Status (defaults.cacheStatus).
 	CacheStatus bool
 	rules       []*CompiledRule
+	// ignoreCookies: defaults.ignoreCookies (StripIgnoredCookies).
+	ignoreCookies cookieIgnore
 }
 
 // CacheStatusName is the cache's name in its Cache-Status members (RFC
@@ -54,6 +56,7 @@ type CompiledRule struct {
 	HitStatus *httpcache.HitMembers
 
 	match matcher
+	hosts hostMatcher // match.hosts; empty: every host
 	conds []condition // header and cookie conditions; bypass rules only
 }
 
@@ -104,6 +107,7 @@ func Compile(c Config) (*Compiled, error) {
 		StorePOST:            d.StorePostResponses,
 		StaleIfUnreachable:   d.StaleIfUnreachableWindow(),
 		Vary:                 httpcache.VaryOptions{NormalizeAcceptLanguage: d.NormalizeAcceptLanguage},
+		StatusTTLs:           statusLifetimes(d.StatusTTLs),
 	}
 	out := &Compiled{
 		Config:  c,
@@ -112,6 +116,7 @@ func Compile(c Config) (*Compiled, error) {
 		rules:   make([]*CompiledRule, 0, len(c.Rules)),
 	}
 	out.CacheStatus = d.CacheStatusOn()
+	out.ignoreCookies = compileCookieIgnore(c)
 	if d.StripTargeted() {
 		out.StripTargeted = base.TargetedFields
 	}
@@ -149,7 +154,11 @@ func compileRule(r Rule, base httpcache.Policy, underscored []string) (*Compiled
 	if r.StaleIfError != nil {
 		p.StaleIfError = r.StaleIfError.Std()
 	}
-	cr := &CompiledRule{Name: r.Name, Bypass: r.Bypass, Policy: p, HitStatus: httpcache.NewHitMembers(CacheStatusName, r.Name)}
+	if len(r.StatusTTLs) > 0 {
+		p.StatusTTLs = statusLifetimes(r.StatusTTLs)
+	}
+	cr := &CompiledRule{Name: r.Name, Bypass: r.Bypass, Policy: p, HitStatus: httpcache.NewHitMembers(CacheStatusName, r.Name),
+		hosts: compileHosts(r.Match.Hosts)}
 	switch {
 	case r.Match.Path != "":
 		cr.match = matcher{kind: matchPath, literal: r.Match.Path}
@@ -178,22 +187,24 @@ func compileRule(r Rule, base httpcache.Policy, underscored []string) (*Compiled
 	return cr, nil
 }
 
-// Match returns the first rule that matches the request: its path
-// condition holds for path and, on a bypass rule, its header and cookie
-// conditions hold for the request header h; c.Default when none does.
+// Match returns the first rule that matches the request: its host
+// condition holds for host (the request's Host, hosts.go), its path
+// condition for path and, on a bypass rule, its header and cookie
+// conditions for the request header h; c.Default when none does.
 // path is one reading of the request's path, which Match cleans
 // (originview.CleanPath) before matching. h is the request's header as
 // the origin will receive it (nil for none). It does not allocate for a
 // path that needs no cleaning. The request path uses MatchRequest, which
 // consults every reading of the path as received.
-func (c *Compiled) Match(path string, h http.Header) *CompiledRule {
+func (c *Compiled) Match(host, path string, h http.Header) *CompiledRule {
 	if len(c.rules) == 0 {
 		return c.Default
 	}
-	return c.MatchReading(originview.CleanPath(path), h)
+	return c.MatchReading(host, originview.CleanPath(path), h)
 }
 
-// MatchRequest returns the rule a request selects, given its path as the
+// MatchRequest returns the rule a request selects, given its host
+// (net/http's Request.Host: what the key holds), its path as the
 // origin receives it (escapedPath: net/url's URL.EscapedPath) and its
 // header as the origin will receive it, and whether every reading of that
 // path (originview.Readings: raw, decoded, cleaned, decoded twice)
@@ -203,54 +214,55 @@ func (c *Compiled) Match(path string, h http.Header) *CompiledRule {
 // rule returned (the decoded, cleaned reading's) only names it in metrics
 // and logs.
 // A path with one reading costs one scan and no allocation.
-func (c *Compiled) MatchRequest(escapedPath string, h http.Header) (rule *CompiledRule, agreed bool) {
+func (c *Compiled) MatchRequest(host, escapedPath string, h http.Header) (rule *CompiledRule, agreed bool) {
 	if len(c.rules) == 0 {
 		return c.Default, true
 	}
 	if originview.Canonical(escapedPath) {
-		return c.MatchReading(escapedPath, h), true
+		return c.MatchReading(host, escapedPath, h), true
 	}
 	ps := originview.Readings(escapedPath)
-	rule = c.MatchReading(ps.At(0), h)
+	rule = c.MatchReading(host, ps.At(0), h)
 	for i := 1; i < ps.Len(); i++ {
-		if c.MatchReading(ps.At(i), h) != rule {
+		if c.MatchReading(host, ps.At(i), h) != rule {
 			// Named after the decoded, cleaned reading, as most origins
 			// read a path (/%61pi/cart counts under the rule for /api/).
 			decoded := escapedPath
 			if u, err := url.PathUnescape(escapedPath); err == nil {
 				decoded = u
 			}
-			return c.Match(decoded, h), false
+			return c.Match(host, decoded, h), false
 		}
 	}
 	return rule, true
 }
 
-// MatchReading returns the first rule that matches path, one reading of
-// a request path taken as it is (not cleaned), and h.
-func (c *Compiled) MatchReading(path string, h http.Header) *CompiledRule {
+// MatchReading returns the first rule that matches host, path, one
+// reading of a request path taken as it is (not cleaned), and h.
+func (c *Compiled) MatchReading(host, path string, h http.Header) *CompiledRule {
 	for _, r := range c.rules {
-		if r.match.matches(path) && (len(r.conds) == 0 || holdAll(r.conds, h)) {
+		if r.match.matches(path) && r.hosts.matches(host) && (len(r.conds) == 0 || holdAll(r.conds, h)) {
 			return r
 		}
 	}
 	return c.Default
 }
 
-// MatchStored returns the rule under which the responses stored for path
-// were stored, whatever the requests that filled them sent: the first rule
-// without header or cookie conditions whose path condition holds, or
+// MatchStored returns the rule under which the responses stored for host
+// and path were stored, whatever the requests that filled them sent: the
+// first rule without header or cookie conditions whose host and path
+// conditions hold, or
 // c.Default. Rules with such conditions bypass the cache, so they never
 // store: a request either meets them and stores nothing, or goes on to the
 // rules after them. Purges use it to find a URL's entries by the URL
 // alone.
-func (c *Compiled) MatchStored(path string) *CompiledRule {
+func (c *Compiled) MatchStored(host, path string) *CompiledRule {
 	if len(c.rules) == 0 {
 		return c.Default
 	}
 	path = originview.CleanPath(path)
 	for _, r := range c.rules {
-		if len(r.conds) == 0 && r.match.matches(path) {
+		if len(r.conds) == 0 && r.match.matches(path) && r.hosts.matches(host) {
 			return r
 		}
 	}
@@ -258,16 +270,16 @@ func (c *Compiled) MatchStored(path string) *CompiledRule {
 }
 
 // StoredRule returns the rule a URL's stored responses were stored
-// under, given its path as received (escapedPath): like the proxy, it
+// under, given its host and its path as received (escapedPath): like the proxy, it
 // matches rules on the decoded, cleaned path (originview.CleanPath), and passes over
 // rules with header or cookie conditions (MatchStored). Purges key the
 // URL under its Key.
-func (c *Compiled) StoredRule(escapedPath string) *CompiledRule {
+func (c *Compiled) StoredRule(host, escapedPath string) *CompiledRule {
 	path := escapedPath
 	if u, err := url.PathUnescape(escapedPath); err == nil {
 		path = u
 	}
-	return c.MatchStored(path)
+	return c.MatchStored(host, path)
 }
 
 // Rules returns the compiled rules in match order (not including Default).

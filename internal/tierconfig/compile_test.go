@@ -24,7 +24,7 @@ func TestCompileDefaultRule(t *testing.T) {
 	if d.Name != "default" || d.Bypass || d.Key.ShapesQuery() || d.Key.HasExtras() || !reflect.DeepEqual(d.Policy, want) {
 		t.Fatalf("Default rule = %+v, want name default, tier policy %+v and no key shaping", d, want)
 	}
-	if got := c.Match("/anything", nil); got != d {
+	if got := c.Match("", "/anything", nil); got != d {
 		t.Fatalf("Match with no rules = %q, want the default rule", got.Name)
 	}
 }
@@ -81,7 +81,7 @@ func TestCompilePolicies(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			r := cc.Match(tt.path, nil)
+			r := cc.Match("", tt.path, nil)
 			if r.Name != tt.wantName || r.Bypass != tt.wantBypass || !reflect.DeepEqual(r.Policy, tt.want) {
 				t.Fatalf("Match(%q) = %+v\nwant name %q bypass %v policy %+v", tt.path, r, tt.wantName, tt.wantBypass, tt.want)
 			}
@@ -124,7 +124,7 @@ func TestMatch(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := cc.Match(tt.path, nil).Name; got != tt.want {
+			if got := cc.Match("", tt.path, nil).Name; got != tt.want {
 				t.Fatalf("Match(%q) = %q, want %q", tt.path, got, tt.want)
 			}
 		})
@@ -151,11 +151,11 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/healthz", "/static/app.js", "/api/v1/items", "/nothing/matches/this", "/a.b/..c/.d/", "/"} {
-		if n := testing.AllocsPerRun(200, func() { cc.Match(path, nil) }); n != 0 {
+		if n := testing.AllocsPerRun(200, func() { cc.Match("", path, nil) }); n != 0 {
 			t.Errorf("Match(%q) allocates %v times", path, n)
 		}
 		// The request path's match: a path with one reading costs no more.
-		if n := testing.AllocsPerRun(200, func() { cc.MatchRequest(path, nil) }); n != 0 {
+		if n := testing.AllocsPerRun(200, func() { cc.MatchRequest("", path, nil) }); n != 0 {
 			t.Errorf("MatchRequest(%q) allocates %v times", path, n)
 		}
 	}
@@ -189,7 +189,7 @@ func TestMatchRequestNeedsEveryReadingOfThePathToAgree(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			r, agreed := cc.MatchRequest(tt.path, nil)
+			r, agreed := cc.MatchRequest("", tt.path, nil)
 			if r.Name != tt.rule || agreed != tt.agreed {
 				t.Fatalf("MatchRequest(%q) = %s, %v; want %s, %v", tt.path, r.Name, agreed, tt.rule, tt.agreed)
 			}
@@ -210,7 +210,7 @@ func TestCompiledFlags(t *testing.T) {
 		"a rule with query, header and cookie lists shapes all": {"/api/v1/x", true, true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := cc.Match(tt.path, nil)
+			r := cc.Match("", tt.path, nil)
 			if r.Key.ShapesQuery() != tt.shapes || r.Key.HasExtras() != tt.hasExtras {
 				t.Fatalf("%s: ShapesQuery=%v HasKeyExtras=%v", r.Name, r.Key.ShapesQuery(), r.Key.HasExtras())
 			}

@@ -108,7 +108,7 @@ func TestMatchWithConditions(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := cc.Match(tt.path, tt.header).Name; got != tt.want {
+			if got := cc.Match("", tt.path, tt.header).Name; got != tt.want {
 				t.Fatalf("Match(%q, %q) = %s, want %s", tt.path, tt.header, got, tt.want)
 			}
 		})
@@ -123,7 +123,7 @@ func TestMatchStoredIgnoresConditionedRules(t *testing.T) {
 	// Every conditioned rule comes before "cached" and bypasses: whatever
 	// a request sent, its answer was stored under "cached".
 	for _, path := range []string{"/home", "/php/x", "/dot/x", "/consent/x", "/h/absent/x", "/and/x"} {
-		if got := cc.MatchStored(path).Name; got != "cached" {
+		if got := cc.MatchStored("", path).Name; got != "cached" {
 			t.Errorf("MatchStored(%q) = %s, want cached", path, got)
 		}
 	}
@@ -133,10 +133,10 @@ func TestMatchStoredIgnoresConditionedRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cc.MatchStored("/healthz").Name; got != "health" {
+	if got := cc.MatchStored("", "/healthz").Name; got != "health" {
 		t.Errorf("MatchStored(/healthz) = %s, want the unconditioned health rule", got)
 	}
-	if got := cc.MatchStored("/consent/x"); got != cc.Default {
+	if got := cc.MatchStored("", "/consent/x"); got != cc.Default {
 		t.Errorf("MatchStored(/consent/x) = %s, want default", got.Name)
 	}
 }
@@ -154,7 +154,7 @@ func TestMatchWithConditionsDoesNotAllocate(t *testing.T) {
 		"User-Agent": {"Mozilla/5.0"}, "X-Env": {"prod"}, "X-Preview": {"1"}, "Accept": {"*/*"},
 	}
 	for _, path := range []string{"/home", "/php/x", "/dot/x", "/consent/x", "/beta/x", "/ab/x", "/h/present/x", "/h/absent/x", "/h/exact/x", "/h/prefix/x", "/h/regex/x", "/and/x"} {
-		if n := testing.AllocsPerRun(200, func() { cc.Match(path, h) }); n != 0 {
+		if n := testing.AllocsPerRun(200, func() { cc.Match("", path, h) }); n != 0 {
 			t.Errorf("Match(%q) allocates %v times", path, n)
 		}
 	}
@@ -337,7 +337,7 @@ func BenchmarkMatchPathRules(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if cc.Match("/bench/item", benchHeader) != cc.Default {
+		if cc.Match("", "/bench/item", benchHeader) != cc.Default {
 			b.Fatal("a rule matched")
 		}
 	}
@@ -354,7 +354,7 @@ func BenchmarkMatchCookieCondition(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if cc.Match("/bench/item", benchHeader) != cc.Default {
+		if cc.Match("", "/bench/item", benchHeader) != cc.Default {
 			b.Fatal("a rule matched")
 		}
 	}

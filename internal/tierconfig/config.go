@@ -325,6 +325,22 @@ type Defaults struct {
 	// X-Cache. nil means the default, on; false turns it off (X-Cache
 	// stays). Read it through CacheStatusOn.
 	CacheStatus *bool `json:"cacheStatus,omitempty"`
+	// IgnoreCookies names request cookies the cache removes from GET and
+	// HEAD requests that a caching rule matches, before the lookup and
+	// before the origin request (cookies.go): an exact name, a glob with
+	// '*' ("_ga_*"), or "@analytics", the preset of common analytics and
+	// advertising cookies (AnalyticsCookies). A request whose only cookies
+	// are ignored is then not credentialed: rule ttl applies and
+	// hit-for-miss does not kick in. A cookie a rule keys
+	// (cacheKey.cookies) or a bypass condition reads (match.cookies) is
+	// never removed. Default: none.
+	IgnoreCookies []string `json:"ignoreCookies,omitempty"`
+	// StatusTTLs are lifetimes by status for responses without explicit
+	// freshness (statusttl.go): they win over NegativeTTL, FallbackTTL
+	// and the heuristic, never over the origin's freshness or a rule's
+	// ttl, and apply to requests with credentials only as those do. A
+	// rule's statusTTLs replace these. Default: none.
+	StatusTTLs []StatusTTL `json:"statusTTLs,omitempty"`
 }
 
 // Rule applies to requests that Match selects. The first matching rule
@@ -357,11 +373,14 @@ type Rule struct {
 	StaleIfError         *Duration `json:"staleIfError,omitempty"`
 	// CacheKey shapes the key of matching requests.
 	CacheKey CacheKey `json:"cacheKey,omitempty"`
+	// StatusTTLs, when set, replace the tier's defaults.statusTTLs for
+	// this rule.
+	StatusTTLs []StatusTTL `json:"statusTTLs,omitempty"`
 }
 
 // Match selects requests: by path (exactly one of path, pathPrefix, regex
-// must be set) and, on a bypass rule only, by request header fields and
-// cookies. Every condition given must hold.
+// must be set), optionally by host, and, on a bypass rule only, by request
+// header fields and cookies. Every condition given must hold.
 // +kubebuilder:object:generate=true
 // +kubebuilder:validation:XValidation:rule="[has(self.path), has(self.pathPrefix), has(self.regex)].filter(x, x).size() == 1",message="exactly one of path, pathPrefix, regex must be set"
 type Match struct {
@@ -380,6 +399,18 @@ type Match struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Regex string `json:"regex,omitempty"`
+	// Hosts, when set, limit the rule to requests for one of these hosts:
+	// exact names ("shop.example.com") or "*." and a name, for any name
+	// below it ("*.example.com": a.example.com, a.b.example.com, not
+	// example.com). Compared case-insensitively with the host the cache
+	// keys on and the origin receives (the request target's authority,
+	// else Host), without its port. On any rule.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=255
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$`
+	// +listType=set
+	Hosts []string `json:"hosts,omitempty"`
 	// Headers are conditions on request header fields, all of which must
 	// hold (with the path), e.g. bypass when X-Preview is present. Only on
 	// a bypass rule: a client chooses its own headers, so they may take

@@ -29,7 +29,7 @@ func TestHolderConcurrentLoadAndStore(t *testing.T) {
 			for range 1000 {
 				c := h.Load()
 				// Read through the pointer so the race detector sees it.
-				if c == nil || c.Match("/x", nil) != c.Default || c.Config.Origin.Timeout <= 0 {
+				if c == nil || c.Match("", "/x", nil) != c.Default || c.Config.Origin.Timeout <= 0 {
 					t.Error("Load returned a config that is not one of those stored")
 					return
 				}

@@ -73,15 +73,21 @@ func TestParseExampleFile(t *testing.T) {
 			StaleIfUnreachable:      ptr(Duration(30 * time.Minute)),
 			NormalizeAcceptLanguage: true,
 			CacheStatus:             ptr(true),
+			IgnoreCookies:           []string{"@analytics", "consent_*"},
+			StatusTTLs: []StatusTTL{
+				{Statuses: []int32{301, 308}, TTL: Duration(24 * time.Hour)},
+				{Statuses: []int32{302, 307}, TTL: Duration(5 * time.Minute)},
+			},
 		},
 		Rules: []Rule{
 			{Name: "health", Match: Match{Path: "/healthz"}, Bypass: true},
 			{
-				Name: "static", Match: Match{PathPrefix: "/static/"},
+				Name: "static", Match: Match{PathPrefix: "/static/", Hosts: []string{"shop.example.com", "*.cdn.example.com"}},
 				TTL: Duration(24 * time.Hour), MaxTTL: Duration(168 * time.Hour),
 				StaleWhileRevalidate: ptr(Duration(time.Hour)),
 				StaleIfError:         ptr(Duration(24 * time.Hour)),
 				CacheKey:             CacheKey{QueryInclude: []string{"v"}},
+				StatusTTLs:           []StatusTTL{{Statuses: []int32{404}, TTL: Duration(time.Minute)}},
 			},
 			{Name: "logged-in", Match: Match{PathPrefix: "/", Cookies: []CookieMatch{{Name: "session", Present: true}}}, Bypass: true},
 			{Name: "preview", Match: Match{PathPrefix: "/", Headers: []HeaderMatch{

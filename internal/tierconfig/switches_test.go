@@ -68,7 +68,7 @@ rules:
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/a/x", "/b/x", "/elsewhere"} {
-		if r := cc.Match(path, nil); !r.Policy.StorePOST {
+		if r := cc.Match("", path, nil); !r.Policy.StorePOST {
 			t.Errorf("rule %s (for %s) does not store POST responses", r.Name, path)
 		}
 	}

@@ -54,7 +54,7 @@ func TestTargetedCacheControlSettings(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, path := range []string{"/a/x", "/elsewhere"} {
-				if got := cc.Match(path, nil).Policy.TargetedFields; !reflect.DeepEqual(got, tt.wantPolicy) {
+				if got := cc.Match("", path, nil).Policy.TargetedFields; !reflect.DeepEqual(got, tt.wantPolicy) {
 					t.Errorf("policy of %s: TargetedFields = %q, want %q", path, got, tt.wantPolicy)
 				}
 			}

@@ -95,6 +95,7 @@ func (c Config) Validate() error {
 	c.Origin.validate(&p)
 	c.Defaults.validate(&p)
 	validateRules(&p, c.Rules)
+	c.validateIgnoreCookies(&p)
 	c.Coalescing.validate(&p)
 	c.Purge.validate(&p)
 	c.RequestHeaders.validate(&p)
@@ -248,6 +249,7 @@ func (d Defaults) validate(p *problems) {
 	checkDuration(p, "defaults.heuristicMaxTTL", d.HeuristicMaxTTL)
 	checkDuration(p, "defaults.hitForMissTTL", d.HitForMissTTL)
 	d.TargetedCacheControl.validate(p)
+	validateStatusTTLs(p, "defaults.statusTTLs", d.StatusTTLs)
 	if w := d.StaleIfUnreachable; w != nil {
 		switch {
 		case *w < 0:
@@ -368,6 +370,7 @@ func validateRules(p *problems, rules []Rule) {
 			checkDuration(p, at+".staleIfError", *r.StaleIfError)
 		}
 		r.CacheKey.validate(p, at+".cacheKey")
+		validateStatusTTLs(p, at+".statusTTLs", r.StatusTTLs)
 	}
 }
 
@@ -416,6 +419,7 @@ func (m Match) validate(p *problems, at string) {
 		}
 		p.add(at, "exactly one of path, pathPrefix, regex must be set (got %s)", got)
 	}
+	validateHosts(p, at+".hosts", m.Hosts)
 }
 
 func (k CacheKey) validate(p *problems, at string) {

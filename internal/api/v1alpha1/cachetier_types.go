@@ -408,6 +408,39 @@ type DefaultsSpec struct {
 	// true; false turns it off (X-Cache stays).
 	// +optional
 	CacheStatus *bool `json:"cacheStatus,omitempty"`
+	// IgnoreCookies names request cookies the sidecars remove from GET and
+	// HEAD requests that a caching rule matches, before the lookup and the
+	// origin request, so that they neither split nor defeat caching: exact
+	// names, globs with '*' ("_ga_*"), or "@analytics" (the common
+	// analytics and advertising cookies, docs/caching.md). A cookie a rule
+	// keys or a bypass condition reads is never removed. Never list a
+	// cookie the application reads: the origin does not receive it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^(@analytics|[!#$%&'*+.^_|~0-9A-Za-z-]+)$`
+	// +listType=set
+	IgnoreCookies []string `json:"ignoreCookies,omitempty"`
+	// StatusTTLs are lifetimes by status code for responses without
+	// explicit freshness (nginx's proxy_cache_valid 301 302 1h). They win
+	// over negativeTTL, fallbackTTL and the heuristic, never over the
+	// origin's max-age, s-maxage or Expires or a rule's ttl.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	StatusTTLs []StatusTTLSpec `json:"statusTTLs,omitempty"`
+}
+
+// StatusTTLSpec is the lifetime of responses with one of statuses.
+type StatusTTLSpec struct {
+	// Statuses are status codes: 200, 203, 204, 300, 301, 302, 307, 308,
+	// 404, 405, 410, 414 or 501, each once in its list.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=13
+	// +kubebuilder:validation:items:Enum=200;203;204;300;301;302;307;308;404;405;410;414;501
+	// +listType=set
+	Statuses []int32 `json:"statuses"`
+	// TTL is their lifetime (> 0).
+	TTL Duration `json:"ttl"`
 }
 
 // TargetedCacheControlSpec is the tier's target list of RFC 9213: the
@@ -454,6 +487,11 @@ type Rule struct {
 	// CacheKey shapes the cache key of matching requests.
 	// +optional
 	CacheKey CacheKey `json:"cacheKey,omitempty"`
+	// StatusTTLs, when set, replace the tier's defaults.statusTTLs for
+	// this rule.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	StatusTTLs []StatusTTLSpec `json:"statusTTLs,omitempty"`
 }
 
 // RequestHeadersMode is how a tier forwards client request headers on

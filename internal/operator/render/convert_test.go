@@ -124,6 +124,8 @@ func set(t *testing.T, v reflect.Value) {
 		v.SetInt(7)
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
 		v.Set(reflect.ValueOf([]string{"x"}).Convert(v.Type()))
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Int32:
+		v.Set(reflect.ValueOf([]int32{7}).Convert(v.Type()))
 	default:
 		t.Fatalf("no value for a %s", v.Type())
 	}

@@ -90,6 +90,12 @@ func (cv *converter) defaultsSpec(path string, in *v1alpha1.DefaultsSpec, out *t
 		v := *in.CacheStatus
 		out.CacheStatus = &v
 	}
+	out.IgnoreCookies = slices.Clone(in.IgnoreCookies)
+	for i := range in.StatusTTLs {
+		var v tierconfig.StatusTTL
+		cv.statusTTLSpec(fmt.Sprintf("%sstatusTTLs[%d].", path, i), &in.StatusTTLs[i], &v)
+		out.StatusTTLs = append(out.StatusTTLs, v)
+	}
 }
 
 // rule converts v1alpha1.Rule into tierconfig.Rule.
@@ -109,6 +115,11 @@ func (cv *converter) rule(path string, in *v1alpha1.Rule, out *tierconfig.Rule) 
 		out.StaleIfError = &v
 	}
 	in.CacheKey.DeepCopyInto(&out.CacheKey)
+	for i := range in.StatusTTLs {
+		var v tierconfig.StatusTTL
+		cv.statusTTLSpec(fmt.Sprintf("%sstatusTTLs[%d].", path, i), &in.StatusTTLs[i], &v)
+		out.StatusTTLs = append(out.StatusTTLs, v)
+	}
 }
 
 // coalescingSpec converts v1alpha1.CoalescingSpec into tierconfig.Coalescing.
@@ -135,4 +146,10 @@ func (cv *converter) warmStart(path string, in *v1alpha1.WarmStart, out *tiercon
 	out.MaxEntries = int(in.MaxEntries)
 	out.MaxBytes = cv.size(path+"maxBytes", in.MaxBytes)
 	out.Timeout = cv.duration(path+"timeout", in.Timeout)
+}
+
+// statusTTLSpec converts v1alpha1.StatusTTLSpec into tierconfig.StatusTTL.
+func (cv *converter) statusTTLSpec(path string, in *v1alpha1.StatusTTLSpec, out *tierconfig.StatusTTL) {
+	out.Statuses = slices.Clone(in.Statuses)
+	out.TTL = cv.duration(path+"ttl", in.TTL)
 }
