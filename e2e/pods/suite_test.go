@@ -18,6 +18,7 @@ package pods
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -341,6 +342,27 @@ func (s *suite) getColumns(t *testing.T, ns, name string) (map[string]string, er
 	return cols, nil
 }
 
+// originStats reads the demo origin's request counts by class, from the
+// app's own port.
+func (s *suite) originStats(ctx context.Context, p corev1.Pod) (map[string]int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, podURL(p, 8080)+"/stats", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.httpClient(false).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		ByClass map[string]int64 `json:"by_class"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("%s /stats: %w", p.Name, err)
+	}
+	return st.ByClass, nil
+}
+
 // waitRollout waits for a Deployment's rollout with kubectl.
 func (s *suite) waitRollout(t *testing.T, ns, name string, limit time.Duration) {
 	t.Helper()
@@ -362,4 +384,10 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// deleteNow deletes a pod without a grace period override.
+func (s *suite) deletePod(t *testing.T, p corev1.Pod) {
+	t.Helper()
+	must(t, s.c.Delete(t.Context(), &p))
 }
