@@ -1,7 +1,9 @@
 package pods
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -169,9 +171,19 @@ func (s *suite) checkWarmFromL2(t *testing.T, before []string) {
 			t.Fatal(err)
 		}
 		if n := st["bytes 200"]; n != 0 {
-			out, _ := s.exec(t.Context(), 30*time.Second, s.kubectl, "logs", "-n", appNS, p.Name, "-c", "tiercache")
+			out, err := s.exec(context.Background(), 30*time.Second, s.kubectl, "logs", "-n", appNS, p.Name, "-c", "tiercache")
+			t.Logf("%s: kubectl logs: %v", p.Name, err)
+			if resp, err := s.httpClient(false).Get(podURL(p, 15190) + "/metrics"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				for line := range strings.Lines(string(b)) {
+					if strings.Contains(line, "tiercache_l2") || strings.Contains(line, "tiercache_requests_total") || strings.Contains(line, "warm") {
+						t.Logf("%s: %s", p.Name, strings.TrimSpace(line))
+					}
+				}
+			}
 			for line := range strings.Lines(out) {
-				if strings.Contains(line, "/bytes/warm-") || strings.Contains(line, "l2") && !strings.Contains(line, `"msg":"access"`) {
+				if strings.Contains(line, "warm-") || !strings.Contains(line, `"msg":"access"`) {
 					t.Logf("%s: %s", p.Name, strings.TrimSpace(line))
 				}
 			}
