@@ -244,6 +244,8 @@ spec:
 // name, L2 across pods, and `kubectl get ct` counting the pods.
 func (s *suite) app(t *testing.T) {
 	s.applyOK(t, s.tierManifest(""))
+	// A new tier without pods counts 0, not blank.
+	s.waitColumns(t, map[string]string{"PODS": "0", "CURRENT": "0", "CONNECTED": "0"}, 30*time.Second)
 	s.applyOK(t, s.appManifest(3, ""))
 	began := time.Now()
 	pods := s.waitAppReady(t, 3, 3*time.Minute)
@@ -389,6 +391,13 @@ func (s *suite) pluginCommands(t *testing.T) {
 			return nil
 		})
 	}
+
+	// --all right after another purge meets the sidecar's rate limit
+	// (429 with a short Retry-After): the plugin waits and succeeds.
+	for range 2 {
+		out = s.kubectlOK(t, "tiercache", "purge", tierName, "-n", appNS, "--all")
+	}
+	t.Logf("kubectl tiercache purge --all, twice:\n%s", out)
 
 	out = s.kubectlOK(t, "tiercache", "explain", tierName, "-n", appNS, "http://"+serviceHost+"/tagged/x")
 	if !strings.Contains(out, "/tagged/x") {
