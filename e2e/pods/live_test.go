@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -204,7 +203,7 @@ func (s *suite) zeroTrust(t *testing.T) {
 
 	// The impostor's identity (its ServiceAccount, as its token says)
 	// reads no Secret of the tier's namespace.
-	tr, err := kubernetesClient(t, s).CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), "default",
+	tr, err := s.n.Client().CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), "default",
 		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
 	must(t, err)
 	cfg := s.n.RESTConfig()
@@ -224,9 +223,4 @@ func (s *suite) zeroTrust(t *testing.T) {
 		t.Fatalf("the impostor's ServiceAccount listing Secrets of %s: %v, want Forbidden", appNS, err)
 	}
 	must(t, s.c.Delete(t.Context(), pod))
-}
-
-func kubernetesClient(t *testing.T, s *suite) kubernetes.Interface {
-	t.Helper()
-	return s.n.Client()
 }

@@ -112,9 +112,11 @@ func (s *suite) helmInstall(t *testing.T) {
 	redisRepo, redisTag, _ := strings.Cut(redisImage, ":")
 	out, err := s.exec(t.Context(), 4*time.Minute, s.helm, "install", release, chart,
 		"--namespace", releaseNS, "--create-namespace",
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
+		// --set-string: a tag of digits alone (a short commit, as make
+		// image names a clean checkout's) is a number to --set.
+		"--set", "image.repository="+repo, "--set-string", "image.tag="+tag,
 		"--set", "redis.bundled.enabled=true",
-		"--set", "redis.bundled.image.repository="+redisRepo, "--set", "redis.bundled.image.tag="+redisTag,
+		"--set", "redis.bundled.image.repository="+redisRepo, "--set-string", "redis.bundled.image.tag="+redisTag,
 		"--wait", "--timeout", "3m")
 	if err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
