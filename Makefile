@@ -145,11 +145,27 @@ test-alloc: ## Run the allocation tests (the L1 hit path's among them) without -
 # A real single-node cluster (test/testnode) in network and mount
 # namespaces of its own; its tools are built into the cache by
 # hack/node-tools.sh on first use (about 10 min cold, under a second warm).
+# On it, e2e/pods walks the user's path in real pods with the images
+# `make image` builds (the chart's helm install, the bundled Redis, an
+# annotated Deployment, the plugin, faults under load; about 3 min warm).
 # TIERCACHE_REQUIRE_NODE=1: a machine that cannot run it fails here
-# instead of skipping.
-test-node: ## Run the real-node test (kubelet, containerd, kube-proxy, CoreDNS in a network namespace)
-	set -a; eval "$$(bash hack/node-tools.sh env)"; set +a; \
-	TIERCACHE_REQUIRE_NODE=1 $(GO) test -count=1 -timeout 10m -v ./test/testnode/
+# instead of skipping. -p 1: one node at a time.
+E2E_IMAGE_ENV = TIERCACHE_IMAGE=$(CURDIR)/$(IMAGE_OUT)/tiercache-$(VERSION)-linux-$(IMAGE_ARCH).oci.tar \
+	TIERCACHE_IMAGE_REF=$(IMAGE_REPO):$(VERSION) \
+	TIERCACHE_DEMO_IMAGE=$(CURDIR)/$(IMAGE_OUT)/demo-origin-$(VERSION)-linux-$(IMAGE_ARCH).oci.tar \
+	TIERCACHE_DEMO_IMAGE_REF=$(DEMO_IMAGE_REPO):$(VERSION)
+NODE_ENV = $(REDIS_ENV); set -a; eval "$$(bash hack/k8s-tools.sh env)"; eval "$$(bash hack/node-tools.sh env)"; set +a
+
+test-node: image ## Run the real-node tests: the harness's own (test/testnode) and the user's path in real pods (e2e/pods)
+	$(NODE_ENV); \
+	$(E2E_IMAGE_ENV) TIERCACHE_REQUIRE_NODE=1 $(GO) test -p 1 -count=1 -timeout 20m -v ./test/testnode/ ./e2e/pods/
+
+# E2E_RUN: a regular expression of the steps of e2e/pods' TestUserPath to
+# run (install and app always run), e.g. make e2e-pods E2E_RUN=faults.
+.PHONY: e2e-pods
+e2e-pods: image ## Run only the real-pod e2e (e2e/pods) on a real node; E2E_RUN=regex picks its steps
+	$(NODE_ENV); \
+	$(E2E_IMAGE_ENV) TIERCACHE_REQUIRE_NODE=1 E2E_RUN='$(E2E_RUN)' $(GO) test -count=1 -timeout 15m -v -run TestUserPath ./e2e/pods/
 
 generate: ## Regenerate deep-copy code, the CRD (config/crd) and the CacheTier → config conversion (tools/convertgen)
 	bash hack/generate.sh

@@ -116,6 +116,9 @@ func (n *Node) startAPIServer(ctx context.Context) error {
 		"--service-account-issuer", "https://kubernetes.default.svc."+ClusterDomain,
 		"--service-account-key-file", pk(saPub), "--service-account-signing-key-file", pk(saKey),
 		"--authorization-mode", "Node,RBAC", "--allow-privileged",
+		// kubectl logs, exec and port-forward reach the kubelet at the
+		// node IP (its hostname resolves nowhere).
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--cert-dir", n.l.path("apiserver-certs"), "--profiling=false")
 	if err != nil {
 		return err

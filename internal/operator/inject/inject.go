@@ -22,6 +22,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 // Params is everything Inject needs that is not in the pod: the rendered
@@ -266,6 +267,9 @@ func mutate(pod *corev1.Pod, p Params) error {
 			p.DrainToken = ""
 		}
 	}
+	if p.RunAsUser == nil && podRunsAsRoot(spec) {
+		p.RunAsUser = ptr.To(ImageUID)
+	}
 	sidecar, err := sidecarContainer(p, portName, appPort.ContainerPort, ov, drain, timeout)
 	if err != nil {
 		return err
@@ -405,4 +409,18 @@ func unnamePort(c *corev1.Container, name string, number int32) {
 			}
 		}
 	}
+}
+
+// ImageUID is the uid of the Tiercache image's USER (distroless nonroot).
+const ImageUID int64 = 65532
+
+// podRunsAsRoot says whether the pod's securityContext sets uid 0 for its
+// containers. The sidecar would inherit it, and its runAsNonRoot would
+// stop it from starting (the kubelet's CreateContainerConfigError
+// "container's runAsUser breaks non-root policy"): so the sidecar is
+// given the image's uid instead, and the app keeps running as root, as
+// its owner asked.
+func podRunsAsRoot(spec *corev1.PodSpec) bool {
+	sc := spec.SecurityContext
+	return sc != nil && sc.RunAsUser != nil && *sc.RunAsUser == 0
 }
