@@ -189,7 +189,7 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 		"tiercache_request_duration_seconds_bucket", "tiercache_origin_duration_seconds_bucket",
 		"tiercache_l2_errors_total", "tiercache_l2_circuit_open", "tiercache_l2_dropped_writes_total",
 		"tiercache_l1_bytes", "tiercache_l1_capacity_bytes", "tiercache_l1_entries", "tiercache_l1_evictions_total",
-		"tiercache_connected_sidecars",
+		"tiercache_connected_sidecars", "tiercache_responses_total",
 	} {
 		if !used[m] {
 			t.Errorf("no panel queries %s", m)

@@ -105,6 +105,10 @@ type Metrics struct {
 	upgrades     *prometheus.CounterVec
 	// purgeRequests counts purge requests (both ports) by outcome.
 	purgeRequests *prometheus.CounterVec
+	// responses counts the answers to clients by status class;
+	// byClass holds its children by status/100 (0: none sent).
+	responses *prometheus.CounterVec
+	byClass   [6]prometheus.Counter
 	// Client connections on the serving port (connguard.MaxConns): open
 	// now, idle ones closed to make room, and accepted ones that waited
 	// for a slot.
@@ -253,6 +257,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_upgrades_total",
 			Help: "Protocol upgrade requests, by result: switched (tunnel opened), refused (the origin or the sidecar declined), error (no answer from the origin, or the tunnel could not start).",
 		}, []string{"result"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_responses_total",
+			Help: `Answers to clients on the serving port, by status class: "1xx" to "5xx", whoever made them (the cache, the origin, the sidecar's own errors), and "none" for a client that left before any answer (logged as 499).`,
+		}, []string{"class"}),
 		purgeRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_purge_requests_total",
 			Help: "Purge requests (admin POST /purge, and PURGE on the serving port with purge.httpMethod), by result: purged, failed (applied here, L2 or fan-out failed), unauthorized, limited (rate limit, 429), invalid.",
@@ -295,7 +303,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		}, []string{"op"}),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests, m.Ambiguous,
+		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests, m.responses, m.Ambiguous,
 		m.ClientConns, m.connsReclaimed, m.connsWaited, m.RequestBodies,
 		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {
@@ -338,6 +346,9 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 	for _, r := range []string{"switched", "refused", "error"} {
 		m.upgrades.WithLabelValues(r)
 	}
+	for i, class := range statusClasses {
+		m.byClass[i] = m.responses.WithLabelValues(class)
+	}
 	for _, op := range bodyStoreOps {
 		m.bodyStoreErrors.WithLabelValues(op)
 	}
@@ -372,6 +383,22 @@ func (m *Metrics) RuleRequest(rule *Rule, result, layer string, seconds float64)
 		rule.inc(i, j)
 	}
 	m.durByRes[i].Observe(seconds)
+}
+
+// statusClasses are the class label's values, by status/100.
+var statusClasses = [6]string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// Response counts one answer to a client by its status (0 or the 499 of
+// a client that left before anything was sent: "none").
+func (m *Metrics) Response(status int) {
+	if m == nil {
+		return
+	}
+	i := status / 100
+	if status == 499 || i < 1 || i > 5 {
+		i = 0
+	}
+	m.byClass[i].Inc()
 }
 
 // SetConfig records the config version in effect (and drops the old one).

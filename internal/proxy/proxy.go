@@ -276,6 +276,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if why := unsupported(r); why != "" {
 		sn := p.refuse(w, r, why)
+		p.m.Response(sn.status)
 		if p.alog != nil {
 			out := outcome{result: metrics.ResultError, layer: metrics.LayerNone, sent: sn}
 			p.logAccess(r, p.cfg.Load(), &out, time.Now(), 0)
@@ -335,6 +336,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	elapsed := end.Sub(start)
 	out.rule = rule.Name
 	p.m.RuleRequest(p.ruleMetrics(cfg, rule), out.result, out.layer, elapsed.Seconds())
+	p.m.Response(out.sent.status)
 	if p.alog != nil {
 		p.logAccess(r, cfg, &out, end, elapsed)
 	}
