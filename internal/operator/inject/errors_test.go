@@ -63,6 +63,20 @@ func TestInjectErrors(t *testing.T) {
 			},
 			want: `no container port named "http" to front (TCP ports: web (8080)): name the app's HTTP port "http", or set annotation tiercache.io/port: <name|number>; the first port is not guessed, since it may be metrics or gRPC`,
 		},
+		"a port annotation naming a gRPC port is refused": {
+			pod: func(p *corev1.Pod) {
+				p.Annotations[AnnotationPort] = "grpc-api"
+				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "grpc-api", ContainerPort: 9000})
+			},
+			want: `annotation tiercache.io/port: port "grpc-api (9000)" of container "app" is named for gRPC, which the sidecar does not serve (it speaks HTTP/1.1 and answers HTTP/2 with 505); front the app's HTTP/1.1 port, and let gRPC traffic reach the app directly`,
+		},
+		"a port annotation numbering an h2c port is refused": {
+			pod: func(p *corev1.Pod) {
+				p.Annotations[AnnotationPort] = "9001"
+				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "H2C", ContainerPort: 9001})
+			},
+			want: `annotation tiercache.io/port: port "H2C (9001)" of container "app" is named for HTTP/2, which the sidecar does not serve (it speaks HTTP/1.1 and answers HTTP/2 with 505); front the app's HTTP/1.1 port, and let HTTP/2 traffic reach the app directly`,
+		},
 		"a port annotation numbering only a UDP port is refused": {
 			pod: func(p *corev1.Pod) {
 				p.Annotations[AnnotationPort] = "8443"
@@ -284,5 +298,17 @@ func TestDerivedMemoryStaysAboveTheSidecarsAutomaticLimit(t *testing.T) {
 					l1, derived.String(), room, goLimit)
 			}
 		})
+	}
+}
+
+func TestHTTP2Name(t *testing.T) {
+	for name, want := range map[string]string{
+		"grpc": "gRPC", "grpc-api": "gRPC", "GRPC": "gRPC", "grpc-web": "", "grpc-web-x": "",
+		"http2": "HTTP/2", "http2-api": "HTTP/2", "h2c": "HTTP/2", "h2c-x": "HTTP/2",
+		"http": "", "grpcx": "", "web": "", "": "",
+	} {
+		if got := http2Name(name); got != want {
+			t.Errorf("http2Name(%q) = %q, want %q", name, got, want)
+		}
 	}
 }

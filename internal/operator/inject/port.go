@@ -33,6 +33,9 @@ func frontedPort(pod *corev1.Pod) (portRef, error) {
 					// The same number may be declared for UDP and TCP (HTTP/3
 					// next to HTTP/1); the TCP one is meant.
 					if isTCP(cp) {
+						if proto := http2Name(cp.Name); proto != "" {
+							return portRef{}, fmt.Errorf("annotation %s: port %q of container %q is named for %s, which the sidecar does not serve (it speaks HTTP/1.1 and answers HTTP/2 with 505); front the app's HTTP/1.1 port, and let %s traffic reach the app directly", AnnotationPort, describePort(cp), containers[ci].Name, proto, proto)
+						}
 						return portRef{ci, pi}, nil
 					}
 					if nonTCP == nil {
@@ -64,6 +67,23 @@ func frontedPort(pod *corev1.Pod) (portRef, error) {
 	}
 	return portRef{}, fmt.Errorf("no container port named %q to front (TCP ports: %s): name the app's HTTP port %q, or set annotation %s: <name|number>; the first port is not guessed, since it may be metrics or gRPC",
 		PreferredPortName, strings.Join(candidates, ", "), PreferredPortName, AnnotationPort)
+}
+
+// http2Name returns the protocol a port's name declares when it is one
+// the sidecar cannot front ("gRPC" or "HTTP/2"), by the prefixes Istio
+// reads protocols from (grpc, grpc-web excepted; http2; h2c), else "".
+func http2Name(name string) string {
+	n := strings.ToLower(name)
+	is := func(p string) bool { return n == p || strings.HasPrefix(n, p+"-") }
+	switch {
+	case is("grpc-web"):
+		return "" // gRPC-Web runs over HTTP/1.1
+	case is("grpc"):
+		return "gRPC"
+	case is("http2"), is("h2c"):
+		return "HTTP/2"
+	}
+	return ""
 }
 
 // describePort is how an error message lists a candidate port: "api
