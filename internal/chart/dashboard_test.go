@@ -126,6 +126,7 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 		} `json:"panels"`
 		Templating struct {
 			List []struct {
+				Name       string `json:"name"`
 				Definition string `json:"definition"`
 			} `json:"list"`
 		} `json:"templating"`
@@ -150,8 +151,23 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 			exprs = append(exprs, tg.Expr)
 		}
 	}
+	vars := map[string]bool{"__rate_interval": true, "__interval": true, "__range": true}
 	for _, v := range dash.Templating.List {
 		exprs = append(exprs, v.Definition)
+		vars[v.Name] = true
+	}
+	// Every $variable a query names is one the dashboard defines (a
+	// missing one makes the query match nothing, silently).
+	varRef := regexp.MustCompile(`\$([A-Za-z_][A-Za-z0-9_]*)`)
+	for _, e := range exprs {
+		for _, m := range varRef.FindAllStringSubmatch(e, -1) {
+			if !vars[m[1]] {
+				t.Errorf("a query names $%s, which the dashboard does not define: %s", m[1], e)
+			}
+		}
+	}
+	if !vars["pod"] {
+		t.Error("the dashboard has no pod variable")
 	}
 	byRule := false
 	for _, e := range exprs {
