@@ -124,6 +124,12 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 				Expr string `json:"expr"`
 			} `json:"targets"`
 		} `json:"panels"`
+		Annotations struct {
+			List []struct {
+				Name string `json:"name"`
+				Expr string `json:"expr"`
+			} `json:"list"`
+		} `json:"annotations"`
 		Templating struct {
 			List []struct {
 				Name       string `json:"name"`
@@ -150,6 +156,15 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 		for _, tg := range p.Targets {
 			exprs = append(exprs, tg.Expr)
 		}
+	}
+	// Config pushes show as annotations on every panel.
+	pushes := false
+	for _, a := range dash.Annotations.List {
+		exprs = append(exprs, a.Expr)
+		pushes = pushes || strings.Contains(a.Expr, "tiercache_config_applied_timestamp_seconds")
+	}
+	if !pushes {
+		t.Error("no annotation marks config pushes (tiercache_config_applied_timestamp_seconds)")
 	}
 	vars := map[string]bool{"__rate_interval": true, "__interval": true, "__range": true}
 	for _, v := range dash.Templating.List {
@@ -205,7 +220,8 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 		"tiercache_request_duration_seconds_bucket", "tiercache_origin_duration_seconds_bucket",
 		"tiercache_l2_errors_total", "tiercache_l2_circuit_open", "tiercache_l2_dropped_writes_total",
 		"tiercache_l1_bytes", "tiercache_l1_capacity_bytes", "tiercache_l1_entries", "tiercache_l1_evictions_total",
-		"tiercache_connected_sidecars", "tiercache_responses_total",
+		"tiercache_connected_sidecars", "tiercache_responses_total", "tiercache_config_nacks_total",
+		"tiercache_body_store_bytes", "tiercache_body_store_evictions_total", "tiercache_body_store_errors_total",
 	} {
 		if !used[m] {
 			t.Errorf("no panel queries %s", m)
