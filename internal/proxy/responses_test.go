@@ -15,22 +15,7 @@ import (
 // class.
 func classCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "tiercache_responses_total" {
-			continue
-		}
-		for _, s := range mf.GetMetric() {
-			if v := s.GetCounter().GetValue(); v != 0 {
-				got[s.GetLabel()[0].GetValue()] = v
-			}
-		}
-	}
-	return got
+	return counterSeries(t, reg, "tiercache_responses_total", func(l map[string]string) string { return l["class"] })
 }
 
 // TestAnswersAreCountedByStatusClass: every answer to a client counts

@@ -12,9 +12,9 @@ import (
 	"github.com/tiercache/tiercache/internal/tierconfig"
 )
 
-// ruleCounts returns the non-zero tiercache_requests_total series as
-// "rule result layer" → value.
-func ruleCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+// counterSeries returns the non-zero series of the counter name, each
+// under the key its labels make.
+func counterSeries(t *testing.T, reg *prometheus.Registry, name string, key func(labels map[string]string) string) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -22,7 +22,7 @@ func ruleCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	got := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "tiercache_requests_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, s := range mf.GetMetric() {
@@ -31,11 +31,20 @@ func ruleCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 				l[p.GetName()] = p.GetValue()
 			}
 			if v := s.GetCounter().GetValue(); v != 0 {
-				got[l["rule"]+" "+l["result"]+" "+l["layer"]] = v
+				got[key(l)] = v
 			}
 		}
 	}
 	return got
+}
+
+// ruleCounts returns the non-zero tiercache_requests_total series as
+// "rule result layer" → value.
+func ruleCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	return counterSeries(t, reg, "tiercache_requests_total", func(l map[string]string) string {
+		return l["rule"] + " " + l["result"] + " " + l["layer"]
+	})
 }
 
 // waitCounts waits, for at most waitFor's bound, until ruleCounts is
