@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -78,11 +76,9 @@ func (r *runner) showConfig(ctx context.Context, podName, tokenFile, output stri
 	}
 	var token string
 	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
-		if err != nil {
-			return fmt.Errorf("--purge-token-file: %w", err)
+		if token, err = readTokenFile(tokenFile); err != nil {
+			return err
 		}
-		token = strings.TrimRight(string(b), "\r\n")
 	} else if token, err = k.purgeToken(ctx, tier); err != nil {
 		return err
 	}

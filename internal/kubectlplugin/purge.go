@@ -222,15 +222,25 @@ func (f *purgeFlags) fileToken() (token string, fromFlags bool, err error) {
 	case f.tokenFile == "":
 		return "", false, nil
 	}
-	b, err := os.ReadFile(f.tokenFile)
+	token, err = readTokenFile(f.tokenFile)
 	if err != nil {
-		return "", false, fmt.Errorf("--purge-token-file: %w", err)
-	}
-	token = strings.TrimRight(string(b), "\r\n")
-	if token == "" {
-		return "", false, fmt.Errorf("--purge-token-file: %s is empty", f.tokenFile)
+		return "", false, err
 	}
 	return token, true, nil
+}
+
+// readTokenFile reads --purge-token-file: the token without its trailing
+// newline; an empty file is an error.
+func readTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--purge-token-file: %w", err)
+	}
+	token := strings.TrimRight(string(b), "\r\n")
+	if token == "" {
+		return "", fmt.Errorf("--purge-token-file: %s is empty", path)
+	}
+	return token, nil
 }
 
 // hasL2 reports whether the tier's sidecars share a Redis L2, through
