@@ -67,6 +67,9 @@ type Options struct {
 	// is served or counted (see Authenticator); nil serves any node the
 	// tier it claims (development and tests only).
 	Authenticate Authenticator
+	// Relay, when set, is served on the same server (relay.go): its
+	// Publish and Subscribe calls are authenticated with Authenticate.
+	Relay *Relay
 	// GRPCOptions are added after the ones above: pass
 	// grpc.Creds(credentials.NewTLS(...)) here to serve TLS.
 	GRPCOptions []grpc.ServerOption
@@ -281,6 +284,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}, s.opts.GRPCOptions...)...)
 	handlers := &handlerSet{idle: make(chan struct{})}
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, ads{sotw: sotwv3.NewServer(xdsCtx, s.cache, callbacks{s}), handlers: handlers, auth: s.opts.Authenticate, ctx: xdsCtx, log: s.log})
+	if r := s.opts.Relay; r != nil {
+		r.open()
+		gs.RegisterService(&relayServiceDesc, &relayServer{r: r, auth: s.opts.Authenticate, ctx: xdsCtx, handlers: handlers, log: s.log})
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(l) }()
@@ -295,7 +302,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	// an OK status, so sidecars reconnect (to another replica) at once.
 	// Wait for that rather than use GracefulStop, which would wait
 	// forever for a handler stuck in a callback (OnNACK), and hold the
-	// lock that Stop needs meanwhile.
+	// lock that Stop needs meanwhile. Relayed messages stop first, so
+	// that peers' streams end cleanly once what is queued is sent.
+	if s.opts.Relay != nil {
+		s.opts.Relay.close()
+	}
 	cancelXDS()
 	drained := handlers.close()
 	t := time.NewTimer(s.opts.ShutdownTimeout)

@@ -51,8 +51,10 @@ type Local interface {
 type Purger struct {
 	local  Local
 	remote Remote // nil: this sidecar only
-	id     string // this sidecar's id in published messages
-	log    *slog.Logger
+	// relayOnly: remote is a channel without a shared store (SetRelay).
+	relayOnly bool
+	id        string // this sidecar's id in published messages
+	log       *slog.Logger
 	// remoteTimeout bounds the L2 work an unsafe request waits for.
 	remoteTimeout time.Duration
 	cfg           *tierconfig.Holder
@@ -112,6 +114,23 @@ func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog
 	}
 }
 
+// SetRelay makes purges reach the tier's other sidecars through r, a
+// channel without a shared store (the control plane's relay, for a tier
+// without L2): every purge and invalidation is published, sealed as on
+// L2's channel, and the others apply it to their L1 (HandleMessage).
+// r's Purge and Forget are never called, results carry no L2 count, and
+// nothing is repeated: a repeat clears copies that a fill read from L2
+// around the purge, and without L2 every fill reads the origin, which a
+// fill in progress when the message arrives is not stored from (Watches).
+// Call it before serving, instead of SetRemote.
+func (p *Purger) SetRelay(r Remote, id string, log *slog.Logger) {
+	p.SetRemote(r, id, 0, log)
+	p.relayOnly = r != nil
+}
+
+// shared reports whether purges go to a shared store (L2) too.
+func (p *Purger) shared() bool { return p.remote != nil && !p.relayOnly }
+
 // Invalidate removes every variant of each absolute URL: the exact primary
 // keys when the URL's rule keys only on host and target, else by matching
 // entries. It is what unsafe requests trigger, so the common case does no
@@ -128,7 +147,7 @@ func (p *Purger) SetRemote(r Remote, id string, timeout time.Duration, log *slog
 func (p *Purger) Invalidate(ctx context.Context, urls []*url.URL) {
 	at := p.clock.Now()
 	p.invalidate(ctx, urls, time.Time{})
-	if p.remote != nil {
+	if p.shared() {
 		p.repeatInvalidate(urls, at.Add(repeatMargin))
 	}
 	p.purged()
@@ -143,7 +162,7 @@ func (p *Purger) invalidate(ctx context.Context, urls []*url.URL, before time.Ti
 	} else {
 		keys = p.primaryKeys(urls)
 	}
-	if p.remote != nil {
+	if p.shared() {
 		ctx, cancel := context.WithTimeout(ctx, p.remoteTimeout)
 		defer cancel()
 		if len(keys) > 0 {
@@ -187,7 +206,7 @@ func (p *Purger) markInvalidated(urls []*url.URL) []string {
 	}
 	p.watches.mark(refs, "", nil, false)
 	all := p.primaryKeys(urls)
-	if p.remote != nil {
+	if p.shared() {
 		p.remote.Forget(Selector{Kind: SelectKeys, Values: all})
 	}
 	return all
@@ -248,7 +267,7 @@ type Result struct {
 func (p *Purger) Purge(ctx context.Context, r Request) (Result, error) {
 	at := p.clock.Now()
 	res, err := p.purge(ctx, r, at, time.Time{})
-	if p.remote != nil {
+	if p.shared() {
 		p.repeatPurge(r, at.Add(repeatMargin))
 	}
 	p.purged()
@@ -268,15 +287,17 @@ func (p *Purger) purge(ctx context.Context, r Request, at, before time.Time) (Re
 	m := r.mode(at)
 	res := Result{Soft: m.Soft}
 	var err error
-	if p.remote != nil {
+	if p.shared() {
 		var n2 int
 		n2, err = p.purgeRemote(ctx, r, m, before)
 		res.L2 = &n2
 	}
 	l := p.purgeLocal(r, refs, m, before)
 	res.L1, res.Bodies, res.Purged = l.responses, l.files, l.responses+l.filesOnly
-	if p.remote != nil {
+	if res.L2 != nil {
 		res.Purged = max(res.Purged, *res.L2)
+	}
+	if p.remote != nil {
 		p.publish(ctx, message{Request: r, Repeat: !before.IsZero(), Before: before})
 	}
 	return res, err
@@ -287,7 +308,7 @@ func (p *Purger) purge(ctx context.Context, r Request, at, before time.Time) (Re
 func (p *Purger) markPurged(r Request) []ref {
 	refs := p.refsOf(p.cfg.Load(), r.URLs)
 	p.watches.mark(refs, r.Prefix, r.Tags, r.All)
-	if p.remote != nil {
+	if p.shared() {
 		// Which queued writes a prefix, a tag or an any-host URL covers
 		// is not known here; purges are rare: drop them all.
 		p.remote.Forget(Selector{Kind: SelectAll})
@@ -439,7 +460,7 @@ func (p *Purger) Subscribed(ctx context.Context, since time.Time) {
 	// As a purge's message would have: the L2 writes queued here of what
 	// a missed purge named must not land after its repeat, which drops
 	// no queued write.
-	if p.remote != nil {
+	if p.shared() {
 		p.remote.Forget(Selector{Kind: SelectAll})
 	}
 	p.local.Reset()
