@@ -42,12 +42,11 @@ type RelayClientOptions struct {
 // RelayClient is a sidecar's end of the invalidation relay (relay.go):
 // it publishes the tier's sealed messages and receives the others'.
 type RelayClient struct {
-	opts   RelayClientOptions
-	log    *slog.Logger
-	conn   *grpc.ClientConn
-	node   string
-	tier   string
-	recent recentSet
+	opts RelayClientOptions
+	log  *slog.Logger
+	conn *grpc.ClientConn
+	node string
+	tier string
 }
 
 // NewRelayClient checks opts and returns a RelayClient; it connects
@@ -86,8 +85,7 @@ func NewRelayClient(opts RelayClientOptions) (*RelayClient, error) {
 		return nil, fmt.Errorf("relay client: dial %s: %w", opts.Target, err)
 	}
 	return &RelayClient{opts: opts, log: opts.Logger, conn: conn,
-		node: opts.Namespace + "/" + opts.Pod, tier: opts.Namespace + "/" + opts.Tier,
-		recent: recentSet{max: 1024}}, nil
+		node: opts.Namespace + "/" + opts.Pod, tier: opts.Namespace + "/" + opts.Tier}, nil
 }
 
 // Close closes the connection; calls in progress fail.
@@ -132,6 +130,8 @@ func (c *RelayClient) Publish(ctx context.Context, msg []byte) error {
 // old one closed once the new one is in place, so no message falls
 // between them and onSubscribed is not called: it is the same
 // subscription. A message that arrives on both is passed on once.
+// Subscribe may run more than once at a time (a sidecar's generations
+// during a handover), each call its own subscription.
 func (c *RelayClient) Subscribe(ctx context.Context, onMessage func([]byte), onSubscribed func(since time.Time)) error {
 	attempt := 0
 	for {
@@ -140,7 +140,7 @@ func (c *RelayClient) Subscribe(ctx context.Context, onMessage func([]byte), onS
 		if err == nil {
 			attempt = 0
 			onSubscribed(since)
-			err = c.follow(ctx, cur, onMessage)
+			err = c.follow(ctx, cur, &recentSet{max: 1024}, onMessage)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -219,7 +219,7 @@ func (c *RelayClient) open(ctx context.Context) (*relayStream, error) {
 // the subscription is lost (the error) or ctx ends. A replaced stream is
 // followed too until the server ends it: a message that was on its way
 // to it when the next one was in place is not lost.
-func (c *RelayClient) follow(ctx context.Context, cur *relayStream, onMessage func([]byte)) error {
+func (c *RelayClient) follow(ctx context.Context, cur *relayStream, recent *recentSet, onMessage func([]byte)) error {
 	var old *relayStream // the one replaced, until it ends
 	defer func() {
 		cur.cancel()
@@ -247,11 +247,11 @@ func (c *RelayClient) follow(ctx context.Context, cur *relayStream, onMessage fu
 		case <-ctx.Done():
 			return ctx.Err()
 		case b := <-cur.msgs:
-			if c.recent.add(b) {
+			if recent.add(b) {
 				onMessage(b)
 			}
 		case b := <-oldMsgs:
-			if c.recent.add(b) {
+			if recent.add(b) {
 				onMessage(b)
 			}
 		case <-oldDone:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/accesslog"
 	"github.com/tiercache/tiercache/internal/bodystore"
+	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
 	"github.com/tiercache/tiercache/internal/proxy"
@@ -45,6 +46,9 @@ type generation struct {
 
 	cache  *l1.Cache
 	client *l2.Client // nil: L1 only
+	// relayed: without L2, invalidations go through the control plane's
+	// relay (dataPlane.relay).
+	relayed bool
 	// ownsL1 and ownsL2 say whether closing this generation closes cache
 	// and client: false once they were handed on to the next generation.
 	ownsL1, ownsL2 bool
@@ -60,7 +64,7 @@ type generation struct {
 	cancel context.CancelFunc // ends the subscription and the preload
 	bg     sync.WaitGroup     // the subscription and the preload
 	// subscribed is closed once the generation's invalidation
-	// subscription is first in place (nil without L2).
+	// subscription is first in place (nil without L2 or the relay).
 	subscribed chan struct{}
 
 	// active counts the requests (serving and purge) using this
@@ -135,6 +139,10 @@ type dataPlane struct {
 	// generation: its files outlive an L1 rebuild, whose orphans its own
 	// eviction reclaims.
 	bodies *bodystore.Store
+	// relay carries the invalidations of generations without L2 to the
+	// tier's other sidecars (nil without a control plane: they stay
+	// local to this pod).
+	relay *controlplane.RelayClient
 
 	// applyMu serialises config changes: control-plane pushes and secret
 	// rotations. base is the config in effect as its source gave it,
@@ -309,6 +317,14 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		// sidecar's message.
 		g.purger.SetRemote(remote{g.client, g.store, dp.m.L2Errors.WithLabelValues("publish")}, dp.id+"/g"+strconv.FormatUint(g.number, 10), cfg.L2.Timeout.Std(), dp.log)
 		popts.Cluster = g.store
+	} else if dp.relay != nil {
+		g.relayed = true
+		g.purger.SetAuth(invalidate.Auth{
+			Keys:     dp.keys,
+			Channel:  relayChannel(dp.o),
+			Rejected: func(reason string) { dp.m.InvalidationsRejected.WithLabelValues(reason).Inc() },
+		})
+		g.purger.SetRelay(relayRemote{dp.relay}, dp.id+"/g"+strconv.FormatUint(g.number, 10), dp.log)
 	}
 	if g.px, err = proxy.New(popts); err != nil {
 		return nil, err
@@ -325,8 +341,14 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 		g.subscribed = make(chan struct{})
 		subscribeAndPreload(gctx, &g.bg, g.client, g.store, g.purger, cfg.L2.WarmStart, warm, g.subscribed,
 			dp.m.L2Errors.WithLabelValues("subscribe"), dp.log)
-	} else if warm != nil {
-		warm.Store(true)
+	} else {
+		if g.relayed {
+			g.subscribed = make(chan struct{})
+			subscribeRelay(gctx, &g.bg, dp.relay, g.purger, g.subscribed, dp.log)
+		}
+		if warm != nil {
+			warm.Store(true)
+		}
 	}
 	return g, nil
 }
@@ -360,7 +382,8 @@ const subscribeHandover = 10 * time.Second
 
 // swap makes next the current generation and retires prev in the
 // background: once prev's requests have ended (bounded by
-// --shutdown-timeout), and, when both have L2, once next has subscribed
+// --shutdown-timeout), and, when both subscribe to invalidations (L2's
+// channel or the control plane's relay), once next has subscribed
 // to invalidations (bounded by subscribeHandover: on a new L2 client, a
 // message published in between would otherwise reach neither, a password
 // rotation included; on the same one, the repeats prev's purger applies
@@ -369,7 +392,7 @@ const subscribeHandover = 10 * time.Second
 // generations retired before it are closed. Only Apply's goroutine calls
 // swap.
 func (dp *dataPlane) swap(prev, next *generation) {
-	handover := prev.client != nil && next.client != nil
+	handover := prev.subscribed != nil && next.subscribed != nil
 	if next.cache == prev.cache {
 		prev.ownsL1 = false
 	} else {

@@ -195,14 +195,12 @@ func newControlPlaneClient(o Options, dp *dataPlane, initial tierconfig.Config, 
 		Logger:       dp.log,
 		TokenFile:    o.ControlPlaneTokenFile,
 	}
-	switch {
-	case o.ControlPlaneCA != "" || o.ControlPlaneCAPEM != "":
-		creds, err := controlPlaneTLS(o.ControlPlaneCA, o.ControlPlaneCAPEM, o.ControlPlane)
-		if err != nil {
-			return nil, err
-		}
-		opts.DialOptions = append(opts.DialOptions, grpc.WithTransportCredentials(creds))
-	case o.ControlPlaneTokenFile != "":
+	dial, err := controlPlaneDialOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	opts.DialOptions = dial
+	if dial == nil && o.ControlPlaneTokenFile != "" {
 		dp.log.Warn("control plane: plaintext connection: the token is sent unencrypted (give --control-plane-ca or --control-plane-ca-pem)")
 	}
 	if opts.LastGoodPath != "" {
@@ -218,6 +216,19 @@ func newControlPlaneClient(o Options, dp *dataPlane, initial tierconfig.Config, 
 		return nil, fmt.Errorf("--control-plane: %w", err)
 	}
 	return c, nil
+}
+
+// controlPlaneDialOptions are the gRPC options of every connection to the
+// control plane: TLS when a CA is given (nil: plaintext).
+func controlPlaneDialOptions(o Options) ([]grpc.DialOption, error) {
+	if o.ControlPlaneCA == "" && o.ControlPlaneCAPEM == "" {
+		return nil, nil
+	}
+	creds, err := controlPlaneTLS(o.ControlPlaneCA, o.ControlPlaneCAPEM, o.ControlPlane)
+	if err != nil {
+		return nil, err
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, nil
 }
 
 // controlPlaneTLS returns TLS credentials that trust only the CA in

@@ -423,6 +423,13 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	dp.up = proxy.NewUpgrades(upstream, holder, dp.rt, dp.m, log, o.MaxUpgraded, o.UpgradeIdleTimeout)
 
+	if o.ControlPlane != "" {
+		// Closed after the data plane (deferred calls run in reverse).
+		if dp.relay, err = newRelayClient(o, log); err != nil {
+			return fmt.Errorf("--control-plane: %w", err)
+		}
+		defer dp.relay.Close()
+	}
 	var warm atomic.Bool
 	first, err := dp.build(compiled, nil, &warm)
 	if err != nil {
