@@ -79,6 +79,10 @@ type TierReconciler struct {
 	// (no control plane) counts the Publisher's connected sidecars, and
 	// Ready then only says the config is published.
 	Sidecars func(ctx context.Context, key string) (sidecarTally, error)
+	// Relay: the operator serves the control plane, whose invalidation
+	// relay carries the purges of tiers without L2 to every pod
+	// (PurgesReachEveryPod).
+	Relay bool
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -154,7 +158,7 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	var perr error
 	var restart []podRestart
 	if err == nil {
-		st, reason, msg := purgesReach(len(cfg.L2.Addresses) > 0, len(live))
+		st, reason, msg := purgesReach(len(cfg.L2.Addresses) > 0, r.Relay, len(live))
 		setCondition(status, gen, v1alpha1.ConditionPurgesReachEveryPod, st, reason, msg)
 		restart = restartsNeeded(live, secretFilesToProject(tier, cfg.SecretVersions))
 		status.ConfigHash = cfg.Hash()

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/tiercache/tiercache/internal/operator/inject"
 )
 
@@ -84,6 +86,15 @@ type Options struct {
 	// (development only).
 	XDSAuth          string
 	XDSTokenAudience string
+	// RelayPeers is the label selector of this operator's pods in
+	// Namespace: each replica receives, from every other one it selects,
+	// the invalidations their sidecars publish through the relay
+	// (controlplane.Relay) and passes them to its own. Empty: no other
+	// replica (one replica, or development).
+	RelayPeers string
+	// RelayTokenFile is this replica's ServiceAccount token, presented
+	// to the other replicas, who check it is the operator's own.
+	RelayTokenFile string
 	// ReplicaName identifies this replica in its sidecar
 	// report (default $POD_NAME, else the host name, which is the pod
 	// name in Kubernetes).
@@ -160,6 +171,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.XDSService, "xds-service", "tiercache-xds", "Service in front of the xDS port (its DNS names go into the self-managed certificate)")
 	fs.StringVar(&o.XDSAuth, "xds-auth", XDSAuthTokenReview, "how sidecars authenticate to the control plane: tokenreview (projected ServiceAccount token, checked with a TokenReview) or none (development only)")
 	fs.StringVar(&o.XDSTokenAudience, "xds-token-audience", "tiercache-xds", "audience of the sidecars' projected ServiceAccount token")
+	fs.StringVar(&o.RelayPeers, "relay-peers", "", "label selector of this operator's pods in --namespace: every replica relays the invalidations of tiers without L2 to the others (the chart sets it); empty: this replica only")
+	fs.StringVar(&o.RelayTokenFile, "relay-token-file", "/var/run/secrets/kubernetes.io/serviceaccount/token", "this replica's ServiceAccount token, presented to the other replicas of --relay-peers")
 	fs.StringVar(&o.ReplicaName, "replica-name", defaultReplicaName(getenv), "this replica's name in its sidecar report, the Lease tiercache-connected-<name> (default $POD_NAME or the host name)")
 	fs.DurationVar(&o.StatusRefresh, "status-refresh", 30*time.Second, "period of each replica's sidecar report (renewed this often, written early on a change at most every tenth of it, expired after three) and of each tier's status refresh")
 	fs.StringVar(&o.MissingTier, "missing-tier", MissingTierRefuse, "a pod naming a tier that does not exist: refuse (deny admission) or defaults (inject the built-in config)")
@@ -241,6 +254,14 @@ func (o Options) Validate() error {
 	}
 	if o.XDSListen != "" && (o.ReplicaName == "" || len(o.ReplicaName) > 200) {
 		errs = append(errs, fmt.Errorf("--replica-name: must be 1-200 characters (got %q)", o.ReplicaName))
+	}
+	if o.RelayPeers != "" {
+		if _, err := labels.Parse(o.RelayPeers); err != nil {
+			errs = append(errs, fmt.Errorf("--relay-peers: %w", err))
+		}
+		if o.XDSListen == "" {
+			errs = append(errs, errors.New("--relay-peers: needs the control plane (--xds-listen)"))
+		}
 	}
 	if o.StatusRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("--status-refresh: must be > 0 (got %s)", o.StatusRefresh))

@@ -18,16 +18,18 @@ import (
 func TestPurgesReach(t *testing.T) {
 	for name, c := range map[string]struct {
 		l2     bool
+		relay  bool
 		pods   int
 		st     metav1.ConditionStatus
 		reason string
 	}{
-		"L2 reaches every pod":                 {true, 5, metav1.ConditionTrue, v1alpha1.ReasonThroughL2},
-		"one L1-only pod is every pod":         {false, 1, metav1.ConditionTrue, v1alpha1.ReasonAtMostOnePod},
-		"no pod yet":                           {false, 0, metav1.ConditionTrue, v1alpha1.ReasonAtMostOnePod},
-		"two L1-only pods do not hear another": {false, 2, metav1.ConditionFalse, v1alpha1.ReasonL1OnlyReplicas},
+		"L2 reaches every pod":         {true, true, 5, metav1.ConditionTrue, v1alpha1.ReasonThroughL2},
+		"one L1-only pod is every pod": {false, false, 1, metav1.ConditionTrue, v1alpha1.ReasonAtMostOnePod},
+		"no pod yet":                   {false, false, 0, metav1.ConditionTrue, v1alpha1.ReasonAtMostOnePod},
+		"two L1-only pods hear one another through the relay":          {false, true, 2, metav1.ConditionTrue, v1alpha1.ReasonThroughRelay},
+		"two L1-only pods do not hear another without a control plane": {false, false, 2, metav1.ConditionFalse, v1alpha1.ReasonL1OnlyReplicas},
 	} {
-		st, reason, msg := purgesReach(c.l2, c.pods)
+		st, reason, msg := purgesReach(c.l2, c.relay, c.pods)
 		if st != c.st || reason != c.reason || msg == "" {
 			t.Errorf("%s: %s %s %q, want %s %s", name, st, reason, msg, c.st, c.reason)
 		}
@@ -49,7 +51,8 @@ func TestSidecarImages(t *testing.T) {
 }
 
 // TestStatusSaysWhatPodsDefeat: an L1-only tier with two pods says that
-// purges reach one pod, and stops saying it once it has L2; a pod that
+// purges reach every pod through the relay, and through L2 once it has
+// it; a pod that
 // runs another sidecar image than the tier's is counted, with the image.
 func TestStatusSaysWhatPodsDefeat(t *testing.T) {
 	c := needCluster(t)
@@ -73,7 +76,9 @@ func TestStatusSaysWhatPodsDefeat(t *testing.T) {
 	want(v1alpha1.ConditionPurgesReachEveryPod, metav1.ConditionTrue, v1alpha1.ReasonAtMostOnePod, "1 pod")
 	want(v1alpha1.ConditionSidecarImagesMatch, metav1.ConditionTrue, v1alpha1.ReasonTierImage, "every injected pod")
 	createPod(t, ns, "web-1", "web")
-	want(v1alpha1.ConditionPurgesReachEveryPod, metav1.ConditionFalse, v1alpha1.ReasonL1OnlyReplicas, "2 pods cache in L1 only")
+	// The operator under test serves the control plane: its relay carries
+	// the purges of an L1-only tier to every pod.
+	want(v1alpha1.ConditionPurgesReachEveryPod, metav1.ConditionTrue, v1alpha1.ReasonThroughRelay, "2 pods cache in L1 only")
 
 	// A pod admitted with an older image (labelled for the tier, its
 	// sidecar already there).

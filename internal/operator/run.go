@@ -152,6 +152,7 @@ func RunWith(ctx context.Context, args []string, env Env) error {
 	}
 	if o.XDSListen != "" {
 		r.Refresh = o.StatusRefresh
+		r.Relay = true
 	}
 	if reports != nil {
 		r.Sidecars = reports.Tally

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -127,6 +128,10 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 		}
 		authenticate = a.Authenticate
 	}
+	relay, err := newRelay(mgr, o, reg, log)
+	if err != nil {
+		return nil, nil, err
+	}
 	// changed has room for one signal: changes coalesce until the
 	// reporter writes.
 	changed := make(chan struct{}, 1)
@@ -135,6 +140,7 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 		Registerer:   reg,
 		GRPCOptions:  grpcOpts,
 		Authenticate: authenticate,
+		Relay:        relay,
 		OnChange: func(string) {
 			select {
 			case changed <- struct{}{}:
@@ -166,6 +172,17 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 		ln.Close()
 		return nil, nil, err
 	}
+	if o.RelayPeers != "" {
+		sel, _ := labels.Parse(o.RelayPeers) // checked by Options
+		_, port, err := net.SplitHostPort(o.XDSListen)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--xds-listen: %w", err)
+		}
+		if err := mgr.Add(relayRunnable{relay: relay, ready: certReady, o: o, log: log,
+			peers: relayPeers{pods: mgr.GetAPIReader(), ns: o.Namespace, self: o.ReplicaName, selector: sel, port: port}}); err != nil {
+			return nil, nil, err
+		}
+	}
 	if err := mgr.Add(&sidecarReporter{
 		c: mgr.GetClient(), pods: mgr.GetAPIReader(), ns: o.Namespace, replica: o.ReplicaName,
 		every: o.StatusRefresh, minGap: o.reportMinGap(),
@@ -179,6 +196,29 @@ func setupControlPlane(mgr manager.Manager, o Options, reg prometheus.Registerer
 		return nil, nil, err
 	}
 	return xdsPublisher{srv}, reports, nil
+}
+
+// newRelay returns this replica's invalidation relay. Peers are admitted
+// with the operator's own ServiceAccount token (TokenReview), or, with
+// --xds-auth=none, unchecked.
+func newRelay(mgr manager.Manager, o Options, reg prometheus.Registerer, log *slog.Logger) (*controlplane.Relay, error) {
+	ro := controlplane.RelayOptions{Logger: log, Registerer: reg}
+	switch {
+	case o.RelayPeers == "":
+	case o.XDSAuth == XDSAuthNone:
+		ro.PeerAuth = func(context.Context) (string, error) { return "unauthenticated peer", nil }
+	default:
+		tok, err := relayToken(o.RelayTokenFile)()
+		if err != nil {
+			return nil, err
+		}
+		user, err := serviceAccountUser(tok)
+		if err != nil {
+			return nil, fmt.Errorf("--relay-token-file: %w", err)
+		}
+		ro.PeerAuth = newPeerAuthenticator(mgr.GetClient(), user).Authenticate
+	}
+	return controlplane.NewRelay(ro)
 }
 
 // PublishReconciler runs on every replica (not only the leader): it

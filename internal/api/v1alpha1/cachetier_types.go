@@ -61,7 +61,9 @@ type CacheTierSpec struct {
 	// +optional
 	L1 L1Spec `json:"l1,omitempty"`
 	// L2 is the Redis shared by every sidecar of the tier. Unset means L1
-	// only.
+	// only: purges and invalidations then reach the tier's other pods
+	// through the operator's control plane (its invalidation relay), or,
+	// when the operator runs without one, only the pod that receives them.
 	// +optional
 	L2 *L2Spec `json:"l2,omitempty"`
 	// BodyStore keeps response bodies above a threshold as files on a
@@ -554,9 +556,9 @@ type PurgeSpec struct {
 	TokenSecretRef *corev1.SecretKeySelector `json:"tokenSecretRef,omitempty"`
 	// HTTPMethod turns on "PURGE <url>" on the sidecars' serving port, as
 	// Varnish users send it: it purges the URL of the request's Host and
-	// target (every variant, in L1 and L2; every replica through L2's
-	// invalidation channel, and without spec.l2 only the pod that receives
-	// it: see the PurgesReachEveryPod condition), marks it stale
+	// target (every variant, in L1 and L2; every replica, through L2's
+	// invalidation channel or, without spec.l2, the operator's
+	// invalidation relay: see the PurgesReachEveryPod condition), marks it stale
 	// instead with the header "Tiercache-Soft-Purge: 1", requires the
 	// purge token as "Authorization: Bearer <token>" and shares the admin
 	// purges' rate limit. Off (the default): a PURGE goes to the
@@ -615,8 +617,10 @@ const (
 	ConditionServicesRouted = "ServicesRouted"
 	// ConditionPurgesReachEveryPod says whether a purge or an invalidation
 	// that one pod receives reaches every pod of the tier: True with L2
-	// (through its invalidation channel) or with at most one pod; False
-	// for an L1-only tier with several pods, where a PURGE through a
+	// (through its invalidation channel), with the operator's control
+	// plane (its invalidation relay, for a tier without L2) or with at
+	// most one pod; False for an L1-only tier with several pods when the
+	// operator runs without a control plane, where a PURGE through a
 	// Service, an application's POST /purge and an unsafe method's
 	// invalidation reach only the pod that receives them (kubectl
 	// tiercache purge still reaches every pod).
@@ -672,9 +676,13 @@ const (
 	// ReasonThroughL2: purges and invalidations reach every pod through
 	// L2's invalidation channel.
 	ReasonThroughL2 = "ThroughL2"
+	// ReasonThroughRelay: an L1-only tier whose purges and invalidations
+	// reach every pod through the operator's invalidation relay.
+	ReasonThroughRelay = "ThroughRelay"
 	// ReasonAtMostOnePod: an L1-only tier with at most one pod.
 	ReasonAtMostOnePod = "AtMostOnePod"
-	// ReasonL1OnlyReplicas: an L1-only tier with several pods.
+	// ReasonL1OnlyReplicas: an L1-only tier with several pods, and no
+	// control plane to relay its purges.
 	ReasonL1OnlyReplicas = "L1OnlyReplicas"
 	// ReasonTierImage: every injected pod runs the tier's sidecar image.
 	ReasonTierImage = "TierImage"
