@@ -1,0 +1,269 @@
+package operator
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/tiercache/tiercache/internal/api/v1alpha1"
+	"github.com/tiercache/tiercache/internal/controlplane"
+	"github.com/tiercache/tiercache/internal/sidecar"
+	"github.com/tiercache/tiercache/test/testkube"
+)
+
+// The invalidation relay against the suite's operator: real API server,
+// real TokenReviews, real sidecars connected to the operator's control
+// plane over TLS with their pods' tokens.
+
+const relayPurgeToken = "relay-test-purge-token-0123456789"
+
+// relaySecrets writes a secrets directory with the tier's invalidation
+// key and the purge token, as the operator's projected volume holds.
+func relaySecrets(t *testing.T, key string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, v := range map[string]string{"invalidation-key": key, "purge-token": relayPurgeToken} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+type relayPod struct {
+	name  string
+	addrs sidecar.Addrs
+}
+
+func (p relayPod) get(t *testing.T, path string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addrs.Serve + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Header.Get("X-Cache")
+}
+
+func (p relayPod) purge(t *testing.T, path string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.addrs.Admin+"/purge", strings.NewReader(`{"urls":["`+path+`"]}`))
+	req.Header.Set("Authorization", "Bearer "+relayPurgeToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("purge %s via %s: %d %s", path, p.name, resp.StatusCode, b)
+	}
+}
+
+func (p relayPod) purges(t *testing.T) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addrs.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "tiercache_purges_total "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return -1
+}
+
+// appliedBy waits until every pod's purge count passed before's and
+// reports whether they all did within 5s.
+func appliedBy(t *testing.T, pods []relayPod, before []float64) bool {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for i, p := range pods {
+		for p.purges(t) <= before[i] {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return true
+}
+
+func purgesOf(t *testing.T, pods []relayPod) []float64 {
+	out := make([]float64, len(pods))
+	for i, p := range pods {
+		out[i] = p.purges(t)
+	}
+	return out
+}
+
+// TestRelayPurgeReachesEveryPodOfItsTierOnly: three sidecars of an
+// L1-only tier and one of another tier, each authenticated by its pod's
+// token; a purge through one reaches the other two, never the other
+// tier's; and it is measured to the last pod (docs/benchmarks.md).
+func TestRelayPurgeReachesEveryPodOfItsTierOnly(t *testing.T) {
+	c := needCluster(t)
+	ctx := context.Background()
+	ns := namespace(t, c)
+	for _, name := range []string{"web", "admin"} {
+		if err := c.Create(ctx, newTier(ns, name, v1alpha1.CacheTierSpec{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	origin := newRelayOrigin(t)
+	webKey, adminKey := relaySecrets(t, "web-key-0123456789abcdef0123456789"), relaySecrets(t, "admin-key-0123456789abcdef012345678")
+	var web []relayPod
+	for i := range 3 {
+		name := fmt.Sprint("web-", i)
+		web = append(web, relayPod{name, startSidecar(t, origin, ns, "web", name, cluster.xdsAddr, "--secrets-dir="+webKey)})
+	}
+	admin := relayPod{"admin-0", startSidecar(t, origin, ns, "admin", "admin-0", cluster.xdsAddr, "--secrets-dir="+adminKey)}
+
+	// Until every sidecar has subscribed, a purge may miss one.
+	eventually(t, 60*time.Second, func() error {
+		before := purgesOf(t, web)
+		web[0].purge(t, "/warm-up")
+		if !appliedBy(t, web, before) {
+			return fmt.Errorf("a warm-up purge did not reach every web pod")
+		}
+		return nil
+	})
+	adminBefore := admin.purges(t)
+	fill := func(path string) {
+		for _, p := range append(slices.Clone(web), admin) {
+			p.get(t, path)
+			if x := p.get(t, path); x != "HIT; layer=l1" {
+				t.Fatalf("GET %s via %s: %q, want an L1 hit", path, p.name, x)
+			}
+		}
+	}
+	fill("/x")
+	before := purgesOf(t, web)
+	web[1].purge(t, "/x")
+	if !appliedBy(t, web, before) {
+		t.Fatal("the purge did not reach every pod of the tier")
+	}
+	for _, p := range web {
+		if x := p.get(t, "/x"); x != "MISS" {
+			t.Errorf("%s still serves /x: %q", p.name, x)
+		}
+	}
+	if x := admin.get(t, "/x"); x != "HIT; layer=l1" || admin.purges(t) != adminBefore {
+		t.Errorf("the other tier's pod applied the purge: X-Cache %q, purges %v (was %v)", x, admin.purges(t), adminBefore)
+	}
+
+	// Latency to the last pod: purge through each pod in turn, timed
+	// until the last one applied it (polled every millisecond).
+	const rounds = 30
+	var took []time.Duration
+	for i := range rounds {
+		before := purgesOf(t, web)
+		start := time.Now()
+		web[i%len(web)].purge(t, fmt.Sprint("/l", i))
+		if !appliedBy(t, web, before) {
+			t.Fatalf("round %d: the purge did not reach every pod", i)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("relay: purge to the last of %d pods, %d rounds: p50 %s, max %s", len(web), rounds,
+		took[len(took)/2].Round(10*time.Microsecond), took[len(took)-1].Round(10*time.Microsecond))
+	if got := counterEvent(t, "published"); got < rounds {
+		t.Errorf("tiercache_relay_messages_total{event=published} = %v, want at least %d", got, rounds)
+	}
+}
+
+// TestRelayAuthenticatesLikeXDS: a pod's token publishes into its own
+// tier only; no token, no relay.
+func TestRelayAuthenticatesLikeXDS(t *testing.T) {
+	c := needCluster(t)
+	ctx := context.Background()
+	ns := namespace(t, c)
+	for _, name := range []string{"web", "admin"} {
+		if err := c.Create(ctx, newTier(ns, name, v1alpha1.CacheTierSpec{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := createPod(t, ns, "web-0", "web")
+	tok, err := testkube.PodToken(ctx, cluster.client, pod, xdsAudience, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	testkube.WriteToken(t, tokenFile, tok)
+	ca, err := os.ReadFile(cluster.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: "localhost"}))}
+	publish := func(tier, tokenFile string) error {
+		rc, err := controlplane.NewRelayClient(controlplane.RelayClientOptions{Target: cluster.xdsAddr, Namespace: ns, Pod: "web-0", Tier: tier, TokenFile: tokenFile, DialOptions: dial})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		return rc.Publish(ctx, []byte(`{"from":"x","all":true}`))
+	}
+	eventually(t, 30*time.Second, func() error { return publish("web", tokenFile) })
+	if err := publish("admin", tokenFile); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("web-0's token publishing into tier admin: %v, want PermissionDenied", err)
+	}
+	if err := publish("web", ""); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("publishing without a token: %v, want Unauthenticated", err)
+	}
+}
+
+// counterEvent reads tiercache_relay_messages_total{event} of the suite's
+// operator.
+func counterEvent(t *testing.T, event string) float64 {
+	t.Helper()
+	mfs, err := cluster.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tiercache_relay_messages_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labelValue(m, "event") == event {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// newRelayOrigin answers every GET fresh for 5 minutes.
+func newRelayOrigin(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=300")
+		_, _ = io.WriteString(w, r.URL.Path)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
