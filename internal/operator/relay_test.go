@@ -19,7 +19,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/controlplane"
@@ -266,4 +271,57 @@ func newRelayOrigin(t *testing.T) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// saToken requests a token of ServiceAccount ns/name for the API
+// server's own audience, as the kubelet mounts it.
+func saToken(t *testing.T, ns, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if err := cluster.client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr := &authnv1.TokenRequest{}
+	if err := cluster.client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// TestRelayPeersAreTheOperatorsOwnServiceAccount: another replica is
+// admitted with a token of the operator's ServiceAccount (a TokenReview
+// says so), and nobody else.
+func TestRelayPeersAreTheOperatorsOwnServiceAccount(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	own := saToken(t, ns, "tiercache-operator")
+	user, err := serviceAccountUser(own)
+	if err != nil || user != "system:serviceaccount:"+ns+":tiercache-operator" {
+		t.Fatalf("own user %q, %v", user, err)
+	}
+	a := newPeerAuthenticator(c, user)
+	call := func(tok string) error {
+		ctx := context.Background()
+		if tok != "" {
+			ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(controlplane.AuthorizationKey, "Bearer "+tok))
+		}
+		_, err := a.Authenticate(ctx)
+		return err
+	}
+	if err := call(own); err != nil {
+		t.Fatalf("the operator's own token: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		tok  string
+		code codes.Code
+	}{
+		"another ServiceAccount of the namespace is denied": {saToken(t, ns, "app"), codes.PermissionDenied},
+		"a forged token is unauthenticated":                  {forgedJWT(`{"sub":"`+user+`"}`, 0), codes.Unauthenticated},
+		"no token is unauthenticated":                        {"", codes.Unauthenticated},
+	} {
+		if err := call(tc.tok); status.Code(err) != tc.code {
+			t.Errorf("%s: %v, want %s", name, err, tc.code)
+		}
+	}
 }
