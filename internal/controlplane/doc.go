@@ -50,6 +50,10 @@
 // refused one; OnChange signals each change, for a report that is written
 // at its own pace.
 //
+// The same server carries the invalidation relay (relay.go): the sealed
+// purge messages of tiers without L2, between the sidecars of a tier and
+// between operator replicas, authenticated as the xDS streams are.
+//
 // Shutdown: xDS streams never end on their own, so Serve ends them through
 // the SotW server's context and waits, up to a deadline, for their
 // handlers to return before closing connections. It does not use gRPC's

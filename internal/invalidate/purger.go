@@ -9,7 +9,9 @@
 //
 // With a Remote (L2), purges are cluster-wide: they delete from Redis and
 // are published on the tier's channel so that every sidecar of the tier
-// drops its L1 copies. With the tier's invalidation key (Auth, auth.go)
+// drops its L1 copies. Without L2, a relay (SetRelay: the control plane's
+// invalidation relay) carries the same messages to the tier's other
+// sidecars. With the tier's invalidation key (Auth, auth.go)
 // those messages are signed, and only signed, recent, unreplayed ones are
 // applied, so that a client that can publish on the channel cannot empty
 // every sidecar's L1.

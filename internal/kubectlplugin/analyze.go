@@ -71,7 +71,7 @@ with -A) and lists what is wrong with each, with the fix where there is one:
            Service that targets the application's port by number (around
            the cache);
   warning  purges and invalidations that reach one pod (an L1-only tier
-           with several pods), pods that run another sidecar image than the
+           with several pods and an operator without its control plane), pods that run another sidecar image than the
            tier's, and an L2 without its own Redis ACL user (the line to
            create it is printed).
 
