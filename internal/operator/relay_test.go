@@ -317,8 +317,8 @@ func TestRelayPeersAreTheOperatorsOwnServiceAccount(t *testing.T) {
 		code codes.Code
 	}{
 		"another ServiceAccount of the namespace is denied": {saToken(t, ns, "app"), codes.PermissionDenied},
-		"a forged token is unauthenticated":                  {forgedJWT(`{"sub":"`+user+`"}`, 0), codes.Unauthenticated},
-		"no token is unauthenticated":                        {"", codes.Unauthenticated},
+		"a forged token is unauthenticated":                 {forgedJWT(`{"sub":"`+user+`"}`, 0), codes.Unauthenticated},
+		"no token is unauthenticated":                       {"", codes.Unauthenticated},
 	} {
 		if err := call(tc.tok); status.Code(err) != tc.code {
 			t.Errorf("%s: %v, want %s", name, err, tc.code)
