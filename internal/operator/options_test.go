@@ -38,6 +38,8 @@ func TestParseArgsNamesTheBadFlag(t *testing.T) {
 		"a sidecar drain delay above 5m":                   {[]string{"--sidecar-drain-delay=10m"}, "--sidecar-drain-delay"},
 		"a shutdown delay above 5m":                        {[]string{"--shutdown-delay=6m"}, "--shutdown-delay: must be between 0s and 5m0s"},
 		"a negative shutdown delay":                        {[]string{"--shutdown-delay=-1s"}, "--shutdown-delay"},
+		"relay peers that are no label selector":           {[]string{"--relay-peers=a b"}, "--relay-peers"},
+		"relay peers without a control plane":              {[]string{"--relay-peers=app=op", "--xds-listen="}, "--relay-peers: needs the control plane"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

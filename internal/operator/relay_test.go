@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
 	"github.com/tiercache/tiercache/internal/controlplane"
@@ -323,5 +324,49 @@ func TestRelayPeersAreTheOperatorsOwnServiceAccount(t *testing.T) {
 		if err := call(tc.tok); status.Code(err) != tc.code {
 			t.Errorf("%s: %v, want %s", name, err, tc.code)
 		}
+	}
+}
+
+// TestRelayPeersAreTheOtherOperatorPods: the replicas are found by the
+// chart's labels in the operator's namespace, this one and pods without
+// an address left out.
+func TestRelayPeersAreTheOtherOperatorPods(t *testing.T) {
+	c := needCluster(t)
+	ctx := context.Background()
+	ns := namespace(t, c)
+	op := map[string]string{"app.kubernetes.io/name": "tiercache", "app.kubernetes.io/component": "operator"}
+	for _, p := range []struct {
+		name, ip string
+		labels   map[string]string
+	}{
+		{"op-self", "10.0.0.1", op},
+		{"op-other", "10.0.0.2", op},
+		{"op-starting", "", op},
+		{"app", "10.0.0.3", map[string]string{"app.kubernetes.io/name": "shop"}},
+	} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.name, Labels: p.labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.test/c"}}},
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		if p.ip != "" {
+			pod.Status.PodIP = p.ip
+			if err := c.Status().Update(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sel, err := labels.Parse("app.kubernetes.io/name=tiercache,app.kubernetes.io/component=operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers, err := relayPeers{pods: c, ns: ns, self: "op-self", selector: sel, port: "18000"}.list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []controlplane.Peer{{Name: "op-other", Addr: "10.0.0.2:18000"}}; !slices.Equal(peers, want) {
+		t.Fatalf("peers %v, want %v", peers, want)
 	}
 }
