@@ -392,7 +392,10 @@ const subscribeHandover = 10 * time.Second
 // generations retired before it are closed. Only Apply's goroutine calls
 // swap.
 func (dp *dataPlane) swap(prev, next *generation) {
-	handover := prev.subscribed != nil && next.subscribed != nil
+	// Between relayed generations only when prev was subscribed: a relay
+	// the control plane does not serve (an operator of an earlier
+	// version) has nothing to hand over.
+	handover := prev.client != nil && next.client != nil || prev.relayed && next.relayed && closed(prev.subscribed)
 	if next.cache == prev.cache {
 		prev.ownsL1 = false
 	} else {
@@ -440,6 +443,16 @@ func (dp *dataPlane) swap(prev, next *generation) {
 			dp.log.Debug("config change: previous data plane closed", "generation", prev.number)
 		}
 	}()
+}
+
+// closed reports whether ch is closed.
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // closeGeneration stops g's background refreshes (bounded), its
