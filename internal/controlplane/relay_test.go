@@ -378,3 +378,38 @@ func TestMaxReplayAgeBelowMessageAge(t *testing.T) {
 		t.Fatalf("maxReplayAge %s lets replays carry messages receivers refuse", maxReplayAge)
 	}
 }
+
+func TestRelayEndsSubscriptionsWhenAPeerRestartedAfterABrokenStream(t *testing.T) {
+	tt := relayTokens()
+	srv1, _ := startRelayServer(t, tt, RelayOptions{PeerAuth: peerAuth})
+	r2, err := NewRelay(RelayOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _ := r2.subscribe("shop/a")
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	link := func(epoch uint64, clean bool) *peerLink {
+		return &peerLink{r: r2, peer: Peer{Name: "one", Addr: srv1.addr}, dial: dial, cancel: func() {},
+			o: PeerOptions{Token: func() (string, error) { return "tok-peer", nil }}, epoch: epoch, clean: clean}
+	}
+	// The stream from a process whose log this replica knew ended
+	// cleanly: a new process at the same address lost nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, _ = link(12345, true).session(ctx)
+	select {
+	case <-sub.kill:
+		t.Fatal("a subscription was ended after a clean end of the peer's stream")
+	default:
+	}
+	// It broke: the new process's predecessor may have taken messages
+	// it never sent.
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, _ = link(12345, false).session(ctx)
+	select {
+	case <-sub.kill:
+	default:
+		t.Fatal("the subscriptions were kept although the peer restarted after a broken stream")
+	}
+}

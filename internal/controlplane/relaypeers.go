@@ -216,15 +216,19 @@ func (l *peerLink) session(ctx context.Context) (progressed bool, err error) {
 	}
 	complete := single(hdr.Get(relayCompleteKey)) == "true"
 	l.mu.Lock()
+	// A peer whose log is another one than before, after a stream that
+	// did not end cleanly, is a restarted process: what its predecessor
+	// took and had not sent is lost.
+	restarted := l.epoch != 0 && epoch != l.epoch && !l.clean
 	if epoch != l.epoch || !complete {
 		l.epoch, l.seq = epoch, 0
 	}
 	// An outage already paid for by a kick needs no other.
-	kick := !complete && !l.kicked
+	kick := (!complete || restarted) && !l.kicked
 	l.up, l.clean, l.kicked = true, false, false
 	l.mu.Unlock()
 	if kick {
-		l.r.kickAll("replica " + l.peer.Name + " could not replay every message published there meanwhile")
+		l.r.kickAll("replica " + l.peer.Name + " could not replay every message published there meanwhile (restarted, or its log lost some)")
 	}
 	defer func() {
 		l.mu.Lock()
