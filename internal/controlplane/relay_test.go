@@ -413,3 +413,22 @@ func TestRelayEndsSubscriptionsWhenAPeerRestartedAfterABrokenStream(t *testing.T
 		t.Fatal("the subscriptions were kept although the peer restarted after a broken stream")
 	}
 }
+
+func TestRelayPublishTriesAgainWhileTheReplicaIsUnavailable(t *testing.T) {
+	srv, r := startRelayServer(t, relayTokens(), RelayOptions{})
+	s := startRelaySidecar(t, srv.addr, "a", "a1", "tok-a")
+	s.waitSubscribed(t)
+	relayPublish(t, s.RelayClient, "before")
+	s.next(t, "before")
+	// The replica refuses messages for a moment (as while it stops).
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	time.AfterFunc(100*time.Millisecond, r.open)
+	start := time.Now()
+	relayPublish(t, s.RelayClient, "during")
+	if m := s.next(t, "during"); m != "during" {
+		t.Fatalf("received %q", m)
+	}
+	t.Logf("published after %s", time.Since(start))
+}

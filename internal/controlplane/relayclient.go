@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -105,7 +107,9 @@ func (c *RelayClient) outgoing(ctx context.Context) (context.Context, error) {
 }
 
 // Publish sends msg to every sidecar of the tier, bounded by ctx and
-// PublishTimeout.
+// PublishTimeout. A replica that is unavailable (shutting down, its
+// connection lost) is tried again, up to publishAttempts times: the
+// connection then goes to another replica.
 func (c *RelayClient) Publish(ctx context.Context, msg []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.PublishTimeout)
 	defer cancel()
@@ -113,11 +117,19 @@ func (c *RelayClient) Publish(ctx context.Context, msg []byte) error {
 	if err != nil {
 		return fmt.Errorf("relay publish: %w", err)
 	}
-	if err := c.conn.Invoke(ctx, "/"+relayService+"/Publish", wrapperspb.Bytes(msg), new(emptypb.Empty)); err != nil {
-		return fmt.Errorf("relay publish: %w", err)
+	for attempt := 1; ; attempt++ {
+		err = c.conn.Invoke(ctx, "/"+relayService+"/Publish", wrapperspb.Bytes(msg), new(emptypb.Empty))
+		if err == nil {
+			return nil
+		}
+		if status.Code(err) != codes.Unavailable || attempt == publishAttempts || !backoff.Sleep(ctx, time.Duration(attempt)*50*time.Millisecond) {
+			return fmt.Errorf("relay publish: %w", err)
+		}
 	}
-	return nil
 }
+
+// publishAttempts bounds the tries of one Publish.
+const publishAttempts = 3
 
 // Subscribe receives the tier's messages until ctx ends, and returns
 // ctx.Err(); its contract is l2.Client.Subscribe's: onSubscribed is
