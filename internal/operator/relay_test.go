@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -368,5 +372,122 @@ func TestRelayPeersAreTheOtherOperatorPods(t *testing.T) {
 	}
 	if want := []controlplane.Peer{{Name: "op-other", Addr: "10.0.0.2:18000"}}; !slices.Equal(peers, want) {
 		t.Fatalf("peers %v, want %v", peers, want)
+	}
+}
+
+// startRelayReplica serves a control plane as a replica of the operator does
+// (sidecars and peers checked by TokenReview against the suite's API
+// server), in plaintext on loopback, relaying with the replicas peers
+// returns, presenting peerToken.
+func startRelayReplica(t *testing.T, operatorUser, peerToken string, peers func() []controlplane.Peer) string {
+	t.Helper()
+	auth, err := newTokenAuthenticator(cluster.client, cluster.client, xdsAudience, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := controlplane.NewRelay(controlplane.RelayOptions{Logger: slog.New(slog.DiscardHandler), PeerAuth: newPeerAuthenticator(cluster.client, operatorUser).Authenticate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := controlplane.NewServer(controlplane.Options{Logger: slog.New(slog.DiscardHandler), Authenticate: auth.Authenticate, Relay: relay, ShutdownTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served, linked := make(chan error, 1), make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	go func() {
+		linked <- relay.RunPeers(ctx, controlplane.PeerOptions{
+			Peers: func(context.Context) ([]controlplane.Peer, error) { return peers(), nil },
+			Every: 50 * time.Millisecond, Token: func() (string, error) { return peerToken, nil },
+			Backoff: controlplane.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := errors.Join(<-served, <-linked); err != nil {
+			t.Errorf("replica: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestRelayReachesThePodsOfEveryReplica: two replicas, each checking
+// sidecars and the other replica by TokenReview, sidecars split between
+// them: a purge through either reaches every pod.
+func TestRelayReachesThePodsOfEveryReplica(t *testing.T) {
+	c := needCluster(t)
+	ctx := context.Background()
+	ns := namespace(t, c)
+	if err := c.Create(ctx, newTier(ns, "web", v1alpha1.CacheTierSpec{})); err != nil {
+		t.Fatal(err)
+	}
+	opToken := saToken(t, ns, "tiercache-operator")
+	user, err := serviceAccountUser(opToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var addrs [2]string
+	peerOf := func(i int) func() []controlplane.Peer {
+		return func() []controlplane.Peer {
+			mu.Lock()
+			defer mu.Unlock()
+			if addrs[1-i] == "" {
+				return nil
+			}
+			return []controlplane.Peer{{Name: fmt.Sprint("replica-", 1-i), Addr: addrs[1-i]}}
+		}
+	}
+	a := startRelayReplica(t, user, opToken, peerOf(0))
+	b := startRelayReplica(t, user, opToken, peerOf(1))
+	mu.Lock()
+	addrs = [2]string{a, b}
+	mu.Unlock()
+
+	origin := newRelayOrigin(t)
+	secrets := relaySecrets(t, "web-key-0123456789abcdef0123456789")
+	var pods []relayPod
+	for i := range 4 {
+		name := fmt.Sprint("web-", i)
+		p := createPod(t, ns, name, "web")
+		tokenFile := filepath.Join(t.TempDir(), "token")
+		tok, err := testkube.PodToken(ctx, cluster.client, p, xdsAudience, 10*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkube.WriteToken(t, tokenFile, tok)
+		pods = append(pods, relayPod{name, runSidecar(t, origin, ns, "web", name, addrs[i%2], "--control-plane-token-file="+tokenFile, "--secrets-dir="+secrets)})
+	}
+	eventually(t, 60*time.Second, func() error {
+		before := purgesOf(t, pods)
+		pods[0].purge(t, "/warm-up")
+		if !appliedBy(t, pods, before) {
+			return fmt.Errorf("a warm-up purge did not reach every pod")
+		}
+		return nil
+	})
+	for i, via := range []relayPod{pods[0], pods[1]} {
+		path := fmt.Sprint("/r", i)
+		for _, p := range pods {
+			p.get(t, path)
+			if x := p.get(t, path); x != "HIT; layer=l1" {
+				t.Fatalf("GET %s via %s: %q", path, p.name, x)
+			}
+		}
+		before := purgesOf(t, pods)
+		via.purge(t, path)
+		if !appliedBy(t, pods, before) {
+			t.Fatalf("a purge through %s did not reach every pod", via.name)
+		}
+		for _, p := range pods {
+			if x := p.get(t, path); x != "MISS" {
+				t.Errorf("%s still serves %s after a purge through %s: %q", p.name, path, via.name, x)
+			}
+		}
 	}
 }
