@@ -139,10 +139,11 @@ func (dp *dataPlane) setSecrets(s secrets) {
 }
 
 // warnUnauthenticated warns when the tier's invalidation channel is
-// unauthenticated: with L2 and no invalidation key, anyone who can
-// publish on the channel can empty the L1 of every sidecar of the tier.
+// unauthenticated: with L2 or the control plane's relay and no
+// invalidation key, anyone who can publish on the channel can empty the
+// L1 of every sidecar of the tier.
 func (dp *dataPlane) warnUnauthenticated(c *tierconfig.Compiled) {
-	if len(c.Config.L2.Addresses) > 0 && !dp.keys.Enabled() {
+	if (len(c.Config.L2.Addresses) > 0 || dp.relay != nil) && !dp.keys.Enabled() {
 		dp.log.Warn("the invalidation channel is unauthenticated: no invalidation key (--secrets-dir " + fileInvalidationKey + "); anyone who can publish on it can purge every sidecar's L1")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -363,4 +364,26 @@ func TestRelayLatencyToTheLastPod(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("purge to the last of %d pods (2 replicas), %d rounds: p50 %s, max %s (includes polling every pod's /metrics)",
 		len(nodes), rounds, took[len(took)/2].Round(10*time.Microsecond), took[len(took)-1].Round(10*time.Microsecond))
+}
+
+func TestARelayedSidecarWithoutAnInvalidationKeyWarnsThatTheChannelIsUnauthenticated(t *testing.T) {
+	cp := startRelayPlane(t, "127.0.0.1:0")
+	for _, c := range []struct {
+		name  string
+		files map[string]string
+		warns bool
+	}{
+		{"without a key it warns", map[string]string{}, true},
+		{"with a key it does not", map[string]string{fileInvalidationKey: relayKey}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			logs := &logBuffer{}
+			n := startNodeLogging(t, logs, plainOrigin(t), "--control-plane", cp.addr, "--tier", "web", "--pod-namespace", "shop", "--pod-name", "web-0",
+				"--state-dir", t.TempDir(), "--initial-config", smallL1, "--secrets-dir", newSecretsDir(t, c.files).path)
+			n.shutdown(t)
+			if got := strings.Contains(logs.String(), "the invalidation channel is unauthenticated"); got != c.warns {
+				t.Fatalf("warned %v, want %v; log:\n%s", got, c.warns, logs.String())
+			}
+		})
+	}
 }
