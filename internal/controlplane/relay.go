@@ -95,6 +95,10 @@ type RelayOptions struct {
 	LogSize int
 	// PeerAuth admits Peer calls; nil refuses them all.
 	PeerAuth PeerAuthenticator
+	// PeerReauth is how long a peer's stream lasts before the peer must
+	// present its token again (default 10m); it then resumes where the
+	// stream stopped, losing nothing.
+	PeerReauth time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
@@ -162,6 +166,9 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.PeerReauth <= 0 {
+		opts.PeerReauth = 10 * time.Minute
 	}
 	r := &Relay{
 		opts: opts, log: opts.Logger,
@@ -546,8 +553,14 @@ func (s *relayServer) peer(st grpc.ServerStream) error {
 	if err := st.SendHeader(metadata.Pairs(relayEpochKey, strconv.FormatUint(s.r.epoch, 10), relayCompleteKey, strconv.FormatBool(complete))); err != nil {
 		return err
 	}
+	// The peer presents its token again this often; it resumes where
+	// this stream stopped, so nothing is lost meanwhile.
+	reauth := time.NewTimer(s.r.opts.PeerReauth)
+	defer reauth.Stop()
 	for {
 		select {
+		case <-reauth.C:
+			return status.Error(codes.Unavailable, "the stream's credential is due for re-authentication: reconnect")
 		case b := <-sub.q:
 			if err := st.SendMsg(wrapperspb.Bytes(b)); err != nil {
 				return err

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -431,4 +432,30 @@ func TestRelayPublishTriesAgainWhileTheReplicaIsUnavailable(t *testing.T) {
 		t.Fatalf("received %q", m)
 	}
 	t.Logf("published after %s", time.Since(start))
+}
+
+func TestRelayPeerStreamsReauthenticateWithoutLosingAMessage(t *testing.T) {
+	tt := relayTokens()
+	srv1, _ := startRelayServer(t, tt, RelayOptions{PeerAuth: peerAuth, PeerReauth: 100 * time.Millisecond})
+	srv2, r2 := startRelayServer(t, tt, RelayOptions{PeerAuth: peerAuth})
+	startPeers(t, r2, func() []Peer { return []Peer{{Name: "one", Addr: srv1.addr}} })
+	on1 := startRelaySidecar(t, srv1.addr, "a", "a1", "tok-a")
+	on2 := startRelaySidecar(t, srv2.addr, "a", "a2", "tok-a")
+	on1.waitSubscribed(t)
+	on2.waitSubscribed(t)
+	const n = 20
+	for i := range n {
+		relayPublish(t, on1.RelayClient, fmt.Sprint("m", i))
+		time.Sleep(25 * time.Millisecond) // across several re-authentications
+	}
+	for i := range n {
+		if m := on2.next(t, "a message from replica one"); m != fmt.Sprint("m", i) {
+			t.Fatalf("message %d on replica two is %q", i, m)
+		}
+	}
+	select {
+	case <-on2.subscribed:
+		t.Fatal("replica two's sidecar lost its subscription over a peer's re-authentication")
+	case <-time.After(100 * time.Millisecond):
+	}
 }
