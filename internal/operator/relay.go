@@ -163,8 +163,9 @@ func relayToken(path string) func() (string, error) {
 }
 
 // relayPeerDial are the options of connections to other replicas: with
-// TLS, their certificate is the control plane's, for the xDS Service's
-// name, which is what is checked (they are dialled by pod address).
+// TLS, their certificate is the control plane's, checked for the name the
+// sidecars check (the host of --control-plane-address, else the xDS
+// Service's name), since replicas are dialled by pod address.
 func relayPeerDial(o Options) ([]grpc.DialOption, error) {
 	if !o.XDSTLS {
 		return nil, nil
@@ -177,8 +178,12 @@ func relayPeerDial(o Options) ([]grpc.DialOption, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("relay peers: %s: no PEM certificate", o.xdsCAFile())
 	}
+	name := o.XDSService + "." + o.Namespace + ".svc"
+	if host, _, err := net.SplitHostPort(o.ControlPlaneAddress); err == nil && host != "" {
+		name = host
+	}
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: o.XDSService + "." + o.Namespace + ".svc",
+		MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: name,
 	}))}, nil
 }
 

@@ -491,3 +491,56 @@ func TestRelayReachesThePodsOfEveryReplica(t *testing.T) {
 		}
 	}
 }
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRelayPeersDialTheControlPlaneOverTLS: a replica dials another by
+// address and checks its certificate for the name the sidecars check;
+// the suite's operator, which takes no peers (no --relay-peers), answers
+// over TLS that it takes none.
+func TestRelayPeersDialTheControlPlaneOverTLS(t *testing.T) {
+	needCluster(t)
+	dial, err := relayPeerDial(Options{XDSTLS: true, XDSCAFile: cluster.caFile, ControlPlaneAddress: cluster.xdsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	r, err := controlplane.NewRelay(controlplane.RelayOptions{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(cluster.xdsAddr)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- r.RunPeers(ctx, controlplane.PeerOptions{
+			Peers: func(context.Context) ([]controlplane.Peer, error) {
+				return []controlplane.Peer{{Name: "suite", Addr: "127.0.0.1:" + port}}, nil
+			},
+			DialOptions: dial, Token: func() (string, error) { return "peer-token", nil },
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	eventually(t, 20*time.Second, func() error {
+		if !strings.Contains(logs.String(), "this replica takes no peers") {
+			return fmt.Errorf("no answer from the suite's control plane yet; log: %s", logs.String())
+		}
+		return nil
+	})
+}
