@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -101,11 +102,17 @@ func linkPeers(t *testing.T, planes ...*relayPlane) {
 // token, PURGE on the serving port on.
 func relayNode(t *testing.T, upstream, addr, pod string, extra ...string) *node {
 	t.Helper()
+	return relayNodeLogging(t, io.Discard, upstream, addr, pod, extra...)
+}
+
+// relayNodeLogging is relayNode with the sidecar's log going to stderr.
+func relayNodeLogging(t *testing.T, stderr io.Writer, upstream, addr, pod string, extra ...string) *node {
+	t.Helper()
 	cfg := smallL1 + "purge: {httpMethod: true}\n"
 	args := []string{"--control-plane", addr, "--tier", "web", "--pod-namespace", "shop", "--pod-name", pod,
 		"--state-dir", t.TempDir(), "--initial-config", cfg,
 		"--secrets-dir", newSecretsDir(t, map[string]string{fileInvalidationKey: relayKey, filePurgeToken: methodToken}).path}
-	n := startNode(t, upstream, append(args, extra...)...)
+	n := startNodeLogging(t, stderr, upstream, append(args, extra...)...)
 	n.waitReady(t)
 	return n
 }
@@ -386,4 +393,36 @@ func TestARelayedSidecarWithoutAnInvalidationKeyWarnsThatTheChannelIsUnauthentic
 			}
 		})
 	}
+}
+
+func TestWithoutL2AnL1RebuiltByAPushedConfigStillReceivesPurges(t *testing.T) {
+	cp := startRelayPlane(t, "127.0.0.1:0")
+	origin := newOrigin(t, 0)
+	logs := []*logBuffer{{}, {}}
+	a := relayNodeLogging(t, logs[0], origin.URL, cp.addr, "web-0", "--log-level", "debug", "--log-format", "json")
+	b := relayNodeLogging(t, logs[1], origin.URL, cp.addr, "web-1", "--log-level", "debug", "--log-format", "json")
+	waitRelaySubscribers(t, 2, cp)
+
+	// A new L1 size: both sidecars build a new generation, which
+	// subscribes to the relay on its own before the old one lets go.
+	v := cp.publish(t, "l1: {maxSize: 48Mi, shards: 32}\npurge: {httpMethod: true}\n")
+	a.waitVersion(t, v)
+	b.waitVersion(t, v)
+	// The previous generation is closed once the new one has subscribed.
+	for i, l := range logs {
+		for deadline := time.Now().Add(15 * time.Second); len(l.records("config change: previous data plane closed")) == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("sidecar %d never closed its previous data plane", i)
+			}
+		}
+	}
+	waitRelaySubscribers(t, 2, cp)
+	nodes := []*node{a, b}
+	cached(t, nodes, "/rebuilt")
+	before := purgeCounts(t, nodes)
+	if status := a.purgeWith(t, methodToken, `{"urls":["/rebuilt"]}`); status != http.StatusOK {
+		t.Fatalf("purge: %d", status)
+	}
+	waitPurged(t, nodes, before)
+	gone(t, nodes, "/rebuilt", "a purge after the L1 rebuild")
 }
