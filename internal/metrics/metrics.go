@@ -95,6 +95,10 @@ type Metrics struct {
 	// RepeatsDropped counts unsafe-method invalidations not repeated
 	// because too many repeats were pending (invalidate.RepeatAfter).
 	RepeatsDropped prometheus.Counter
+	// RelayResubscriptions counts the subscriptions to the control
+	// plane's invalidation relay (tiers without L2) made again after one
+	// was lost: each clears L1.
+	RelayResubscriptions prometheus.Counter
 	// InvalidationsRejected counts invalidation messages refused, by
 	// reason (invalidate.RejectReasons).
 	InvalidationsRejected *prometheus.CounterVec
@@ -241,6 +245,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_invalidation_repeats_dropped_total",
 			Help: "Unsafe-method invalidations applied but not repeated 2 s later, because too many repeats were pending (a flood of unsafe requests to distinct URLs).",
 		}),
+		RelayResubscriptions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tiercache_relay_resubscriptions_total",
+			Help: "Subscriptions to the operator's invalidation relay (tiers without L2) made again after one was lost; each cleared L1, since a purge may have been missed.",
+		}),
 		InvalidationsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_invalidations_rejected_total",
 			Help: "Invalidation messages from the tier's channel refused, by reason: malformed, unsigned, bad_mac, expired, future, replay.",
@@ -303,7 +311,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		}, []string{"op"}),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests, m.responses, m.Ambiguous,
+		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.RelayResubscriptions, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests, m.responses, m.Ambiguous,
 		m.ClientConns, m.connsReclaimed, m.connsWaited, m.RequestBodies,
 		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {

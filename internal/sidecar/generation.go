@@ -344,7 +344,7 @@ func (dp *dataPlane) build(c *tierconfig.Compiled, prev *generation, warm *atomi
 	} else {
 		if g.relayed {
 			g.subscribed = make(chan struct{})
-			subscribeRelay(gctx, &g.bg, dp.relay, g.purger, g.subscribed, dp.log)
+			subscribeRelay(gctx, &g.bg, dp.relay, g.purger, g.subscribed, dp.m.RelayResubscriptions, dp.log)
 		}
 		if warm != nil {
 			warm.Store(true)

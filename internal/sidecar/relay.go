@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tiercache/tiercache/internal/controlplane"
 	"github.com/tiercache/tiercache/internal/invalidate"
 )
@@ -48,17 +50,22 @@ func newRelayClient(o Options, log *slog.Logger) (*controlplane.RelayClient, err
 
 // subscribeRelay follows the tier's relayed invalidations for a
 // generation: subscribed is closed at the first subscription; every
-// later one follows a lost one (L1 is cleared: Purger.Subscribed). The
+// later one follows a lost one (L1 is cleared: Purger.Subscribed) and is
+// counted in lost. The
 // goroutine is owned by wg and ends with ctx.
 func subscribeRelay(ctx context.Context, wg *sync.WaitGroup, c *controlplane.RelayClient, purger *invalidate.Purger,
-	subscribed chan struct{}, log *slog.Logger) {
+	subscribed chan struct{}, lost prometheus.Counter, log *slog.Logger) {
 	var once sync.Once
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		err := c.Subscribe(ctx, purger.HandleMessage, func(since time.Time) {
 			purger.Subscribed(ctx, since)
-			once.Do(func() { close(subscribed) })
+			first := false
+			once.Do(func() { first = true; close(subscribed) })
+			if !first {
+				lost.Inc()
+			}
 		})
 		if err != nil && ctx.Err() == nil {
 			log.Error("relayed invalidation subscription ended", "err", err)

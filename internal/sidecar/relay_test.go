@@ -336,6 +336,9 @@ func TestWithoutL2ALostRelaySubscriptionClearsL1(t *testing.T) {
 		}
 	}
 	n.expect(t, "/a", "MISS", "/a v2")
+	if got := n.metric(t, "tiercache_relay_resubscriptions_total"); got != 1 {
+		t.Errorf("tiercache_relay_resubscriptions_total = %v, want 1", got)
+	}
 }
 
 // TestRelayLatencyToTheLastPod measures how long a purge through one
