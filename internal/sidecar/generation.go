@@ -111,6 +111,10 @@ type dataPlane struct {
 	// they use no cache, so a rebuild leaves them open; RunWith closes
 	// them after the drain.
 	up *proxy.Upgrades
+	// h2c relays connections that open with the HTTP/2 preface to the
+	// origin (passthrough.go); nil with an https upstream, where HTTP/2
+	// is answered 505.
+	h2c *passthrough
 
 	cur   atomic.Pointer[generation]
 	built uint64 // generations built (Apply's goroutine only)
@@ -192,6 +196,10 @@ func (dp *dataPlane) acquire() *generation {
 // PURGE is a purge, never forwarded (the origin does not see its token);
 // off, it goes to the origin like any method the cache does not serve.
 func (dp *dataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if dp.h2c != nil && isPreface(r) {
+		dp.h2c.ServeHTTP(w, r)
+		return
+	}
 	if cfg := dp.holder.Load(); r.Method == invalidate.MethodPurge && cfg.Config.Purge.HTTPMethod {
 		g := dp.acquire()
 		defer g.release()
