@@ -3,7 +3,6 @@ package sidecar
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -53,16 +52,13 @@ func grpcClient(t *testing.T, addr string) healthpb.HealthClient {
 	return healthpb.NewHealthClient(cc)
 }
 
-// h2cClient speaks HTTP/2 with prior knowledge over plain TCP.
+// h2cClient speaks HTTP/2 with prior knowledge over plain TCP: net/http's
+// Transport with unencrypted HTTP/2 as its only protocol (x/net/http2's
+// Transport with AllowHTTP is deprecated for it).
 func h2cClient(t *testing.T) *http.Client {
 	t.Helper()
-	tr := &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	}
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
