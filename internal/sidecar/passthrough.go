@@ -131,16 +131,29 @@ func (p *passthrough) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // goAway answers a client whose connection is not relayed the way an
 // HTTP/2 server refuses one: its SETTINGS (the server preface), then
 // GOAWAY with no stream processed, so that the client fails at once with
-// why, and may retry. Bounded by passPrefaceWait.
+// why, and may retry. Then it half-closes and reads what the client still
+// sends for a moment (a lingering close, as net/http's): closing with
+// unread bytes would reset the connection, and the client could lose the
+// GOAWAY. Bounded by passPrefaceWait and goAwayLinger.
 func goAway(c net.Conn, code http2.ErrCode, why string) {
 	_ = c.SetWriteDeadline(time.Now().Add(passPrefaceWait))
 	bw := bufio.NewWriter(c)
 	f := http2.NewFramer(bw, nil)
-	if f.WriteSettings() != nil || f.WriteGoAway(0, code, []byte(why)) != nil {
+	if f.WriteSettings() != nil || f.WriteGoAway(0, code, []byte(why)) != nil || bw.Flush() != nil {
 		return
 	}
-	_ = bw.Flush()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		_ = c.SetReadDeadline(time.Now().Add(goAwayLinger))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, goAwayDrain))
+	}
 }
+
+// A refused client's bytes are read for at most goAwayLinger, and at most
+// goAwayDrain of them.
+const (
+	goAwayLinger = 500 * time.Millisecond
+	goAwayDrain  = 256 << 10
+)
 
 // relay copies client (the rest of conn, starting with what the server
 // had buffered) to origin and origin to conn until both directions end.
