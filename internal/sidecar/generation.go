@@ -195,6 +195,9 @@ func (dp *dataPlane) acquire() *generation {
 // is not closed before the request has ended. With purge.httpMethod on, a
 // PURGE is a purge, never forwarded (the origin does not see its token);
 // off, it goes to the origin like any method the cache does not serve.
+// A connection that opened with the HTTP/2 preface is relayed to the
+// origin (passthrough.go), upgrades are tunnelled: neither uses a
+// generation.
 func (dp *dataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if dp.h2c != nil && isPreface(r) {
 		dp.h2c.ServeHTTP(w, r)
