@@ -263,6 +263,23 @@ func connFrom(ctx context.Context) *conn {
 	return c
 }
 
+// OpenedWithPreface reports whether the connection that carries the
+// request with context ctx (from ConnContext) opened with the HTTP/2
+// connection preface's first line and empty line ("PRI * HTTP/2.0", no
+// header fields), which net/http hands to the handler as a request: the
+// client speaks HTTP/2 with prior knowledge (h2c, gRPC), and what follows
+// "SM" on the connection is HTTP/2 frames. A preface after other requests
+// on the connection does not count.
+func OpenedWithPreface(ctx context.Context) bool {
+	c := connFrom(ctx)
+	if c == nil {
+		return false
+	}
+	c.t.mu.Lock()
+	defer c.t.mu.Unlock()
+	return c.t.opened
+}
+
 // Detach stops following the request framing of the connection that
 // carries the request with context ctx (from ConnContext). Call it once a
 // handler has hijacked the connection for another protocol (a WebSocket

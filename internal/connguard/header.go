@@ -238,6 +238,9 @@ func (t *tracker) endHeader() {
 		// HTTP/1 request with ProtoMajor 2, which take refuses.
 		if r.fields == 0 {
 			t.preface = true
+			// The queue is never emptied, only reset in push right before
+			// an append: empty, no header block came before this one.
+			t.opened = len(t.q) == 0
 		}
 		t.die()
 		return

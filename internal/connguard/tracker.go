@@ -160,6 +160,9 @@ type tracker struct {
 	q       []result
 	head    int
 	preface bool
+	// opened: the preface was the connection's first header block (see
+	// OpenedWithPreface).
+	opened bool
 }
 
 // feed advances the tracker over p, bytes net/http has just read. Body

@@ -13,12 +13,13 @@ type outcome struct {
 	verdicts []verdict
 	dead     bool
 	preface  bool
+	opened   bool
 }
 
 func outcomeOf(t *tracker) outcome {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	o := outcome{dead: t.st == stDead, preface: t.preface}
+	o := outcome{dead: t.st == stDead, preface: t.preface, opened: t.opened}
 	for _, r := range blocksOf(t) {
 		o.verdicts = append(o.verdicts, r.verdict)
 	}
@@ -207,7 +208,12 @@ var trackerCases = []struct {
 	{
 		name:   "the HTTP/2 preface ends tracking and marks the connection as HTTP/2",
 		stream: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\x00\x00\x00\x00\x00",
-		want:   outcome{dead: true, preface: true},
+		want:   outcome{dead: true, preface: true, opened: true},
+	},
+	{
+		name:   "a preface after a request marks HTTP/2 but not a connection opened with it",
+		stream: "GET / HTTP/1.1\r\nHost: x\r\n\r\nPRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+		want:   outcome{verdicts: []verdict{allowed}, dead: true, preface: true},
 	},
 	{
 		name:   "PRI with header fields ends tracking without marking HTTP/2",

@@ -107,6 +107,9 @@ type Metrics struct {
 	// like) connections; upgrades counts upgrade requests by result.
 	UpgradedOpen prometheus.Gauge
 	upgrades     *prometheus.CounterVec
+	// passthrough counts connections relayed to the origin as they are,
+	// uncached (h2c), by protocol and result.
+	passthrough *prometheus.CounterVec
 	// purgeRequests counts purge requests (both ports) by outcome.
 	purgeRequests *prometheus.CounterVec
 	// responses counts the answers to clients by status class;
@@ -265,6 +268,10 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 			Name: "tiercache_upgrades_total",
 			Help: "Protocol upgrade requests, by result: switched (tunnel opened), refused (the origin or the sidecar declined), error (no answer from the origin, or the tunnel could not start).",
 		}, []string{"result"}),
+		passthrough: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiercache_passthrough_connections_total",
+			Help: "Client connections on the serving port relayed byte for byte to the origin, uncached, by protocol (h2c: HTTP/2 with prior knowledge, gRPC) and result: relayed (the origin took the connection), refused (--max-upgraded-connections reached, or shutting down), error (the origin could not be reached, or the preface was broken).",
+		}, []string{"protocol", "result"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiercache_responses_total",
 			Help: `Answers to clients on the serving port, by status class: "1xx" to "5xx", whoever made them (the cache, the origin, the sidecar's own errors), and "none" for a client that left before any answer (logged as 499).`,
@@ -311,7 +318,7 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 		}, []string{"op"}),
 	}
 	cs := []prometheus.Collector{m.requests, m.requestDuration, m.OriginRequests, m.OriginDuration,
-		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.RelayResubscriptions, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.purgeRequests, m.responses, m.Ambiguous,
+		m.Coalesced, m.RefreshesDeferred, m.L2Errors, m.L2Dropped, m.L2CircuitOpen, m.Purges, m.RepeatsDropped, m.RelayResubscriptions, m.InvalidationsRejected, m.ConfigInfo, m.UpgradedOpen, m.upgrades, m.passthrough, m.purgeRequests, m.responses, m.Ambiguous,
 		m.ClientConns, m.connsReclaimed, m.connsWaited, m.RequestBodies,
 		m.BodyStoreBytes, m.BodyStoreFiles, m.BodyStoreEvictions, m.bodyStoreErrors}
 	if l1 != nil {
@@ -353,6 +360,9 @@ func New(reg prometheus.Registerer, l1 func() L1Stats) (*Metrics, error) {
 	}
 	for _, r := range []string{"switched", "refused", "error"} {
 		m.upgrades.WithLabelValues(r)
+	}
+	for _, r := range []string{"relayed", "refused", "error"} {
+		m.passthrough.WithLabelValues("h2c", r)
 	}
 	for i, class := range statusClasses {
 		m.byClass[i] = m.responses.WithLabelValues(class)
@@ -425,6 +435,15 @@ func (m *Metrics) Upgrade(result string) {
 		return
 	}
 	m.upgrades.WithLabelValues(result).Inc()
+}
+
+// Passthrough counts one connection relayed to the origin as it is, by
+// protocol (h2c) and result (relayed, refused, error).
+func (m *Metrics) Passthrough(protocol, result string) {
+	if m == nil {
+		return
+	}
+	m.passthrough.WithLabelValues(protocol, result).Inc()
 }
 
 // PurgeRequest counts one purge request (admin POST /purge or serving-port

@@ -144,6 +144,9 @@ func (r *TierReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, lerr
 	}
 	bypass := servicesBypassing(svcs.Items, live)
+	if !tier.Spec.Sidecar.FrontHTTP2 {
+		bypass = append(bypass, servicesDeclaringHTTP2(svcs.Items, live)...)
+	}
 	if ok, reason, msg := servicesRouted(bypass); ok {
 		setCondition(status, gen, v1alpha1.ConditionServicesRouted, metav1.ConditionTrue, reason, msg)
 	} else {
@@ -277,7 +280,7 @@ func (r *TierReconciler) warnServices(tier *v1alpha1.CacheTier, next *v1alpha1.C
 		return
 	}
 	for _, b := range bypass {
-		r.Events.Eventf(b.Service, tier, corev1.EventTypeWarning, v1alpha1.ReasonServiceTargetsAppPort, "Reconcile", "%s (pods of CacheTier %s)", b.String(), tier.Name)
+		r.Events.Eventf(b.Service, tier, corev1.EventTypeWarning, b.reason(), "Reconcile", "%s (pods of CacheTier %s)", b.String(), tier.Name)
 	}
 }
 

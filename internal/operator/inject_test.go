@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tiercache/tiercache/internal/api/v1alpha1"
@@ -398,4 +402,124 @@ func TestEachInjectedPodGetsItsOwnDrainHook(t *testing.T) {
 		}
 		tokens[name] = env.Value
 	}
+}
+
+// warningsSeen collects the admission warnings a client is sent.
+type warningsSeen struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warningsSeen) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warningsSeen) all() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.list, "\n")
+}
+
+// TestAPodWhosePortAServiceDeclaresGRPCIsNotFronted: a Service with
+// appProtocol grpc targets the port the sidecar would take over; the pod
+// is admitted without the sidecar, with an admission warning and a
+// Warning Event on the tier that say why and how to opt in, until the
+// tier sets spec.sidecar.frontHTTP2.
+func TestAPodWhosePortAServiceDeclaresGRPCIsNotFronted(t *testing.T) {
+	c := needCluster(t)
+	ns := namespace(t, c)
+	ctx := context.Background()
+	tier := newTier(ns, "api", v1alpha1.CacheTierSpec{})
+	if err := c.Create(ctx, tier); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "api"}, Ports: []corev1.ServicePort{
+			{Name: "grpc", Port: 80, TargetPort: intstrName("http"), AppProtocol: ptr.To("grpc")},
+		}},
+	}
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	seen := &warningsSeen{}
+	cfg := rest.CopyConfig(cluster.cfg)
+	cfg.WarningHandler = seen
+	wc, err := client.New(cfg, client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := appPod(ns, "api-0", map[string]string{inject.AnnotationTier: "api"})
+	p.Labels = map[string]string{"app": "api"}
+	eventually(t, 30*time.Second, func() error {
+		q := p.DeepCopy()
+		if err := wc.Create(ctx, q); err != nil {
+			return err
+		}
+		if sidecarOf(q) == nil {
+			p = q
+			return nil
+		}
+		if err := c.Delete(ctx, q, client.GracePeriodSeconds(0)); err != nil {
+			return err
+		}
+		eventually(t, 30*time.Second, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(q), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+				return errorf("pod %s still there: %v", q.Name, err)
+			}
+			return nil
+		})
+		return errorf("pod %s was injected before the webhook saw Service api", q.Name)
+	})
+	if p.Annotations[inject.AnnotationInjected] != "" || p.Spec.Containers[0].Ports[0].Name != "http" {
+		t.Fatalf("the pod was changed: annotations %v, ports %v", p.Annotations, p.Spec.Containers[0].Ports)
+	}
+	want := `the sidecar of CacheTier "api" was not injected: Service api port grpc declares appProtocol grpc (gRPC) for the pod's port http (8080), and the tier does not set spec.sidecar.frontHTTP2: true`
+	if got := seen.all(); !strings.Contains(got, want) {
+		t.Fatalf("admission warnings %q, want one with %q", got, want)
+	}
+	eventually(t, 30*time.Second, func() error {
+		var evs corev1.EventList
+		if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "CacheTier" && e.InvolvedObject.Name == "api" && e.Type == corev1.EventTypeWarning &&
+				e.Reason == v1alpha1.ReasonServiceDeclaresHTTP2 && strings.Contains(e.Message, "pod api-0: ") && strings.Contains(e.Message, want) {
+				return nil
+			}
+		}
+		return errorf("no Warning Event %s on CacheTier api among %d events", v1alpha1.ReasonServiceDeclaresHTTP2, len(evs.Items))
+	})
+
+	// The tier opts in: the next pod is fronted.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(tier), tier); err != nil {
+		t.Fatal(err)
+	}
+	tier.Spec.Sidecar.FrontHTTP2 = true
+	if err := c.Update(ctx, tier); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		q := appPod(ns, "api-1", map[string]string{inject.AnnotationTier: "api"})
+		q.Labels = map[string]string{"app": "api"}
+		if err := c.Create(ctx, q); err != nil {
+			return err
+		}
+		if sidecarOf(q) != nil {
+			return nil
+		}
+		if err := c.Delete(ctx, q, client.GracePeriodSeconds(0)); err != nil {
+			return err
+		}
+		eventually(t, 30*time.Second, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(q), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+				return errorf("pod %s still there: %v", q.Name, err)
+			}
+			return nil
+		})
+		return errorf("pod api-1 was not injected: the webhook has not seen frontHTTP2 yet")
+	})
 }

@@ -233,9 +233,11 @@ func newManager(cfg *rest.Config, o Options, log logr.Logger, skipNameValidation
 // serves webhooks; none needs to lead.
 func setupWebhooks(ctx context.Context, mgr manager.Manager, o Options, env Env, ready chan struct{}, bye *leaving) error {
 	srv := webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir})
-	srv.Register(PodMutatePath, bye.closeConns(admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o,
-	}))))
+	pods := admission.WithDefaulter(mgr.GetScheme(), admission.Defaulter[*corev1.Pod](&podInjector{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Opts: o, Events: mgr.GetEventRecorder("tiercache-operator"),
+	}))
+	pods.Handler = withWarnings(pods.Handler)
+	srv.Register(PodMutatePath, bye.closeConns(pods))
 	srv.Register(CacheTierValidatePath, bye.closeConns(admission.WithValidator(mgr.GetScheme(), admission.Validator[*v1alpha1.CacheTier](tierValidator{
 		Opts:    o,
 		secrets: secretLookup{cache: mgr.GetClient(), api: mgr.GetAPIReader()},

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -45,6 +46,9 @@ type podInjector struct {
 	Client    client.Reader
 	APIReader client.Reader
 	Opts      Options
+	// Events, when set, records a Warning Event on the CacheTier for a
+	// pod admitted without the sidecar (see http2Port).
+	Events events.EventRecorder
 }
 
 var _ admission.Defaulter[*corev1.Pod] = (*podInjector)(nil)
@@ -71,6 +75,9 @@ func (w *podInjector) Default(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
+	if skip, err := w.http2Port(ctx, ns, pod, tier); err != nil || skip {
+		return err
+	}
 	p, err := w.params(ctx, tier)
 	if err != nil {
 		return err
@@ -84,6 +91,66 @@ func (w *podInjector) Default(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("tiercache: cannot inject the sidecar: %w", err)
 	}
 	return nil
+}
+
+// http2Port reports whether the pod is to be admitted without the
+// sidecar because a Service declares the port it would front HTTP/2 or
+// gRPC (appProtocol) and the tier does not set spec.sidecar.frontHTTP2:
+// such a port carries traffic the sidecar would only pass through. It
+// says so in an admission warning (seen by whoever created the pod
+// directly), a Warning Event on the tier (seen when a controller created
+// it) and a log line. The pod is not refused: a Service, which someone
+// else may own, must not stop a workload from running.
+func (w *podInjector) http2Port(ctx context.Context, ns string, pod *corev1.Pod, tier *v1alpha1.CacheTier) (bool, error) {
+	if tier.Spec.Sidecar.FrontHTTP2 {
+		return false, nil
+	}
+	var svcs corev1.ServiceList
+	if err := w.Client.List(ctx, &svcs, client.InNamespace(ns)); err != nil {
+		return false, fmt.Errorf("tiercache: listing the Services of namespace %q: %w", ns, err)
+	}
+	why := inject.DeclaredHTTP2(pod, svcs.Items)
+	if why == "" {
+		return false, nil
+	}
+	msg := fmt.Sprintf("tiercache: the sidecar of CacheTier %q was not injected: %s, and the tier does not set spec.sidecar.frontHTTP2: true (set it to front the port anyway: HTTP/2 and gRPC pass through uncached, HTTP/1.1 is cached)", tier.Name, why)
+	admissionWarning(ctx, msg)
+	logf.FromContext(ctx).Info("not injecting: the fronted port is declared HTTP/2 or gRPC", "tier", tier.Name, "reason", why)
+	if w.Events != nil && tier.UID != "" {
+		w.Events.Eventf(tier, nil, corev1.EventTypeWarning, v1alpha1.ReasonServiceDeclaresHTTP2, "Inject", "pod %s: %s", podName(pod), msg)
+	}
+	return true, nil
+}
+
+// podName is a pod's name at admission: its generateName with a "*" when
+// the API server has not named it yet.
+func podName(p *corev1.Pod) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.GenerateName + "*"
+}
+
+// warningsKey holds the warnings a webhook collects for its answer.
+type warningsKey struct{}
+
+// withWarnings lets the Defaulter that h wraps add admission warnings
+// (admissionWarning), which admission.Defaulter has no way to return.
+func withWarnings(h admission.Handler) admission.Handler {
+	return admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		var ws admission.Warnings
+		resp := h.Handle(context.WithValue(ctx, warningsKey{}, &ws), req)
+		resp.Warnings = append(resp.Warnings, ws...)
+		return resp
+	})
+}
+
+// admissionWarning adds msg to the warnings of the admission answer (a
+// no-op outside withWarnings).
+func admissionWarning(ctx context.Context, msg string) {
+	if ws, ok := ctx.Value(warningsKey{}).(*admission.Warnings); ok {
+		*ws = append(*ws, msg)
+	}
 }
 
 // controlPlane fills in how the sidecar reaches the control plane: the
@@ -208,6 +275,7 @@ func (w *podInjector) params(ctx context.Context, t *v1alpha1.CacheTier) (inject
 		RunAsGroup:        w.Opts.SidecarRunAsGroup,
 		DrainDelay:        &w.Opts.SidecarDrainDelay,
 		ScrapeAnnotations: w.Opts.SidecarScrapeAnnotations,
+		FrontHTTP2:        sc.FrontHTTP2,
 	}
 	if err := w.Opts.checkSidecarImage(t); err != nil {
 		// A tier written while the validating webhook was down (or

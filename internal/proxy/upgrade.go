@@ -362,6 +362,18 @@ func (u *Upgrades) track(c net.Conn) bool {
 	return true
 }
 
+// Hold counts c, a connection the caller relays itself (the sidecar's
+// h2c pass-through), as an upgraded connection: against the same bound,
+// in tiercache_upgraded_connections, and closed by Close at shutdown. ok
+// is false when the bound is reached or Close has run; otherwise release
+// ends the hold once the relay is over.
+func (u *Upgrades) Hold(c net.Conn) (release func(), ok bool) {
+	if !u.reserve() || !u.track(c) {
+		return nil, false
+	}
+	return func() { u.untrack(c) }, true
+}
+
 func (u *Upgrades) untrack(c net.Conn) {
 	u.mu.Lock()
 	defer u.mu.Unlock()

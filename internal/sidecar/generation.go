@@ -115,6 +115,10 @@ type dataPlane struct {
 	// they use no cache, so a rebuild leaves them open; RunWith closes
 	// them after the drain.
 	up *proxy.Upgrades
+	// h2c relays connections that open with the HTTP/2 preface to the
+	// origin (passthrough.go); nil with an https upstream, where HTTP/2
+	// is answered 505.
+	h2c *passthrough
 
 	cur   atomic.Pointer[generation]
 	built uint64 // generations built (Apply's goroutine only)
@@ -199,7 +203,14 @@ func (dp *dataPlane) acquire() *generation {
 // is not closed before the request has ended. With purge.httpMethod on, a
 // PURGE is a purge, never forwarded (the origin does not see its token);
 // off, it goes to the origin like any method the cache does not serve.
+// A connection that opened with the HTTP/2 preface is relayed to the
+// origin (passthrough.go), upgrades are tunnelled: neither uses a
+// generation.
 func (dp *dataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if dp.h2c != nil && isPreface(r) {
+		dp.h2c.ServeHTTP(w, r)
+		return
+	}
 	if cfg := dp.holder.Load(); r.Method == invalidate.MethodPurge && cfg.Config.Purge.HTTPMethod {
 		g := dp.acquire()
 		defer g.release()

@@ -133,8 +133,8 @@ func ParseArgs(args []string, getenv func(string) string, stderr io.Writer) (Opt
 	fs.StringVar(&o.DrainToken, "drain-token", "", "bearer token of GET /drain on the admin port, which the pod's preStop hook calls to drain the sidecar while the app still runs (prefer TIERCACHE_DRAIN_TOKEN; the operator injects a random one per pod); empty: /drain refuses every call")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block; larger gets 431")
 	fs.IntVar(&o.MaxConns, "max-connections", connguard.DefaultMaxConns, "most client connections open at once on --listen, upgraded ones included (0: no bound); at the bound the connection waiting longest for a request (idle keep-alive, or new and silent for 1s) is closed to make room, else new ones wait")
-	fs.IntVar(&o.MaxUpgraded, "max-upgraded-connections", proxy.DefaultMaxUpgraded, "most upgraded (WebSocket) connections open at once; more get 503")
-	fs.DurationVar(&o.UpgradeIdleTimeout, "upgrade-idle-timeout", proxy.DefaultUpgradeIdle, "close an upgraded (WebSocket) connection after this long without a byte either way")
+	fs.IntVar(&o.MaxUpgraded, "max-upgraded-connections", proxy.DefaultMaxUpgraded, "most upgraded (WebSocket) and h2c pass-through connections open at once; more get 503 (h2c: GOAWAY)")
+	fs.DurationVar(&o.UpgradeIdleTimeout, "upgrade-idle-timeout", proxy.DefaultUpgradeIdle, "close an upgraded (WebSocket) or h2c pass-through connection after this long without a byte either way")
 	fs.DurationVar(&o.SendTimeout, "send-timeout", connguard.DefaultSendTimeout, "close a client connection that takes no byte of a response for this long (between two writes, not for the whole response: a slow but steady download is served); at least 1s")
 	fs.Float64Var(&o.PurgeRate, "purge-rate", 10, "purges accepted per second, admin POST /purge and serving-port PURGE together (token bucket; 0 = no limit); a purge of everything takes the whole burst")
 	fs.IntVar(&o.PurgeBurst, "purge-burst", 50, "purges (both ports) accepted in a burst above --purge-rate")
@@ -422,6 +422,10 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		defer dp.bodies.Close()
 	}
 	dp.up = proxy.NewUpgrades(upstream, holder, dp.rt, dp.m, log, o.MaxUpgraded, o.UpgradeIdleTimeout)
+	if upstream.Scheme == "http" {
+		d := &net.Dialer{KeepAlive: 30 * time.Second}
+		dp.h2c = &passthrough{origin: upstreamHostPort(upstream), idle: o.UpgradeIdleTimeout, up: dp.up, m: dp.m, log: log, dial: d.DialContext}
+	}
 
 	if o.ControlPlane != "" {
 		// Closed after the data plane (deferred calls run in reverse).
@@ -570,6 +574,15 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		runErr = errors.Join(runErr, err)
 	}
 	return runErr
+}
+
+// upstreamHostPort is the origin's TCP address: the upstream's host, with
+// port 80 when it names none.
+func upstreamHostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
 func adminMux(reg *prometheus.Registry, purge, config, drain http.Handler, draining func() bool, warm *atomic.Bool, profiles bool) *http.ServeMux {

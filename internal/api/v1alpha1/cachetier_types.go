@@ -596,6 +596,18 @@ type SidecarSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	AdminPort int32 `json:"adminPort,omitempty"`
+	// FrontHTTP2 lets the sidecar take over a port declared HTTP/2 or
+	// gRPC: by its container port name (grpc, h2c, http2, or one of them
+	// followed by "-", as Istio reads names), or by the appProtocol (grpc,
+	// h2c, http2, kubernetes.io/h2c) of a Service that targets it. The
+	// sidecar passes HTTP/2 with prior knowledge (h2c, gRPC) through to the
+	// app uncached and caches the port's HTTP/1.1 traffic. Unset or false:
+	// a pod whose port a Service declares so is admitted without the
+	// sidecar (with an admission warning), a tiercache.io/port naming such
+	// a port is refused, and a Service that declares a fronted port so
+	// later turns ServicesRouted False.
+	// +optional
+	FrontHTTP2 bool `json:"frontHTTP2,omitempty"`
 }
 
 // Condition types and reasons of CacheTier status.
@@ -673,6 +685,11 @@ const (
 	// port by number, around the sidecar; also the reason of the Warning
 	// Event on the Service.
 	ReasonServiceTargetsAppPort = "ServiceTargetsAppPort"
+	// ReasonServiceDeclaresHTTP2: a Service declares the fronted port
+	// HTTP/2 or gRPC by its appProtocol while the tier does not set
+	// spec.sidecar.frontHTTP2; also the reason of the Warning Event on the
+	// Service.
+	ReasonServiceDeclaresHTTP2 = "ServiceDeclaresHTTP2"
 	// ReasonThroughL2: purges and invalidations reach every pod through
 	// L2's invalidation channel.
 	ReasonThroughL2 = "ThroughL2"

@@ -68,14 +68,14 @@ func TestInjectErrors(t *testing.T) {
 				p.Annotations[AnnotationPort] = "grpc-api"
 				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "grpc-api", ContainerPort: 9000})
 			},
-			want: `annotation tiercache.io/port: port "grpc-api (9000)" of container "app" is named for gRPC, which the sidecar does not serve (it speaks HTTP/1.1 and answers HTTP/2 with 505); front the app's HTTP/1.1 port, and let gRPC traffic reach the app directly`,
+			want: `annotation tiercache.io/port: port "grpc-api (9000)" of container "app" is named for gRPC, which the sidecar does not cache (it passes HTTP/2 through to the app); front the app's HTTP/1.1 port and let gRPC traffic reach the app directly, or set spec.sidecar.frontHTTP2: true on the CacheTier to front this port anyway`,
 		},
 		"a port annotation numbering an h2c port is refused": {
 			pod: func(p *corev1.Pod) {
 				p.Annotations[AnnotationPort] = "9001"
 				p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "H2C", ContainerPort: 9001})
 			},
-			want: `annotation tiercache.io/port: port "H2C (9001)" of container "app" is named for HTTP/2, which the sidecar does not serve (it speaks HTTP/1.1 and answers HTTP/2 with 505); front the app's HTTP/1.1 port, and let HTTP/2 traffic reach the app directly`,
+			want: `annotation tiercache.io/port: port "H2C (9001)" of container "app" is named for HTTP/2, which the sidecar does not cache (it passes HTTP/2 through to the app); front the app's HTTP/1.1 port and let HTTP/2 traffic reach the app directly, or set spec.sidecar.frontHTTP2: true on the CacheTier to front this port anyway`,
 		},
 		"a port annotation numbering only a UDP port is refused": {
 			pod: func(p *corev1.Pod) {

@@ -93,6 +93,10 @@ type Params struct {
 	// annotations rather than through the chart's PodMonitor), unless the
 	// pod sets prometheus.io/scrape itself: its app's own metrics win.
 	ScrapeAnnotations bool
+	// FrontHTTP2 lets AnnotationPort pick a port whose name declares
+	// HTTP/2 or gRPC (spec.sidecar.frontHTTP2); see DeclaredHTTP2 for
+	// the Services that declare one.
+	FrontHTTP2 bool
 }
 
 // The annotations a Prometheus with the common kubernetes-pods scrape
@@ -239,7 +243,7 @@ func mutate(pod *corev1.Pod, p Params) error {
 		return err
 	}
 
-	app, err := frontedPort(pod)
+	app, err := frontedPort(pod, p.FrontHTTP2)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // portRef locates a port: spec.containers[container].ports[port].
@@ -20,7 +21,10 @@ type portRef struct{ container, port int }
 // does not fail loudly: the sidecar would cache whatever answers there.
 // So a pod that names no port is refused with a message saying how to
 // name one, even when it declares a single port.
-func frontedPort(pod *corev1.Pod) (portRef, error) {
+//
+// A port AnnotationPort picks whose name declares HTTP/2 or gRPC is
+// refused unless allowHTTP2 (the tier's spec.sidecar.frontHTTP2).
+func frontedPort(pod *corev1.Pod, allowHTTP2 bool) (portRef, error) {
 	containers := pod.Spec.Containers
 	if want := pod.Annotations[AnnotationPort]; want != "" {
 		// IANA port names contain a letter, so a number is never a name.
@@ -33,8 +37,8 @@ func frontedPort(pod *corev1.Pod) (portRef, error) {
 					// The same number may be declared for UDP and TCP (HTTP/3
 					// next to HTTP/1); the TCP one is meant.
 					if isTCP(cp) {
-						if proto := http2Name(cp.Name); proto != "" {
-							return portRef{}, fmt.Errorf("annotation %s: port %q of container %q is named for %s, which the sidecar does not serve (it speaks HTTP/1.1 and answers HTTP/2 with 505); front the app's HTTP/1.1 port, and let %s traffic reach the app directly", AnnotationPort, describePort(cp), containers[ci].Name, proto, proto)
+						if proto := http2Name(cp.Name); proto != "" && !allowHTTP2 {
+							return portRef{}, fmt.Errorf("annotation %s: port %q of container %q is named for %s, which the sidecar does not cache (it passes HTTP/2 through to the app); front the app's HTTP/1.1 port and let %s traffic reach the app directly, or set spec.sidecar.frontHTTP2: true on the CacheTier to front this port anyway", AnnotationPort, describePort(cp), containers[ci].Name, proto, proto)
 						}
 						return portRef{ci, pi}, nil
 					}
@@ -84,6 +88,81 @@ func http2Name(name string) string {
 		return "HTTP/2"
 	}
 	return ""
+}
+
+// AppProtocolHTTP2 returns the protocol a Service port's appProtocol
+// declares when it is HTTP/2 or gRPC ("gRPC" or "HTTP/2"), else "". The
+// values are Istio's (grpc, http2) and Kubernetes' (kubernetes.io/h2c),
+// with h2c, as names compare: case-insensitively.
+func AppProtocolHTTP2(ap *string) string {
+	if ap == nil {
+		return ""
+	}
+	switch strings.ToLower(*ap) {
+	case "grpc":
+		return "gRPC"
+	case "http2", "h2c", "kubernetes.io/h2c":
+		return "HTTP/2"
+	}
+	return ""
+}
+
+// DeclaredHTTP2 says how a Service of svcs declares the port the sidecar
+// would front in pod HTTP/2 or gRPC: a port of a Service that selects
+// the pod, targets that port (by name or number) and has such an
+// appProtocol. "" when none does, or when the pod has no port to front
+// (Inject then says why). The first such Service port, by the order of
+// svcs, is named.
+func DeclaredHTTP2(pod *corev1.Pod, svcs []corev1.Service) string {
+	ref, err := frontedPort(pod, true)
+	if err != nil {
+		return ""
+	}
+	cp := pod.Spec.Containers[ref.container].Ports[ref.port]
+	for i := range svcs {
+		svc := &svcs[i]
+		if len(svc.Spec.Selector) == 0 || svc.Spec.Type == corev1.ServiceTypeExternalName || !selects(svc.Spec.Selector, pod.Labels) {
+			continue
+		}
+		for _, sp := range svc.Spec.Ports {
+			proto := AppProtocolHTTP2(sp.AppProtocol)
+			if proto == "" || (sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP) {
+				continue
+			}
+			tp := sp.TargetPort
+			var targets bool
+			switch {
+			case tp.Type == intstr.String:
+				targets = tp.StrVal != "" && tp.StrVal == cp.Name
+			case tp.IntVal == 0:
+				targets = sp.Port == cp.ContainerPort
+			default:
+				targets = tp.IntVal == cp.ContainerPort
+			}
+			if targets {
+				return fmt.Sprintf("Service %s port %s declares appProtocol %s (%s) for the pod's port %s", svc.Name, servicePortName(sp), *sp.AppProtocol, proto, describePort(cp))
+			}
+		}
+	}
+	return ""
+}
+
+// selects reports whether a Service selector matches a pod's labels.
+func selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// servicePortName is a Service port's name, else its number.
+func servicePortName(sp corev1.ServicePort) string {
+	if sp.Name != "" {
+		return sp.Name
+	}
+	return strconv.Itoa(int(sp.Port))
 }
 
 // describePort is how an error message lists a candidate port: "api
