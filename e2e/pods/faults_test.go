@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -54,7 +56,25 @@ func (s *suite) faults(t *testing.T) {
 		s.killPods(t, releaseNS, "app.kubernetes.io/component=operator", 2)
 	})
 	fault("the Redis pod killed", func(t *testing.T) {
+		was := s.l2States(t)
 		s.killPods(t, releaseNS, "app.kubernetes.io/component=redis", 1)
+		// Once Redis is back, each pod closes its L2 breaker (until then
+		// it drops its L2 writes at once) and resubscribes to
+		// invalidations (it may have missed a purge meanwhile, so it
+		// clears its L1 and drops the L2 writes it had queued). Keys
+		// filled before both may never reach Redis: the scale-out below
+		// fills its keys after.
+		eventually(t, "every app pod back on L2 and resubscribed to invalidations", time.Minute, func() error {
+			for name, st := range s.l2States(t) {
+				if st.circuitOpen != 0 {
+					return fmt.Errorf("%s: L2 circuit breaker open", name)
+				}
+				if w, ok := was[name]; ok && st.resubscribed <= w.resubscribed {
+					return fmt.Errorf("%s: %v resubscriptions, as before Redis was killed", name, st.resubscribed)
+				}
+			}
+			return nil
+		})
 	})
 	var before []string
 	for _, p := range s.appPods(t) {
@@ -121,8 +141,10 @@ const warmKeys = 8
 
 func warmURL(k int) string { return fmt.Sprintf("/bytes/warm-%d?ttl=600&swr=0", k) }
 
-// fillL2 fills the warm keys through one pod and waits until each is an
-// L2 hit on another: they are in Redis.
+// fillL2 fills the warm keys through one pod and waits until each is in
+// Redis: a HEAD on another pod is an L2 hit. (A HEAD that misses is
+// passed to the origin and its answer not stored, so the other pod's L1
+// never holds the key and only L2 can answer the HEAD as a hit.)
 func (s *suite) fillL2(t *testing.T) {
 	t.Helper()
 	pods := s.appPods(t)
@@ -132,12 +154,18 @@ func (s *suite) fillL2(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "warm key in L2", 10*time.Second, func() error {
-			a, err := get(t.Context(), nc, podURL(pods[1], 15180)+warmURL(k))
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, podURL(pods[1], 15180)+warmURL(k), nil)
 			if err != nil {
 				return err
 			}
-			if !strings.HasPrefix(a.xcache, "HIT") {
-				return fmt.Errorf("X-Cache %q", a.xcache)
+			req.Host = serviceHost
+			resp, err := nc.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if x := resp.Header.Get("X-Cache"); resp.StatusCode != http.StatusOK || x != "HIT; layer=l2" {
+				return fmt.Errorf("HEAD on %s: %s, X-Cache %q", pods[1].Name, resp.Status, x)
 			}
 			return nil
 		})
@@ -262,4 +290,51 @@ loop:
 	if failed > 0 || slow > 0 || n < 20 {
 		t.Errorf("during the operator rollout: %d admissions, %d failed, %d slow: %v", n, failed, slow, samples)
 	}
+}
+
+// l2State is what an app pod's metrics say of its L2.
+type l2State struct {
+	// resubscribed: invalidation subscriptions lost and made again
+	// (l2_errors_total{op="subscribe"}).
+	resubscribed float64
+	circuitOpen  float64 // l2_circuit_open
+}
+
+// l2States reads each app pod's l2State.
+func (s *suite) l2States(t *testing.T) map[string]l2State {
+	t.Helper()
+	out := map[string]l2State{}
+	for _, p := range s.appPods(t) {
+		resp, err := s.httpClient(false).Get(podURL(p, 15190) + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st l2State
+		seen := 0
+		for line := range strings.Lines(string(b)) {
+			for prefix, v := range map[string]*float64{
+				`tiercache_l2_errors_total{op="subscribe"} `: &st.resubscribed,
+				"tiercache_l2_circuit_open ":                 &st.circuitOpen,
+			} {
+				if rest, ok := strings.CutPrefix(line, prefix); ok {
+					n, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+					if err != nil {
+						t.Fatalf("%s: %q: %v", p.Name, line, err)
+					}
+					*v = n
+					seen++
+				}
+			}
+		}
+		if seen != 2 {
+			t.Fatalf("%s: its metrics lack l2_errors_total{op=\"subscribe\"} or l2_circuit_open", p.Name)
+		}
+		out[p.Name] = st
+	}
+	return out
 }
