@@ -71,6 +71,23 @@ func CodingOf(contentEncoding []string) Coding {
 	return got
 }
 
+// CodingOfValue is CodingOf of one field line, without allocating.
+func CodingOfValue(v string) Coding {
+	switch t := trimOWS(v); {
+	case t == "" || strings.EqualFold(t, "identity"):
+		return CodingIdentity
+	case strings.EqualFold(t, "gzip") || strings.EqualFold(t, "x-gzip"):
+		return CodingGzip
+	case strings.EqualFold(t, "br"):
+		return CodingBr
+	case strings.EqualFold(t, "zstd"):
+		return CodingZstd
+	case !strings.Contains(t, ","):
+		return CodingOther
+	}
+	return CodingOf([]string{v})
+}
+
 // Acceptable reports whether a client whose request header is req accepts
 // a representation with content coding c (name: the Content-Encoding
 // value, consulted for CodingOther), as RFC 9110 §12.5.3 reads

@@ -48,7 +48,18 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 		return p.serveStale(w, r, c, resp.StatusCode)
 	}
 
-	switch httpcache.EffectOfHead(c.stale.Status, c.stale, storedLength(c.stale), resp.StatusCode, resp.Header) {
+	headH, storedLen := http.Header(resp.Header), storedLength(c.stale)
+	if c.stale.Flags&entry.FlagCoded != 0 {
+		// A coded entry says Vary: Accept-Encoding whatever the origin
+		// does, and one the cache compressed is, to the origin, its
+		// identity length.
+		headH = resp.Header.Clone()
+		codedHeader(headH)
+		if c.stale.Flags&entry.FlagCompressed != 0 {
+			storedLen = c.stale.DecodedSize
+		}
+	}
+	switch httpcache.EffectOfHead(c.stale.Status, c.stale, storedLen, resp.StatusCode, headH) {
 	case httpcache.HeadUpdates:
 		e := p.headUpdated(ctx, c, resp.Header, reqTime, respTime, watch)
 		v := verdict{x: xRevalidated, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: true}
