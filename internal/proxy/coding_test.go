@@ -1,0 +1,545 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/tiercache/tiercache/internal/invalidate"
+)
+
+// The browsers' Accept-Encoding values of issue 29.
+const (
+	aeChrome  = "gzip, deflate, br, zstd"
+	aeSafari  = "gzip, deflate, br"
+	aeFirefox = "zstd, br, gzip, deflate"
+)
+
+func gzipped(b []byte) []byte {
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	_, _ = zw.Write(b)
+	_ = zw.Close()
+	return out.Bytes()
+}
+
+func brotlied(b []byte) []byte {
+	var out bytes.Buffer
+	zw := brotli.NewWriterLevel(&out, 5)
+	_, _ = zw.Write(b)
+	_ = zw.Close()
+	return out.Bytes()
+}
+
+func gunzip(t testing.TB, b []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("not gzip: %v", err)
+	}
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("gunzip: %v", err)
+	}
+	return out
+}
+
+func unbrotli(t testing.TB, b []byte) []byte {
+	t.Helper()
+	out, err := io.ReadAll(brotli.NewReader(bytes.NewReader(b)))
+	if err != nil {
+		t.Fatalf("not br: %v", err)
+	}
+	return out
+}
+
+// compressingOrigin answers as an origin that compresses does (nginx's
+// gzip and brotli modules): br when the request accepts it, else gzip,
+// else identity, always with Vary: Accept-Encoding, the same ETag for
+// every coding (as many origins do) and 10 minutes of freshness.
+func compressingOrigin(body []byte, etag string) http.HandlerFunc {
+	br, gz := brotlied(body), gzipped(body)
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Cache-Control", "public, max-age=600")
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Vary", "Accept-Encoding")
+		h.Set("ETag", etag)
+		ae := r.Header.Get("Accept-Encoding")
+		out := body
+		switch {
+		case strings.Contains(ae, "br"):
+			h.Set("Content-Encoding", "br")
+			out = br
+		case strings.Contains(ae, "gzip"):
+			h.Set("Content-Encoding", "gzip")
+			out = gz
+		}
+		h.Set("Content-Length", strconv.Itoa(len(out)))
+		_, _ = w.Write(out)
+	}
+}
+
+func purgeCount(t *testing.T, f *fixture, url string) int {
+	t.Helper()
+	res, err := f.purger.Purge(context.Background(), invalidate.Request{URLs: []string{url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Purged
+}
+
+func TestThreeBrowsersShareOneStoredCopy(t *testing.T) {
+	body := []byte(strings.Repeat("<p>one copy for every browser</p>\n", 300))
+	f := newFixture(t, "", compressingOrigin(body, `"v1"`))
+	for i, ae := range []string{aeChrome, aeSafari, aeFirefox} {
+		r := f.get("/page", "Accept-Encoding", ae)
+		want := "HIT; layer=l1"
+		if i == 0 {
+			want = "MISS"
+		}
+		expect(t, r, 200, want)
+		if ce := r.header.Get("Content-Encoding"); ce != "br" {
+			t.Fatalf("%s: Content-Encoding %q, want br", ae, ce)
+		}
+		if got := unbrotli(t, []byte(r.body)); !bytes.Equal(got, body) {
+			t.Fatalf("%s: the body decodes to %d bytes, want %d", ae, len(got), len(body))
+		}
+		if v := r.header.Values("Vary"); len(v) != 1 || v[0] != "Accept-Encoding" {
+			t.Fatalf("%s: Vary %q, want one Accept-Encoding", ae, v)
+		}
+		if et := r.header.Get("ETag"); et != `"v1"` {
+			t.Fatalf("%s: ETag %q, want the stored representation's", ae, et)
+		}
+	}
+	if n := f.origin.count(); n != 1 {
+		t.Fatalf("the origin saw %d requests, want 1", n)
+	}
+	if ae := f.origin.last().Header.Get("Accept-Encoding"); ae != "br, gzip" {
+		t.Fatalf("the origin was asked with Accept-Encoding %q, want the tier's %q", ae, "br, gzip")
+	}
+
+	// curl: no Accept-Encoding. Identity, decoded, with its own tag.
+	r := f.get("/page")
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.header.Get("Content-Encoding") != "" || r.body != string(body) {
+		t.Fatalf("curl got Content-Encoding %q and %d bytes, want identity and %d", r.header.Get("Content-Encoding"), len(r.body), len(body))
+	}
+	if cl := r.header.Get("Content-Length"); cl != strconv.Itoa(len(body)) {
+		t.Fatalf("curl's Content-Length %q, want %d", cl, len(body))
+	}
+	if et := r.header.Get("ETag"); et != `"v1-identity"` {
+		t.Fatalf("the decoded representation's ETag %q, want %q", et, `"v1-identity"`)
+	}
+	if v := r.header.Get("Vary"); v != "Accept-Encoding" {
+		t.Fatalf("the decoded answer's Vary %q", v)
+	}
+	// HEAD says what GET would send.
+	hr := f.do(http.MethodHead, "/page")
+	if hr.header.Get("Content-Length") != strconv.Itoa(len(body)) || hr.header.Get("ETag") != `"v1-identity"` {
+		t.Fatalf("HEAD: Content-Length %q, ETag %q", hr.header.Get("Content-Length"), hr.header.Get("ETag"))
+	}
+
+	// Conditional requests match the tag of what the client would get.
+	expect(t, f.get("/page", "Accept-Encoding", aeChrome, "If-None-Match", `"v1"`), 304, "HIT; layer=l1")
+	expect(t, f.get("/page", "If-None-Match", `"v1-identity"`), 304, "HIT; layer=l1")
+	expect(t, f.get("/page", "If-None-Match", `"v1"`), 200, "HIT; layer=l1")
+	expect(t, f.get("/page", "Accept-Encoding", aeSafari, "If-None-Match", `"v1-identity"`), 200, "HIT; layer=l1")
+
+	if n := f.origin.count(); n != 1 {
+		t.Fatalf("the origin saw %d requests, want 1", n)
+	}
+	if n := purgeCount(t, f, "/page"); n != 1 {
+		t.Fatalf("purge removed %d entries, want 1", n)
+	}
+}
+
+func TestAcceptEncodingEdgesAgainstOneStoredCopy(t *testing.T) {
+	body := []byte(strings.Repeat("edge cases of Accept-Encoding\n", 200))
+	f := newFixture(t, "", compressingOrigin(body, `"e1"`))
+	expect(t, f.get("/e", "Accept-Encoding", aeChrome), 200, "MISS")
+
+	tests := []struct {
+		name, ae string
+		status   int
+		ce       string // the coding served; "" identity
+	}{
+		{"refusing identity and the stored coding is 406", "identity;q=0, gzip;q=0, br;q=0", 406, ""},
+		{"*;q=0 alone refuses everything: 406", "*;q=0", 406, ""},
+		{"refusing identity but taking br gets br", "identity;q=0, br", 200, "br"},
+		{"br;q=0 gets identity", "gzip;q=0, br;q=0", 200, ""},
+		{"only unknown codings get identity", "snappy, lz4", 200, ""},
+		{"gzip alone gets identity decoded, never br", "gzip", 200, ""},
+		{"an empty Accept-Encoding gets identity", " ", 200, ""},
+		{"a malformed weight refuses br", "br;q=x", 200, ""},
+		{"star takes br", "*", 200, "br"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.get("/e", "Accept-Encoding", tc.ae)
+			if r.status != tc.status {
+				t.Fatalf("status %d, want %d", r.status, tc.status)
+			}
+			if got := r.header.Get("Content-Encoding"); got != tc.ce {
+				t.Fatalf("Content-Encoding %q, want %q", got, tc.ce)
+			}
+			if r.header.Get("Vary") != "Accept-Encoding" {
+				t.Fatalf("Vary %q", r.header.Values("Vary"))
+			}
+			switch {
+			case tc.status == 406:
+			case tc.ce == "br":
+				if !bytes.Equal(unbrotli(t, []byte(r.body)), body) {
+					t.Fatal("br body differs")
+				}
+			case r.body != string(body):
+				t.Fatalf("identity body of %d bytes, want %d", len(r.body), len(body))
+			}
+		})
+	}
+	if n := f.origin.count(); n != 1 {
+		t.Fatalf("the origin saw %d requests, want 1: every client was served from one copy", n)
+	}
+}
+
+// An origin that says gzip and sends something else: stored as received,
+// served as received to clients that accept gzip, never decoded into
+// garbage; a client that takes only identity goes to the origin.
+func TestAnOriginThatLiesAboutItsCodingIsNeverDecoded(t *testing.T) {
+	plain := "this is not gzip at all"
+	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Vary", "Accept-Encoding")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+		}
+		_, _ = io.WriteString(w, plain)
+	})
+	expect(t, f.get("/lie", "Accept-Encoding", "gzip"), 200, "MISS")
+	r := f.get("/lie", "Accept-Encoding", "gzip")
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.body != plain || r.header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("served %q with %q, want it as received", r.body, r.header.Get("Content-Encoding"))
+	}
+	r = f.get("/lie")
+	expect(t, r, 200, "MISS")
+	if r.body != plain || r.header.Get("Content-Encoding") != "" {
+		t.Fatalf("curl got %q with %q", r.body, r.header.Get("Content-Encoding"))
+	}
+	if ae := f.origin.last().Header.Get("Accept-Encoding"); ae != "" {
+		t.Fatalf("the passed request reached the origin with Accept-Encoding %q, want the client's (none)", ae)
+	}
+	if n := f.origin.count(); n != 2 {
+		t.Fatalf("origin saw %d, want 2", n)
+	}
+}
+
+// A gzip body the origin cuts short (fewer bytes than its Content-Length)
+// is never stored; one whose framing is whole but whose gzip stream ends
+// early is stored as received and never decoded.
+func TestATruncatedCompressedBody(t *testing.T) {
+	body := []byte(strings.Repeat("truncated? ", 2000))
+	gz := gzipped(body)
+	t.Run("cut by the origin: never stored", func(t *testing.T) {
+		var cut atomic.Bool
+		cut.Store(true)
+		f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "max-age=600")
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("Content-Length", strconv.Itoa(len(gz)))
+			if !cut.Swap(false) {
+				_, _ = w.Write(gz)
+				return
+			}
+			_, _ = w.Write(gz[:len(gz)/2])
+			w.(http.Flusher).Flush()
+			if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				c.Close()
+			}
+		})
+		req, _ := http.NewRequest("GET", f.srv.URL+"/cut", nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		if resp, err := f.srv.Client().Do(req); err == nil {
+			if b, err := io.ReadAll(resp.Body); err == nil {
+				t.Fatalf("the cut body reached the client complete-looking (%d bytes)", len(b))
+			}
+			resp.Body.Close()
+		}
+		r := f.get("/cut", "Accept-Encoding", "gzip")
+		expect(t, r, 200, "MISS")
+		if !bytes.Equal(gunzip(t, []byte(r.body)), body) {
+			t.Fatal("the whole body differs")
+		}
+		expect(t, f.get("/cut"), 200, "HIT; layer=l1")
+	})
+	t.Run("a gzip stream that ends early: served only as stored", func(t *testing.T) {
+		short := gz[:len(gz)-20]
+		f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "max-age=600")
+			if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+				w.Header().Set("Content-Encoding", "gzip")
+				_, _ = w.Write(short)
+				return
+			}
+			_, _ = w.Write(body)
+		})
+		expect(t, f.get("/short", "Accept-Encoding", "gzip"), 200, "MISS")
+		r := f.get("/short", "Accept-Encoding", "gzip")
+		expect(t, r, 200, "HIT; layer=l1")
+		if r.body != string(short) {
+			t.Fatal("not served as stored")
+		}
+		r = f.get("/short")
+		expect(t, r, 200, "MISS")
+		if r.body != string(body) {
+			t.Fatalf("curl got %d bytes, want the origin's identity body", len(r.body))
+		}
+	})
+}
+
+// gzipBomb is a gzip stream of members that each inflate 1 MiB of zeros
+// into about a kilobyte: n members inflate to n MiB.
+func gzipBomb(t testing.TB, n int) []byte {
+	member := gzipped(make([]byte, 1<<20))
+	return bytes.Repeat(member, n)
+}
+
+// A small body that inflates past the bound (64 MiB for an inline tier) is
+// checked in a buffer's worth of memory and stops there: it is stored as
+// received and never decoded for anyone.
+func TestADecompressionBombIsNeverDecoded(t *testing.T) {
+	bomb := gzipBomb(t, 1024) // about 1 MiB inflating to 1 GiB
+	f := newFixture(t, "l1: {maxSize: 64Mi, maxEntrySize: 4Mi, shards: 4}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Content-Type", "text/plain")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write(bomb)
+			return
+		}
+		_, _ = io.WriteString(w, "refused")
+	})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	expect(t, f.get("/bomb", "Accept-Encoding", "gzip"), 200, "MISS")
+	r := f.get("/bomb", "Accept-Encoding", "gzip")
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	expect(t, r, 200, "HIT; layer=l1")
+	if len(r.body) != len(bomb) {
+		t.Fatalf("served %d bytes, want the %d stored", len(r.body), len(bomb))
+	}
+	if took > 20*time.Second {
+		t.Fatalf("the check took %v", took)
+	}
+	// The bomb and its copies (origin, client, entry) are a few MiB; a
+	// decode into memory would be 64 MiB or more.
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 48<<20 {
+		t.Fatalf("storing the bomb allocated %d MiB", grew>>20)
+	}
+	r = f.get("/bomb")
+	expect(t, r, 200, "MISS")
+	if r.body != "refused" {
+		t.Fatalf("curl got %d bytes, want the origin's own answer", len(r.body))
+	}
+}
+
+// An identity response of a type the tier compresses is stored gzipped
+// once: hits go out compressed with their own tag, and decoded (the
+// origin's own representation and tag) to clients that take no gzip.
+func TestAnIdentityResponseIsCompressedOnceWhenStored(t *testing.T) {
+	body := []byte(strings.Repeat("<li>compress me once</li>\n", 400))
+	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Content-Type", "text/html")
+		w.Header().Set("ETag", `"h1"`)
+		w.Header().Set("Accept-Ranges", "bytes")
+		_, _ = w.Write(body)
+	})
+	r := f.get("/h", "Accept-Encoding", aeChrome)
+	expect(t, r, 200, "MISS")
+	if r.body != string(body) || r.header.Get("ETag") != `"h1"` {
+		t.Fatal("the fill's own client did not get the origin's response")
+	}
+	r = f.get("/h", "Accept-Encoding", aeChrome)
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.header.Get("Content-Encoding") != "gzip" || r.header.Get("ETag") != `"h1-gzip"` {
+		t.Fatalf("hit: Content-Encoding %q, ETag %q; want gzip, \"h1-gzip\"", r.header.Get("Content-Encoding"), r.header.Get("ETag"))
+	}
+	if len(r.body) >= len(body)/4 || !bytes.Equal(gunzip(t, []byte(r.body)), body) {
+		t.Fatalf("hit: %d compressed bytes for %d", len(r.body), len(body))
+	}
+	if cl := r.header.Get("Content-Length"); cl != strconv.Itoa(len(r.body)) {
+		t.Fatalf("Content-Length %q for %d bytes sent", cl, len(r.body))
+	}
+	if r.header.Get("Vary") != "Accept-Encoding" {
+		t.Fatalf("Vary %q", r.header.Values("Vary"))
+	}
+	// A range of the compressed representation is of the bytes sent.
+	rg := f.get("/h", "Accept-Encoding", "gzip", "Range", "bytes=0-9")
+	expect(t, rg, 206, "HIT; layer=l1")
+	if rg.body != r.body[:10] || rg.header.Get("Content-Range") != "bytes 0-9/"+strconv.Itoa(len(r.body)) {
+		t.Fatalf("range: %q %q", rg.header.Get("Content-Range"), rg.body)
+	}
+	// Identity clients get the origin's representation, whole.
+	id := f.get("/h", "Range", "bytes=0-9")
+	expect(t, id, 200, "HIT; layer=l1")
+	if id.body != string(body) || id.header.Get("ETag") != `"h1"` || id.header.Get("Content-Encoding") != "" ||
+		id.header.Get("Content-Length") != strconv.Itoa(len(body)) || id.header.Get("Accept-Ranges") != "" {
+		t.Fatalf("identity: %d bytes, ETag %q, CE %q, CL %q, Accept-Ranges %q", len(id.body), id.header.Get("ETag"),
+			id.header.Get("Content-Encoding"), id.header.Get("Content-Length"), id.header.Get("Accept-Ranges"))
+	}
+	expect(t, f.get("/h", "Accept-Encoding", "gzip", "If-None-Match", `"h1-gzip"`), 304, "HIT; layer=l1")
+	expect(t, f.get("/h", "Accept-Encoding", "gzip", "If-None-Match", `"h1"`), 200, "HIT; layer=l1")
+	expect(t, f.get("/h", "If-None-Match", `"h1"`), 304, "HIT; layer=l1")
+
+	// Below minSize, or of a type not listed, nothing is compressed.
+	small := newFixture(t, "defaults: {contentCoding: {compress: {minSize: 64Ki}}}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write(body)
+	})
+	expect(t, small.get("/s", "Accept-Encoding", "gzip"), 200, "MISS")
+	if r := small.get("/s", "Accept-Encoding", "gzip"); r.header.Get("Content-Encoding") != "" || r.body != string(body) {
+		t.Fatalf("a body below minSize was compressed")
+	}
+}
+
+// A response that says no-transform is stored as the origin sent it and
+// never decoded or compressed by the cache (RFC 9111 §5.2.2.6).
+func TestNoTransformIsServedOnlyAsStored(t *testing.T) {
+	body := []byte(strings.Repeat("do not touch ", 500))
+	gz := gzipped(body)
+	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600, no-transform")
+		w.Header().Set("Content-Type", "text/plain")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write(gz)
+			return
+		}
+		_, _ = w.Write(body)
+	})
+	expect(t, f.get("/nt", "Accept-Encoding", "gzip"), 200, "MISS")
+	expect(t, f.get("/nt", "Accept-Encoding", "gzip"), 200, "HIT; layer=l1")
+	r := f.get("/nt")
+	expect(t, r, 200, "MISS")
+	if r.body != string(body) {
+		t.Fatal("curl did not get the origin's own identity")
+	}
+}
+
+// A client that does not take the coding of a fill it leads is served
+// from the stored entry, decoded: it never gets a coding it did not
+// accept, and the fill still makes one stored copy.
+func TestTheFillsOwnClientGetsWhatItAccepts(t *testing.T) {
+	body := []byte(strings.Repeat("first comes curl\n", 300))
+	f := newFixture(t, "", compressingOrigin(body, `"c1"`))
+	r := f.get("/first")
+	expect(t, r, 200, "MISS")
+	if r.header.Get("Content-Encoding") != "" || r.body != string(body) || r.header.Get("ETag") != `"c1-identity"` {
+		t.Fatalf("curl's miss: CE %q, ETag %q, %d bytes", r.header.Get("Content-Encoding"), r.header.Get("ETag"), len(r.body))
+	}
+	r = f.get("/first", "Accept-Encoding", aeSafari)
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.header.Get("Content-Encoding") != "br" {
+		t.Fatalf("Safari's hit: CE %q", r.header.Get("Content-Encoding"))
+	}
+	// A response that is not stored is relayed decoded.
+	nostore := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("ETag", `"n1"`)
+		_, _ = w.Write(gzipped(body))
+	})
+	r = nostore.get("/n")
+	expect(t, r, 200, "MISS")
+	if r.header.Get("Content-Encoding") != "" || r.body != string(body) || r.header.Get("ETag") != `"n1-identity"` {
+		t.Fatalf("unstored, decoded: CE %q, ETag %q, %d bytes", r.header.Get("Content-Encoding"), r.header.Get("ETag"), len(r.body))
+	}
+}
+
+// Large bodies live in body files: served as stored from the file
+// (sendfile), decoded from the file for identity clients.
+func TestACodedBodyInABodyFile(t *testing.T) {
+	body := payload(7, 3<<20)
+	gz := gzipped(body) // random bytes: about as large as the body
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Vary", "Accept-Encoding")
+		w.Header().Set("ETag", `"big"`)
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("Content-Length", strconv.Itoa(len(gz)))
+			_, _ = w.Write(gz)
+			return
+		}
+		_, _ = w.Write(body)
+	})
+	bodies := bodyStore(t)
+	f := newFixtureWith(t, "bodyStore: {threshold: 256Ki}", o, func(po *Options) { po.Bodies = bodies }, nil)
+	r := f.get("/big", "Accept-Encoding", aeChrome)
+	expect(t, r, 200, "MISS")
+	if r.body != string(gz) {
+		t.Fatal("the fill's client did not get the body as sent")
+	}
+	waitFor(t, func() bool { return f.get("/big", "Accept-Encoding", "gzip").xcache() == "HIT; layer=l1" }, "the body file to be stored")
+	r = f.get("/big", "Accept-Encoding", aeSafari)
+	if r.body != string(gz) || r.header.Get("Content-Encoding") != "gzip" {
+		t.Fatal("a gzip client did not get the file as stored")
+	}
+	r = f.get("/big")
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.header.Get("Content-Encoding") != "" || !bytes.Equal([]byte(r.body), body) || r.header.Get("Content-Length") != strconv.Itoa(len(body)) {
+		t.Fatalf("identity from the file: CE %q, CL %q, %d bytes", r.header.Get("Content-Encoding"), r.header.Get("Content-Length"), len(r.body))
+	}
+	if r.header.Get("ETag") != `"big-identity"` {
+		t.Fatalf("ETag %q", r.header.Get("ETag"))
+	}
+	if n := o.count(); n != 1 {
+		t.Fatalf("origin saw %d requests, want 1", n)
+	}
+}
+
+// Passed requests keep their own Accept-Encoding: only what the cache may
+// store is asked with the tier's.
+func TestAPassedRequestKeepsItsAcceptEncoding(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - name: api
+    match: {pathPrefix: /api}
+    bypass: true
+`, cacheFor("max-age=600", "x"))
+	f.get("/api/x", "Accept-Encoding", "gzip;q=0.5")
+	if ae := f.origin.last().Header.Get("Accept-Encoding"); ae != "gzip;q=0.5" {
+		t.Fatalf("a bypassed request reached the origin with %q", ae)
+	}
+	f.get("/page", "Accept-Encoding", "gzip;q=0.5")
+	if ae := f.origin.last().Header.Get("Accept-Encoding"); ae != "br, gzip" {
+		t.Fatalf("a fill reached the origin with %q", ae)
+	}
+}
+
+// With normalize off, fills forward the client's Accept-Encoding and the
+// stored copies vary by it, as before.
+func TestNormalizeOffKeepsTheClientsAcceptEncoding(t *testing.T) {
+	body := []byte(strings.Repeat("old way ", 300))
+	f := newFixture(t, "defaults: {contentCoding: {normalize: false}}", compressingOrigin(body, `"o1"`))
+	expect(t, f.get("/o", "Accept-Encoding", aeChrome), 200, "MISS")
+	expect(t, f.get("/o", "Accept-Encoding", aeSafari), 200, "MISS")
+	if ae := f.origin.last().Header.Get("Accept-Encoding"); ae != aeSafari {
+		t.Fatalf("origin saw %q", ae)
+	}
+}
