@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/tiercache/tiercache/internal/invalidate"
+	"github.com/tiercache/tiercache/internal/tierconfig"
+	"github.com/tiercache/tiercache/test/testredis"
 )
 
 // The browsers' Accept-Encoding values of issue 29.
@@ -541,5 +544,134 @@ func TestNormalizeOffKeepsTheClientsAcceptEncoding(t *testing.T) {
 	expect(t, f.get("/o", "Accept-Encoding", aeSafari), 200, "MISS")
 	if ae := f.origin.last().Header.Get("Accept-Encoding"); ae != aeSafari {
 		t.Fatalf("origin saw %q", ae)
+	}
+}
+
+// A coded entry (entry versions 5 and 6) goes through L2 whole: a replica
+// that did not fill it serves it as stored and decoded alike; and an
+// entry an older sidecar wrote (a variant per Accept-Encoding, version 1)
+// is still read and served to the client it was stored for.
+func TestACodedEntryThroughL2(t *testing.T) {
+	redis := testredis.Start(t)
+	body := []byte(strings.Repeat("<p>shared through redis</p>\n", 300))
+	o := newOrigin(t, compressingOrigin(body, `"l2"`))
+	a, b := replica(t, redis.Addr(), o), replica(t, redis.Addr(), o)
+	expect(t, a.get("/l2", "Host", "shop", "Accept-Encoding", aeChrome), 200, "MISS")
+	var r response
+	waitFor(t, func() bool { r = b.get("/l2", "Host", "shop"); return r.xcache() == "HIT; layer=l2" }, "B to find A's fill in L2")
+	if r.header.Get("Content-Encoding") != "" || r.body != string(body) || r.header.Get("ETag") != `"l2-identity"` ||
+		r.header.Get("Content-Length") != strconv.Itoa(len(body)) {
+		t.Fatalf("B decoded: CE %q, ETag %q, CL %q, %d bytes", r.header.Get("Content-Encoding"), r.header.Get("ETag"), r.header.Get("Content-Length"), len(r.body))
+	}
+	r = b.get("/l2", "Host", "shop", "Accept-Encoding", aeSafari)
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.header.Get("Content-Encoding") != "br" || !bytes.Equal(unbrotli(t, []byte(r.body)), body) {
+		t.Fatalf("B as stored: CE %q", r.header.Get("Content-Encoding"))
+	}
+	if n := o.count(); n != 1 {
+		t.Fatalf("origin saw %d requests, want 1", n)
+	}
+
+	// An older sidecar's variant: normalize off writes a plain entry
+	// behind a marker that lists Accept-Encoding.
+	old := replicaWith(t, redis.Addr(), o, func(po *Options) {
+		cfg := po.Config.Load().Config
+		off := false
+		cfg.Defaults.ContentCoding.Normalize = &off
+		c, err := tierconfig.Compile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		po.Config = tierconfig.NewHolder(c)
+	})
+	expect(t, old.get("/old", "Host", "shop", "Accept-Encoding", "gzip"), 200, "MISS")
+	c := replica(t, redis.Addr(), o)
+	waitFor(t, func() bool {
+		r = c.get("/old", "Host", "shop", "Accept-Encoding", "gzip")
+		return r.xcache() == "HIT; layer=l2"
+	}, "a normalizing replica to read the older entry from L2")
+	if r.header.Get("Content-Encoding") != "gzip" || !bytes.Equal(gunzip(t, []byte(r.body)), body) {
+		t.Fatalf("the older entry served with CE %q", r.header.Get("Content-Encoding"))
+	}
+}
+
+// BenchmarkServeHTTPHitCoding measures whole hits (the handler to an
+// in-memory writer) of one representation size: an identity entry, a
+// gzip entry served as stored, an entry the cache compressed served as
+// stored, and a gzip entry decoded for a client without Accept-Encoding
+// (its decoded body is larger: the bytes written are reported).
+func BenchmarkServeHTTPHitCoding(b *testing.B) {
+	text := []byte(strings.Repeat("<li class=\"item\">a line of a typical html page, item 0042</li>\n", 128)) // 8 KiB
+	gz := gzipped(text)
+	n := len(gz)
+	ident := payload(3, n)
+	cases := []struct {
+		name  string
+		ae    string
+		want  int
+		serve http.HandlerFunc
+	}{
+		{"identity", aeChrome, n, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, _ = w.Write(ident)
+		}},
+		{"gzip-as-stored", aeChrome, n, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write(gz)
+		}},
+		{"compressed-by-cache-as-stored", aeChrome, -1, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = w.Write(text)
+		}},
+		{"gzip-decoded", "", len(text), func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write(gz)
+		}},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			f := newFixture(b, "", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", "public, max-age=3600")
+				w.Header().Set("ETag", `"0123456789abcdef"`)
+				w.Header().Set("Vary", "Accept-Encoding")
+				tc.serve(w, r)
+			})
+			req := httptest.NewRequest("GET", "http://bench.example/bench/coded", nil)
+			req.Host = f.srv.Listener.Addr().String()
+			req.Header = http.Header{"User-Agent": {"bench"}, "Accept": {"*/*"}}
+			if tc.ae != "" {
+				req.Header["Accept-Encoding"] = []string{tc.ae}
+			}
+			w := &benchWriter{h: make(http.Header, 16)}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				clear(w.h)
+				w.status, w.n = 0, 0
+				f.px.ServeHTTP(w, req)
+				if w.h.Get("X-Cache") == "HIT; layer=l1" {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatal("never a hit")
+				}
+			}
+			want := tc.want
+			if want < 0 {
+				want = w.n
+			}
+			b.SetBytes(int64(want))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				clear(w.h)
+				w.status, w.n = 0, 0
+				f.px.ServeHTTP(w, req)
+				if w.status != 200 || w.n != want {
+					b.Fatalf("status %d, %d bytes, want %d", w.status, w.n, want)
+				}
+			}
+		})
 	}
 }
