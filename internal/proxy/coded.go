@@ -55,15 +55,15 @@ func codedPlan(r *http.Request, e *entry.Entry) codedHow {
 // decoded, loses its Content-Encoding and gets its own tag (the origin's
 // with "-identity"); a decoded body is served whole (Range is ignored),
 // so it announces no ranges.
-func rewriteCoded(h http.Header, e *entry.Entry, how codedHow) {
+func rewriteCoded(h http.Header, s *headerScratch, e *entry.Entry, how codedHow) {
 	compressed := e.Flags&entry.FlagCompressed != 0
 	switch {
 	case how == asStored && compressed:
-		h["Content-Encoding"] = []string{"gzip"}
-		retag(h, "gzip")
+		s.set(h, "Content-Encoding", "gzip")
+		retag(h, s, "gzip")
 	case how == decoded && !compressed:
 		delete(h, "Content-Encoding")
-		retag(h, "identity")
+		retag(h, s, "identity")
 		delete(h, "Accept-Ranges")
 	case how == decoded:
 		delete(h, "Accept-Ranges")
@@ -72,13 +72,17 @@ func rewriteCoded(h http.Header, e *entry.Entry, how codedHow) {
 
 // retag gives the representation in h the tag derived from its own with
 // suffix, or none when it has no valid one.
-func retag(h http.Header, suffix string) {
+func retag(h http.Header, s *headerScratch, suffix string) {
 	tags := h["Etag"]
 	if len(tags) == 0 {
 		return
 	}
 	if t := httpcache.DerivedETag(tags[0], suffix); t != "" {
-		h["Etag"] = []string{t}
+		if s != nil {
+			s.set(h, "Etag", t)
+		} else {
+			h["Etag"] = []string{t}
+		}
 		return
 	}
 	delete(h, "Etag")

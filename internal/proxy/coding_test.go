@@ -16,6 +16,7 @@ import (
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/gzip"
 
+	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/tierconfig"
 	"github.com/tiercache/tiercache/test/testredis"
@@ -670,6 +671,35 @@ func BenchmarkServeHTTPHitCoding(b *testing.B) {
 				f.px.ServeHTTP(w, req)
 				if w.status != 200 || w.n != want {
 					b.Fatalf("status %d, %d bytes, want %d", w.status, w.n, want)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkStoreCompress measures what store-time compression costs once
+// per stored body (gzip at the fastest level) and what a decoded hit
+// costs each time (gunzip), by body size, for choosing
+// contentCoding.compress.minSize (docs/benchmarks.md).
+func BenchmarkStoreCompress(b *testing.B) {
+	line := "<li class=\"item\">a line of a typical html page, item 0042</li>\n"
+	for _, size := range []int{256, 1 << 10, 4 << 10, 16 << 10, 64 << 10} {
+		text := []byte(strings.Repeat(line, size/len(line)+1)[:size])
+		var cs codecs
+		gz := cs.gzipBody(text)
+		b.Run("compress/"+strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportMetric(float64(len(gz))/float64(size), "ratio")
+			for b.Loop() {
+				cs.gzipBody(text)
+			}
+		})
+		b.Run("decode/"+strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			buf := make([]byte, 32<<10)
+			for b.Loop() {
+				if n, ok := cs.decodedSize(httpcache.CodingGzip, bytes.NewReader(gz), 1<<30, buf); !ok || n != int64(size) {
+					b.Fatal("did not decode")
 				}
 			}
 		})

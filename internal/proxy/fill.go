@@ -378,7 +378,7 @@ func (f *fetch) answerHeader() {
 			delete(h, "Content-Encoding")
 			delete(h, "Content-Length")
 			delete(h, "Accept-Ranges")
-			retag(h, "identity")
+			retag(h, nil, "identity")
 		}
 	}
 	// A background refresh has no client to stream to.

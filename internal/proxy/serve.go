@@ -358,13 +358,18 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 		}
 	}
 	h := w.Header()
-	s := newHeaderScratch(len(e.Header))
+	rewrite := how != asStored || e.Flags&entry.FlagCompressed != 0
+	extra := 0
+	if rewrite {
+		extra = 2 // Content-Encoding, ETag
+	}
+	s := newHeaderScratch(len(e.Header) + extra)
 	for i := range e.Header {
 		f := &e.Header[i]
 		s.add(h, f.Name, f.Value)
 	}
-	if how != asStored || e.Flags&entry.FlagCompressed != 0 {
-		rewriteCoded(h, e, how)
+	if rewrite {
+		rewriteCoded(h, &s, e, how)
 		cond = h
 	}
 	// Read from the live config rather than passed in: every path that
