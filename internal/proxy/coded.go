@@ -42,7 +42,7 @@ func codedPlan(r *http.Request, e *entry.Entry) codedHow {
 		return asStored
 	case !httpcache.Acceptable(r.Header, httpcache.CodingIdentity, ""):
 		return refused
-	case e.Flags&entry.FlagUndecodable != 0 || !decodable(c):
+	case e.Flags&entry.FlagUndecodable != 0 || !decodable(c) || e.DecodedSize < 0:
 		return passed
 	}
 	return decoded
