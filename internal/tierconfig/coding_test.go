@@ -1,6 +1,7 @@
 package tierconfig
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -62,5 +63,33 @@ func TestValidateContentCoding(t *testing.T) {
 				t.Fatalf("problems %q, want one at %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A tier that does not set contentCoding pushes the same JSON as before
+// the setting existed (an older sidecar refuses fields it does not know);
+// one that does carries it.
+func TestContentCodingTravelsOnlyWhenSet(t *testing.T) {
+	c, err := Parse([]byte("defaults: {fallbackTTL: 1m}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(js), "contentCoding") {
+		t.Fatalf("an unset contentCoding travels: %s", js)
+	}
+	c, err = Parse([]byte("defaults: {contentCoding: {originAccepts: []}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ = json.Marshal(c)
+	if !strings.Contains(string(js), `"contentCoding":{"originAccepts":[]}`) {
+		t.Fatalf("an empty originAccepts does not travel as set: %s", js)
+	}
+	if cc, err := Compile(c); err != nil || cc.Coding.Ask != "identity" {
+		t.Fatalf("compiled: %v, %+v", err, cc)
 	}
 }
