@@ -15,6 +15,7 @@ import (
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
@@ -703,5 +704,50 @@ func BenchmarkStoreCompress(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A tier may ask for zstd: stored as the origin sent it, decoded for a
+// client that does not take it; an empty originAccepts asks for identity.
+func TestZstdAndIdentityOnlyTiers(t *testing.T) {
+	body := []byte(strings.Repeat("zstandard for the api\n", 400))
+	var zs bytes.Buffer
+	zw, err := zstd.NewWriter(&zs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = zw.Write(body)
+	_ = zw.Close()
+	h := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Vary", "Accept-Encoding")
+		if strings.HasPrefix(r.Header.Get("Accept-Encoding"), "zstd") {
+			w.Header().Set("Content-Encoding", "zstd")
+			_, _ = w.Write(zs.Bytes())
+			return
+		}
+		_, _ = w.Write(body)
+	}
+	f := newFixture(t, "defaults: {contentCoding: {originAccepts: [zstd, gzip]}}", h)
+	r := f.get("/z", "Accept-Encoding", aeChrome)
+	expect(t, r, 200, "MISS")
+	if r.header.Get("Content-Encoding") != "zstd" || r.body != zs.String() {
+		t.Fatalf("Chrome: CE %q", r.header.Get("Content-Encoding"))
+	}
+	r = f.get("/z", "Accept-Encoding", aeSafari)
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.header.Get("Content-Encoding") != "" || r.body != string(body) {
+		t.Fatalf("Safari (no zstd): CE %q, %d bytes", r.header.Get("Content-Encoding"), len(r.body))
+	}
+
+	id := newFixture(t, "defaults: {contentCoding: {originAccepts: [], compress: {enabled: false}}}", h)
+	r = id.get("/z", "Accept-Encoding", aeChrome)
+	expect(t, r, 200, "MISS")
+	if ae := id.origin.last().Header.Get("Accept-Encoding"); ae != "identity" {
+		t.Fatalf("an identity-only tier asked with %q", ae)
+	}
+	if r.header.Get("Content-Encoding") != "" || r.body != string(body) {
+		t.Fatal("an identity-only tier got a coding")
 	}
 }
