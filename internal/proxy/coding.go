@@ -134,9 +134,10 @@ func (cs *codecs) gzipBody(b []byte) []byte {
 // decodeLimit is the bound on the decoded length of a fill's body.
 func (f *fetch) decodeLimit() int64 { return max(f.storeMax, minDecodeLimit) }
 
-// coded marks e, the entry of a fill under a normalizing tier, as coded:
-// its header says Vary: Accept-Encoding (merged with the origin's) and its
-// decoded size is unknown until its body is checked (codeBody).
+// codedHeader makes h, a header from a fill under a normalizing tier (to
+// store, or to send), say Vary: Accept-Encoding, merged with the origin's
+// Vary: every answer from one stored copy depends on the client's
+// Accept-Encoding.
 func codedHeader(h map[string][]string) {
 	if v, added := httpcache.VaryWith(h["Vary"], "Accept-Encoding"); added {
 		h["Vary"] = []string{v}

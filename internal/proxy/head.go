@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
@@ -78,6 +79,17 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
+	if c.norm {
+		// Asked with the tier's Accept-Encoding: a coding this client does
+		// not take is not announced to it (a HEAD has no body to decode).
+		codedHeader(h)
+		ce := h["Content-Encoding"]
+		if cd := httpcache.CodingOf(ce); cd != httpcache.CodingIdentity && !httpcache.Acceptable(r.Header, cd, strings.Join(ce, ", ")) {
+			delete(h, "Content-Encoding")
+			delete(h, "Content-Length")
+			retag(h, nil, "identity")
+		}
+	}
 	p.setStatus(h, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: resp.StatusCode}}
