@@ -516,6 +516,20 @@ func TestACodedBodyInABodyFile(t *testing.T) {
 	if n := o.count(); n != 1 {
 		t.Fatalf("origin saw %d requests, want 1", n)
 	}
+
+	// curl first: its fill goes to the file without it, then it is
+	// served from the file, decoded.
+	f2 := newFixtureWith(t, "bodyStore: {threshold: 256Ki}", o, func(po *Options) { po.Bodies = bodyStore(t) }, nil)
+	r = f2.get("/big")
+	expect(t, r, 200, "MISS")
+	if r.header.Get("Content-Encoding") != "" || !bytes.Equal([]byte(r.body), body) || r.header.Get("ETag") != `"big-identity"` {
+		t.Fatalf("curl's own fill: CE %q, ETag %q, %d bytes", r.header.Get("Content-Encoding"), r.header.Get("ETag"), len(r.body))
+	}
+	r = f2.get("/big", "Accept-Encoding", "gzip")
+	expect(t, r, 200, "HIT; layer=l1")
+	if r.body != string(gz) {
+		t.Fatal("the file curl's fill stored is not the origin's gzip")
+	}
 }
 
 // Passed requests keep their own Accept-Encoding: only what the cache may
@@ -749,5 +763,46 @@ func TestZstdAndIdentityOnlyTiers(t *testing.T) {
 	}
 	if r.header.Get("Content-Encoding") != "" || r.body != string(body) {
 		t.Fatal("an identity-only tier got a coding")
+	}
+}
+
+// A client that joins a fill whose body file is still growing, in a
+// coding it does not take, fills for itself and gets identity; it never
+// follows bytes it cannot read.
+func TestAFollowerThatDoesNotTakeTheCodingFillsForItself(t *testing.T) {
+	body := payload(9, 1<<20)
+	gz := gzipped(body)
+	release := make(chan struct{})
+	var held atomic.Bool
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Content-Length", strconv.Itoa(len(gz)))
+		if held.CompareAndSwap(false, true) {
+			_, _ = w.Write(gz[:len(gz)/2])
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+			_, _ = w.Write(gz[len(gz)/2:])
+			return
+		}
+		_, _ = w.Write(gz)
+	})
+	f := newFixtureWith(t, "bodyStore: {threshold: 64Ki}", o, func(po *Options) { po.Bodies = bodyStore(t) }, nil)
+	lead := make(chan response, 1)
+	go func() { lead <- f.get("/grow", "Accept-Encoding", aeChrome) }()
+	waitFor(t, func() bool { return o.count() == 1 }, "the leader's fill to reach the origin")
+	r := f.get("/grow")
+	close(release)
+	if r.status != 200 || r.header.Get("Content-Encoding") != "" || !bytes.Equal([]byte(r.body), body) {
+		t.Fatalf("the follower: %d, CE %q, %d bytes", r.status, r.header.Get("Content-Encoding"), len(r.body))
+	}
+	if l := <-lead; l.header.Get("Content-Encoding") != "gzip" || l.body != string(gz) {
+		t.Fatalf("the leader: CE %q, %d bytes", l.header.Get("Content-Encoding"), len(l.body))
+	}
+	if n := o.count(); n != 2 {
+		t.Fatalf("origin saw %d requests, want 2 (the follower filled for itself)", n)
 	}
 }
