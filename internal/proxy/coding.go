@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/gzip"
@@ -23,11 +24,18 @@ import (
 // stored when it accepts the stored coding, decoded when it does not
 // (coded.go serves it).
 
-// minDecodeLimit is the least bound on a stored body's decoded length:
-// a body that inflates past max(the largest body the tier stores, this)
-// is not decoded for anyone (a decompression bomb is stopped there, and
-// its decoding never holds more than a buffer in memory).
-const minDecodeLimit = 64 << 20
+// minDecodeLimit is the least bound on a stored body's decoded length,
+// and maxDecodeRatio how far past its stored length a body may inflate
+// above that: a body that inflates past max(64 MiB, min(the largest body
+// the tier stores, 64 times its own length)) is not decoded for anyone.
+// So a decompression bomb is stopped within 64 MiB of decoding (a
+// fraction of a second), whatever the tier stores, and its decoding never
+// holds more than a buffer in memory; text and JSON inflate 3 to 20
+// times.
+const (
+	minDecodeLimit = 64 << 20
+	maxDecodeRatio = 64
+)
 
 // zstdMaxWindow bounds the memory of a zstd decoder: RFC 8878 §3.1.1.1.2
 // tells HTTP encoders to keep the window within 8 MiB.
@@ -92,8 +100,9 @@ func (cs *codecs) open(c httpcache.Coding, src io.Reader) (decoder, error) {
 // decodedSize decodes src as c into nothing, in a buffer's worth of
 // memory, and returns its decoded length; ok is false when src does not
 // decode to its end (a coding the origin lied about, a truncated body,
-// trailing garbage) or decodes to more than limit bytes.
-func (cs *codecs) decodedSize(c httpcache.Coding, src io.Reader, limit int64, buf []byte) (n int64, ok bool) {
+// trailing garbage) or decodes past its bound (past(n) reports n bytes
+// decoded too many).
+func (cs *codecs) decodedSize(c httpcache.Coding, src io.Reader, past func(n int64) bool, buf []byte) (n int64, ok bool) {
 	d, err := cs.open(c, src)
 	if err != nil {
 		return -1, false
@@ -102,7 +111,7 @@ func (cs *codecs) decodedSize(c httpcache.Coding, src io.Reader, limit int64, bu
 	for {
 		k, err := d.Read(buf)
 		n += int64(k)
-		if n > limit {
+		if past(n) {
 			return -1, false
 		}
 		if err == io.EOF {
@@ -131,8 +140,17 @@ func (cs *codecs) gzipBody(b []byte) []byte {
 	return out.Bytes()
 }
 
-// decodeLimit is the bound on the decoded length of a fill's body.
-func (f *fetch) decodeLimit() int64 { return max(f.storeMax, minDecodeLimit) }
+// decodeLimit is the bound on the decoded length of a fill's body of size
+// bytes.
+func (f *fetch) decodeLimit(size int64) int64 { return decodeBound(f.storeMax, size) }
+
+func decodeBound(storeMax, size int64) int64 {
+	limit := storeMax
+	if size <= limit/maxDecodeRatio {
+		limit = size * maxDecodeRatio
+	}
+	return max(limit, minDecodeLimit)
+}
 
 // codedHeader makes h, a header from a fill under a normalizing tier (to
 // store, or to send), say Vary: Accept-Encoding, merged with the origin's
@@ -200,7 +218,7 @@ func (p *Proxy) codeBody(cc compressPolicy, e *entry.Entry, limit int64) {
 		return
 	case decodable(c) && transformable:
 		bp := p.bufs.Get().(*[]byte)
-		n, ok := p.codecs.decodedSize(c, bytes.NewReader(e.Body), limit, *bp)
+		n, ok := p.codecs.decodedSize(c, bytes.NewReader(e.Body), func(n int64) bool { return n > limit }, *bp)
 		p.bufs.Put(bp)
 		if ok {
 			e.DecodedSize = n
@@ -236,6 +254,7 @@ func compressPolicyOf(c *call) compressPolicy {
 type codingCheck struct {
 	pw   *io.PipeWriter
 	done chan struct{}
+	fed  atomic.Int64 // the coded bytes written so far
 	size int64
 	ok   bool
 }
@@ -243,13 +262,18 @@ type codingCheck struct {
 // errCheckEnded: the check stopped reading (it decided).
 var errCheckEnded = errors.New("proxy: coding check ended")
 
-func (p *Proxy) startCheck(c httpcache.Coding, limit int64) *codingCheck {
+// startCheck checks a body of coding c as it is written, against the
+// bound of a fill that stores up to storeMax bytes: the bound follows the
+// coded bytes written so far, so that a bomb of unknown length is stopped
+// as early as one whose length was announced.
+func (p *Proxy) startCheck(c httpcache.Coding, storeMax int64) *codingCheck {
 	pr, pw := io.Pipe()
 	ck := &codingCheck{pw: pw, done: make(chan struct{})}
 	go func() {
 		defer close(ck.done)
 		buf := make([]byte, 32<<10)
-		ck.size, ck.ok = p.codecs.decodedSize(c, pr, limit, buf)
+		past := func(n int64) bool { return n > decodeBound(storeMax, ck.fed.Load()) }
+		ck.size, ck.ok = p.codecs.decodedSize(c, pr, past, buf)
 		pr.CloseWithError(errCheckEnded)
 	}()
 	return ck
@@ -259,6 +283,7 @@ func (p *Proxy) startCheck(c httpcache.Coding, limit int64) *codingCheck {
 // once.
 func (ck *codingCheck) write(b []byte) {
 	if ck != nil && len(b) > 0 {
+		ck.fed.Add(int64(len(b)))
 		_, _ = ck.pw.Write(b)
 	}
 }

@@ -469,7 +469,7 @@ func (f *fetch) collect() outcome {
 	f.wd.stop()
 	e.Body = data
 	if e.Flags&entry.FlagCoded != 0 {
-		p.codeBody(compressPolicyOf(c), e, f.decodeLimit())
+		p.codeBody(compressPolicyOf(c), e, f.decodeLimit(int64(len(e.Body))))
 	}
 	p.keep(f.ctx, c, f.l, e, p.place(f.ctx, c, resp.Header, f.r), f.watch)
 	// The shared fetch is over too: a replica asked next finds the entry

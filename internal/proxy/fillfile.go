@@ -155,7 +155,7 @@ func (ff *fileFill) run() outcome {
 	buf := *bp
 	if e := ff.e; e.Flags&entry.FlagCoded != 0 {
 		if cd, _ := storedCoding(e); decodable(cd) && !noTransform(e.Values("Cache-Control")) {
-			ff.check = ff.p.startCheck(cd, ff.decodeLimit())
+			ff.check = ff.p.startCheck(cd, ff.storeMax)
 			defer ff.check.abort()
 		}
 	}
@@ -243,7 +243,7 @@ func (ff *fileFill) finish() outcome {
 		if ff.e.Flags&entry.FlagCoded != 0 {
 			// The client has had the body from memory already: what is
 			// stored may be compressed now.
-			p.codeBody(compressPolicyOf(ff.c), ff.e, ff.decodeLimit())
+			p.codeBody(compressPolicyOf(ff.c), ff.e, ff.decodeLimit(int64(len(ff.mem))))
 		}
 		p.keep(ff.ctx, ff.c, ff.l, ff.e, ff.pl, ff.watch)
 		// Stored and handed to the waiters: now the client's response
