@@ -303,3 +303,37 @@ func (ck *codingCheck) abort() {
 	_ = ck.pw.CloseWithError(errCheckEnded)
 	<-ck.done
 }
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
+}
+
+// errInflated: a body decoded on its way to a client inflated past the
+// bound (decodeBound): it is broken off.
+var errInflated = errors.New("proxy: decoded body inflated past its bound")
+
+// boundedDecode is a decoder held to the bound a stored body is checked
+// against, for a response relayed decoded without being stored.
+type boundedDecode struct {
+	d        io.Reader
+	coded    *countingReader
+	storeMax int64
+	n        int64
+}
+
+func (b *boundedDecode) Read(p []byte) (int, error) {
+	k, err := b.d.Read(p)
+	b.n += int64(k)
+	if b.n > decodeBound(b.storeMax, b.coded.n) {
+		return k, errInflated
+	}
+	return k, err
+}

@@ -824,3 +824,24 @@ func TestAFollowerThatDoesNotTakeTheCodingFillsForItself(t *testing.T) {
 		t.Fatalf("origin saw %d requests, want 2 (the follower filled for itself)", n)
 	}
 }
+
+// A response that is not stored, relayed decoded to a client that does
+// not take its coding, is held to the same bound: a bomb is broken off
+// after 64 MiB, never decoded to its end.
+func TestAnUnstoredBombRelayedDecodedIsBrokenOff(t *testing.T) {
+	bomb := gzipBomb(1024)
+	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write(bomb)
+	})
+	resp, err := f.srv.Client().Get(f.srv.URL + "/nsbomb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err == nil || n > 80<<20 {
+		t.Fatalf("read %d bytes (err %v): want the response broken off near 64 MiB", n, err)
+	}
+}

@@ -417,13 +417,14 @@ func (f *fetch) passOn() outcome {
 	}
 	body := f.body
 	if f.relayDecoded != httpcache.CodingIdentity {
-		d, err := p.codecs.open(f.relayDecoded, body)
+		coded := &countingReader{r: body}
+		d, err := p.codecs.open(f.relayDecoded, coded)
 		if err != nil {
 			p.log.Debug("origin body did not decode", "path", f.r.URL.Path, "err", err)
 			return f.out.with(true, sent{status: f.status})
 		}
 		defer d.release()
-		body = d
+		body = &boundedDecode{d: d, coded: coded, storeMax: f.storeMax}
 	}
 	n, err := p.relayAhead(f.bodyW, resp, body)
 	if err != nil {
