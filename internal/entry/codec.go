@@ -96,12 +96,27 @@ var (
 // only versions 1 to 3 reads version 4 as ErrVersion, a miss. Version 4
 // values are in a replica's own L1 and in the trailers of its piece files
 // (package bodystore), never in L2.
+// Versions 5 and 6 are a response stored under a tier that normalizes
+// Accept-Encoding (Flags has FlagCoded): the version 1 layout (5, body
+// inline) or the version 2 layout (6, body in a file), with version byte 5
+// or 6, followed by, under the same CRC:
+//
+//	8  DecodedSize int64 (-1: unknown; otherwise >= 0)
+//
+// A response without FlagCoded encodes as version 1 or 2, byte for byte
+// as before. A sidecar that knows only versions 1 to 4 reads versions 5
+// and 6 as ErrVersion, a miss: it would serve the stored coding to every
+// client, which only a sidecar that negotiates may do.
 const (
 	magic     = "TCE"
 	version   = 1 // body inline
 	versionV2 = 2 // body in a file (Entry.File)
 	versionV3 = 3 // a partial response (Entry.Partial), body inline
 	versionV4 = 4 // a partial response in body files (Entry.Partial.Pieces)
+	versionV5 = 5 // version 1 with DecodedSize (FlagCoded)
+	versionV6 = 6 // version 2 with DecodedSize (FlagCoded)
+
+	codedSize = 8 // the DecodedSize of versions 5 and 6
 
 	offVersion  = 3
 	offCRC      = 4
@@ -170,6 +185,9 @@ func EncodedSize(e *Entry) int {
 		n += uvSize(uint64(len(e.Body))) + len(e.Body)
 		return n + partialSize(e.Partial)
 	}
+	if coded(e) {
+		n += codedSize
+	}
 	if e.File != nil {
 		return n + uvSize(0) + fileRefSize
 	}
@@ -184,6 +202,11 @@ func partialSize(pa *Partial) int {
 		n += uvSize(uint64(s.Start)) + uvSize(uint64(s.End))
 	}
 	return n
+}
+
+// coded reports whether e encodes as version 5 or 6.
+func coded(e *Entry) bool {
+	return e.Kind == KindResponse && e.Partial == nil && e.Flags&FlagCoded != 0
 }
 
 // pieced reports whether e encodes as version 4.
@@ -225,8 +248,12 @@ func Encode(dst []byte, e *Entry) []byte {
 		b[offVersion] = versionV4
 	case e.Partial != nil:
 		b[offVersion] = versionV3
+	case e.File != nil && coded(e):
+		b[offVersion] = versionV6
 	case e.File != nil:
 		b[offVersion] = versionV2
+	case coded(e):
+		b[offVersion] = versionV5
 	}
 	b[offKind] = byte(e.Kind)
 	binary.LittleEndian.PutUint16(b[offFlags:], uint16(e.Flags))
@@ -287,6 +314,9 @@ func Encode(dst []byte, e *Entry) []byte {
 		p = binary.AppendUvarint(p, uint64(len(e.Body)))
 		p = append(p, e.Body...)
 	}
+	if coded(e) {
+		p = binary.LittleEndian.AppendUint64(p, uint64(e.DecodedSize))
+	}
 	// b's capacity is exactly EncodedSize, so the appends above wrote into
 	// it in place; were the two ever to disagree, append would have moved p
 	// and the round-trip tests would fail.
@@ -327,7 +357,7 @@ func decode(b []byte, e *Entry) error {
 		return ErrCorrupt
 	}
 	v := b[offVersion]
-	if v < version || v > versionV4 { // versions 1 to 4, in order
+	if v < version || v > versionV6 { // versions 1 to 6, in order
 		return ErrVersion
 	}
 	if len(b) < fixedSize {
@@ -336,9 +366,27 @@ func decode(b []byte, e *Entry) error {
 	if binary.LittleEndian.Uint32(b[offCRC:]) != crc32.Checksum(b[offKind:], castagnoli) {
 		return ErrCorrupt
 	}
+	e.DecodedSize = 0
+	if v == versionV5 || v == versionV6 {
+		// Version 1 or 2 with the decoded size at the end (the CRC, checked
+		// above, covers it).
+		if len(b) < fixedSize+codedSize {
+			return ErrCorrupt
+		}
+		size := int64(binary.LittleEndian.Uint64(b[len(b)-codedSize:]))
+		if size < -1 || b[offKind] != byte(KindResponse) ||
+			Flag(binary.LittleEndian.Uint16(b[offFlags:]))&FlagCoded == 0 {
+			return ErrCorrupt
+		}
+		e.DecodedSize = size
+		b = b[: len(b)-codedSize : len(b)-codedSize]
+		v -= versionV5 - version // 5 reads as 1, 6 as 2
+	} else if b[offKind] == byte(KindResponse) && Flag(binary.LittleEndian.Uint16(b[offFlags:]))&FlagCoded != 0 {
+		return ErrCorrupt // a coded response is version 5 or 6
+	}
 
 	e.Kind = Kind(b[offKind])
-	if (e.Kind == KindPartial) != (v >= versionV3) {
+	if (e.Kind == KindPartial) != (v == versionV3 || v == versionV4) {
 		// A partial response is version 3 or 4, and those only hold
 		// them: no path may take one for the other.
 		return ErrCorrupt

@@ -112,6 +112,8 @@ func equalEntries(a, b *Entry) error {
 		return fmt.Errorf("Nonce %d != %d", a.Nonce, b.Nonce)
 	case a.StaleIfUnreachable != b.StaleIfUnreachable:
 		return fmt.Errorf("StaleIfUnreachable %v != %v", a.StaleIfUnreachable, b.StaleIfUnreachable)
+	case a.DecodedSize != b.DecodedSize:
+		return fmt.Errorf("DecodedSize %v != %v", a.DecodedSize, b.DecodedSize)
 	case !a.RequestTime.Equal(b.RequestTime) || a.RequestTime.IsZero() != b.RequestTime.IsZero():
 		return fmt.Errorf("RequestTime %v != %v", a.RequestTime, b.RequestTime)
 	case !a.ResponseTime.Equal(b.ResponseTime) || a.ResponseTime.IsZero() != b.ResponseTime.IsZero():
@@ -289,17 +291,18 @@ func TestForeignAndVersionedValues(t *testing.T) {
 		in   []byte
 		want error
 	}{
-		"nil is not an entry":                             {nil, ErrNotEntry},
-		"a JSON document is not an entry":                 {[]byte(`{"status":200}`), ErrNotEntry},
-		"a value with a wrong magic is not an entry":      {append([]byte("TCX"), valid[3:]...), ErrNotEntry},
-		"the magic alone is corrupt":                      {[]byte("TCE"), ErrCorrupt},
-		"a newer version is unsupported":                  {withVersion(5), ErrVersion},
-		"an inline value relabelled version 2 is corrupt": {withVersion(2), ErrCorrupt},
-		"an inline value relabelled version 3 is corrupt": {withVersion(3), ErrCorrupt},
-		"an inline value relabelled version 4 is corrupt": {withVersion(4), ErrCorrupt},
-		"version zero is unsupported":                     {withVersion(0), ErrVersion},
-		"a header without the fixed fields is corrupt":    {valid[:fixedSize-1], ErrCorrupt},
-		"trailing bytes are corrupt":                      {append(bytes.Clone(valid), 0), ErrCorrupt},
+		"nil is not an entry":                              {nil, ErrNotEntry},
+		"a JSON document is not an entry":                  {[]byte(`{"status":200}`), ErrNotEntry},
+		"a value with a wrong magic is not an entry":       {append([]byte("TCX"), valid[3:]...), ErrNotEntry},
+		"the magic alone is corrupt":                       {[]byte("TCE"), ErrCorrupt},
+		"a newer version is unsupported":                   {withVersion(7), ErrVersion},
+		"an uncoded value relabelled version 5 is corrupt": {withVersion(5), ErrCorrupt},
+		"an inline value relabelled version 2 is corrupt":  {withVersion(2), ErrCorrupt},
+		"an inline value relabelled version 3 is corrupt":  {withVersion(3), ErrCorrupt},
+		"an inline value relabelled version 4 is corrupt":  {withVersion(4), ErrCorrupt},
+		"version zero is unsupported":                      {withVersion(0), ErrVersion},
+		"a header without the fixed fields is corrupt":     {valid[:fixedSize-1], ErrCorrupt},
+		"trailing bytes are corrupt":                       {append(bytes.Clone(valid), 0), ErrCorrupt},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -58,6 +58,21 @@ const (
 	// FlagNoCache: unqualified no-cache; stored, but validated with the
 	// origin before every use.
 	FlagNoCache
+	// FlagCoded (KindResponse): stored under a tier that normalizes
+	// Accept-Encoding: the origin was asked with the tier's list, not the
+	// client's, and every client gets the response as stored (when it
+	// accepts the stored coding) or decoded (DecodedSize). Such an entry
+	// encodes as version 5 or 6.
+	FlagCoded
+	// FlagUndecodable (with FlagCoded): the body did not decode (a coding
+	// the cache does not know, one the origin lied about, or one that
+	// inflates past the bound) or must not be transformed (no-transform):
+	// it is served only as stored, to clients that accept its coding.
+	FlagUndecodable
+	// FlagCompressed (with FlagCoded): the origin sent identity and the
+	// cache stored it gzip-compressed. Header is the origin's (its ETag
+	// is the identity representation's); Body is the gzip bytes.
+	FlagCompressed
 )
 
 // Field is one stored header field line. Name is in canonical form
@@ -117,6 +132,11 @@ type Entry struct {
 	// reached (RFC 9111 §4.2.4): the tier's setting when it was stored, 0
 	// when a directive forbids stale use.
 	StaleIfUnreachable time.Duration
+
+	// DecodedSize (FlagCoded only) is the length of the body once its
+	// content coding is removed: the body's own length for identity, -1
+	// when unknown (FlagUndecodable).
+	DecodedSize int64
 }
 
 // BodyFile is the reference from an entry to a body kept outside it.

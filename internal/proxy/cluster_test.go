@@ -68,6 +68,7 @@ func replicaWith(t *testing.T, redisAddr string, o *origin, opts func(*Options))
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(px)
+	srv.Client().Transport.(*http.Transport).DisableCompression = true // as newFixtureWith
 	t.Cleanup(func() {
 		srv.Close()
 		_ = px.Close(context.Background())

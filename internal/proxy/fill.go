@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tiercache/tiercache/internal/entry"
 	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/invalidate"
 	"github.com/tiercache/tiercache/internal/metrics"
@@ -65,6 +66,14 @@ type fetch struct {
 	// its own (fillfile.go), which ends the watch, the watchdog and the
 	// response.
 	detached bool
+
+	// Under a tier that normalizes Accept-Encoding (coded.go), when the
+	// client does not take the response's coding: deferred, the fill
+	// stores it without a client and then serves the client from the
+	// stored entry; relayDecoded, a response that is not stored is relayed
+	// decoded with this coding.
+	deferred     bool
+	relayDecoded httpcache.Coding
 }
 
 // fill fetches r from the origin, answers the client with it, and stores
@@ -85,11 +94,76 @@ func (p *Proxy) fill(w http.ResponseWriter, r *http.Request, c *call, l *lead) o
 		return out
 	}
 	f.decide()
+	if c.norm && !c.background {
+		if out, answered := f.negotiate(); answered {
+			return out
+		}
+	}
 	f.answerHeader()
 	if !f.d.Store {
 		return f.passOn()
 	}
-	return f.collect() // answers while collecting, keeps, publishes
+	out := f.collect() // answers while collecting, keeps, publishes
+	if f.deferred {
+		return f.serveKept(out)
+	}
+	return out
+}
+
+// negotiate decides how a normalized fill's response reaches a client
+// that does not take its coding: a response to store is stored without
+// the client, who is then served from the entry (serveKept: decoded, or
+// passed when it cannot be); one that is not stored is relayed decoded
+// when it can be, else the request passes to the origin with the
+// client's own Accept-Encoding.
+func (f *fetch) negotiate() (outcome, bool) {
+	p, c, r, resp := f.p, f.c, f.r, f.resp
+	ce := resp.Header["Content-Encoding"]
+	cd := httpcache.CodingOf(ce)
+	name := ""
+	if len(ce) > 0 {
+		name = ce[0]
+	}
+	switch {
+	case httpcache.Acceptable(r.Header, cd, name):
+		return outcome{}, false
+	case f.d.Store:
+		f.deferred = true
+		return outcome{}, false
+	case decodable(cd) && !noTransform(resp.Header["Cache-Control"]) && httpcache.Acceptable(r.Header, httpcache.CodingIdentity, ""):
+		f.relayDecoded = cd
+		return outcome{}, false
+	}
+	f.l.Publish(shared{})
+	f.resp.Body.Close()
+	out := p.pass(f.w, r, c.cfg, verdict{x: xMiss, rule: c.rule, fwd: c.why, dbg: c.dbg}, metrics.ResultMiss)
+	out.fwd = c.why
+	return out, true
+}
+
+// serveKept serves a deferred fill's client from the entry the fill
+// stored, as its Accept-Encoding says; when nothing was stored after all
+// (too large, overtaken, cut), the request passes to the origin.
+func (f *fetch) serveKept(out outcome) outcome {
+	p, c, w, r := f.p, f.c, f.w, f.r
+	e := c.kept
+	if e == nil {
+		pout := p.pass(w, r, c.cfg, verdict{x: xMiss, rule: c.rule, fwd: c.why, dbg: c.dbg}, metrics.ResultMiss)
+		out.sent = pout.sent
+		return out
+	}
+	body, st := p.openBody(r, c.key, e)
+	switch st {
+	case bodyMissing, bodyBusy:
+		out.sent = p.passBusy(w, r, c.cfg, c.rule, c.dbg).sent
+		return out
+	}
+	if body != nil {
+		defer body.Close()
+	}
+	v := verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: f.resp.StatusCode, stored: true}
+	out.sent = p.serveEntry(w, r, e, httpcache.CurrentAge(stored(e), p.now()), v, body)
+	return out
 }
 
 // newFetch begins c's fill: it watches the resource and starts the
@@ -289,10 +363,24 @@ func (f *fetch) decide() {
 // conditional; it sets the status the client got and where the body goes.
 func (f *fetch) answerHeader() {
 	p, c, w, resp := f.p, f.c, f.w, f.resp
+	if f.deferred {
+		// The client is answered from the stored entry (serveKept).
+		f.bodyW, f.status = nil, resp.StatusCode
+		return
+	}
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
 	p.setMissAge(h, f.x)
+	if c.norm {
+		codedHeader(h)
+		if f.relayDecoded != httpcache.CodingIdentity {
+			delete(h, "Content-Encoding")
+			delete(h, "Content-Length")
+			delete(h, "Accept-Ranges")
+			retag(h, nil, "identity")
+		}
+	}
 	// A background refresh has no client to stream to.
 	f.bodyW = w
 	if c.background {
@@ -327,7 +415,18 @@ func (f *fetch) passOn() outcome {
 	if f.bodyW == nil {
 		return f.out.with(false, sent{status: f.status})
 	}
-	n, err := p.relayAhead(f.bodyW, resp, f.body)
+	body := f.body
+	if f.relayDecoded != httpcache.CodingIdentity {
+		coded := &countingReader{r: body}
+		d, err := p.codecs.open(f.relayDecoded, coded)
+		if err != nil {
+			p.log.Debug("origin body did not decode", "path", f.r.URL.Path, "err", err)
+			return f.out.with(true, sent{status: f.status})
+		}
+		defer d.release()
+		body = &boundedDecode{d: d, coded: coded, storeMax: f.storeMax}
+	}
+	n, err := p.relayAhead(f.bodyW, resp, body)
 	if err != nil {
 		p.bodyFailed(f.r, f.wd, err)
 		return f.out.with(true, sent{f.status, n})
@@ -370,6 +469,9 @@ func (f *fetch) collect() outcome {
 	}
 	f.wd.stop()
 	e.Body = data
+	if e.Flags&entry.FlagCoded != 0 {
+		p.codeBody(compressPolicyOf(c), e, f.decodeLimit(int64(len(e.Body))))
+	}
 	p.keep(f.ctx, c, f.l, e, p.place(f.ctx, c, resp.Header, f.r), f.watch)
 	// The shared fetch is over too: a replica asked next finds the entry
 	// in L2 (SetShared) and no lease.
@@ -403,6 +505,11 @@ func (p *Proxy) fillRequest(ctx context.Context, r *http.Request, c *call) *http
 		c.fwd.vary = c.mark.Vary
 	}
 	out := p.outbound(ctx, r, c.fwd)
+	if c.norm {
+		// The tier's codings, whatever the client accepts: every client's
+		// fill asks the same, so one stored copy serves them all.
+		out.Header["Accept-Encoding"] = []string{c.cfg.Coding.Ask}
+	}
 	if c.rule.Key.ShapesQuery() {
 		out.URL.RawQuery = string(c.rule.Key.AppendQuery(nil, r.URL.RawQuery))
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tiercache/tiercache/internal/bodystore"
 	"github.com/tiercache/tiercache/internal/entry"
+	"github.com/tiercache/tiercache/internal/httpcache"
 	"github.com/tiercache/tiercache/internal/metrics"
 )
 
@@ -113,6 +114,10 @@ type fileFill struct {
 	closeResp func()
 	handedOff bool
 	unhook    func() bool
+
+	// check decodes a coded body as it arrives (coding.go), for a body
+	// in a coding the cache knows under a normalizing tier; nil otherwise.
+	check *codingCheck
 }
 
 // errProxyClosed cuts the origin of a detached fill when the Proxy
@@ -148,10 +153,17 @@ func (ff *fileFill) run() outcome {
 	bp := ff.p.bufs.Get().(*[]byte)
 	defer ff.p.bufs.Put(bp)
 	buf := *bp
+	if e := ff.e; e.Flags&entry.FlagCoded != 0 {
+		if cd, _ := storedCoding(e); decodable(cd) && !noTransform(e.Values("Cache-Control")) {
+			ff.check = ff.p.startCheck(cd, ff.storeMax)
+			defer ff.check.abort()
+		}
+	}
 	var total int64
 	for {
 		n, rerr := ff.body.Read(buf)
 		chunk := buf[:n]
+		ff.check.write(chunk)
 		if ff.bw == nil && ff.wd.late.Load() {
 			return ff.stop(chunk, rerr) // still in memory past origin.timeout
 		}
@@ -228,11 +240,19 @@ func (ff *fileFill) finish() outcome {
 			ff.mem = []byte{}
 		}
 		ff.e.Body = ff.mem
+		if ff.e.Flags&entry.FlagCoded != 0 {
+			// The client has had the body from memory already: what is
+			// stored may be compressed now.
+			p.codeBody(compressPolicyOf(ff.c), ff.e, ff.decodeLimit(int64(len(ff.mem))))
+		}
 		p.keep(ff.ctx, ff.c, ff.l, ff.e, ff.pl, ff.watch)
 		// Stored and handed to the waiters: now the client's response
 		// may end.
 		ff.fd.end(&rest{from: ff.inMem})
 		return miss
+	}
+	if ff.e.Flags&entry.FlagCoded != 0 {
+		ff.codeFiled()
 	}
 	ref, err := ff.bw.Commit(func(ref entry.BodyFile) []byte {
 		m := *ff.e
@@ -346,4 +366,24 @@ func (ff *fileFill) stop(pending []byte, rerr error) outcome {
 		ff.handedOff = true
 	}
 	return miss
+}
+
+// codeFiled sets the decoded size of a coded body kept in a file: its
+// length for identity (a body file is never compressed by the cache), the
+// check's verdict for a coding the cache knows; a body that did not
+// decode, or in another coding, is served only as stored.
+func (ff *fileFill) codeFiled() {
+	e := ff.e
+	if cd, _ := storedCoding(e); cd == httpcache.CodingIdentity {
+		e.DecodedSize = ff.filed
+		return
+	}
+	if ff.check != nil {
+		if n, ok := ff.check.finish(); ok {
+			e.DecodedSize = n
+			return
+		}
+	}
+	e.Flags |= entry.FlagUndecodable
+	e.DecodedSize = -1
 }

@@ -264,6 +264,14 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, c *call, l *live)
 	if !sameVariant(l.vary, l.varyKey, r, c.rule.Policy.Vary) {
 		return p.fill(w, r, c, nil)
 	}
+	if l.e.Flags&entry.FlagCoded != 0 {
+		if cd, name := storedCoding(l.e); !httpcache.Acceptable(r.Header, cd, name) {
+			// The growing file is in a coding this client does not take,
+			// and not yet checked to decode: it fills for itself (and is
+			// served from what it stores, coded.go).
+			return p.fill(w, r, c, nil)
+		}
+	}
 	h := w.Header()
 	writeEntryHeader(h, l.e, httpcache.AgeHeader(httpcache.CurrentAge(stored(l.e), p.now())))
 	stripTargeted(h, c.cfg.StripTargeted)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tiercache/tiercache/internal/entry"
@@ -48,7 +49,18 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 		return p.serveStale(w, r, c, resp.StatusCode)
 	}
 
-	switch httpcache.EffectOfHead(c.stale.Status, c.stale, storedLength(c.stale), resp.StatusCode, resp.Header) {
+	headH, storedLen := http.Header(resp.Header), storedLength(c.stale)
+	if c.stale.Flags&entry.FlagCoded != 0 {
+		// A coded entry says Vary: Accept-Encoding whatever the origin
+		// does, and one the cache compressed is, to the origin, its
+		// identity length.
+		headH = resp.Header.Clone()
+		codedHeader(headH)
+		if c.stale.Flags&entry.FlagCompressed != 0 {
+			storedLen = c.stale.DecodedSize
+		}
+	}
+	switch httpcache.EffectOfHead(c.stale.Status, c.stale, storedLen, resp.StatusCode, headH) {
 	case httpcache.HeadUpdates:
 		e := p.headUpdated(ctx, c, resp.Header, reqTime, respTime, watch)
 		v := verdict{x: xRevalidated, rule: c.rule, dbg: c.dbg, fwd: c.why, fwdStatus: resp.StatusCode, stored: true}
@@ -67,6 +79,17 @@ func (p *Proxy) headUpdate(w http.ResponseWriter, r *http.Request, c *call) outc
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	stripTargeted(h, c.cfg.StripTargeted)
+	if c.norm {
+		// Asked with the tier's Accept-Encoding: a coding this client does
+		// not take is not announced to it (a HEAD has no body to decode).
+		codedHeader(h)
+		ce := h["Content-Encoding"]
+		if cd := httpcache.CodingOf(ce); cd != httpcache.CodingIdentity && !httpcache.Acceptable(r.Header, cd, strings.Join(ce, ", ")) {
+			delete(h, "Content-Encoding")
+			delete(h, "Content-Length")
+			retag(h, nil, "identity")
+		}
+	}
 	p.setStatus(h, verdict{x: xMiss, rule: c.rule, dbg: c.dbg, fwd: c.why}, resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	return outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false, sent: sent{status: resp.StatusCode}}

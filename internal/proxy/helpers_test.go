@@ -149,6 +149,12 @@ func newFixtureWith(t testing.TB, cfgYAML string, o *origin, opts func(*Options)
 		serve = httptest.NewServer
 	}
 	srv := serve(px)
+	if tr, ok := srv.Client().Transport.(*http.Transport); ok {
+		// The tests' client sends the Accept-Encoding each test gives it
+		// and reads bodies as sent, as curl does: Go's own "gzip" and
+		// transparent decoding would hide what the cache answered.
+		tr.DisableCompression = true
+	}
 	t.Cleanup(func() {
 		srv.Close()
 		_ = px.Close(context.Background())

@@ -32,6 +32,7 @@ const markerLifetime = 24 * time.Hour
 func (p *Proxy) keep(ctx context.Context, c *call, l *lead, e *entry.Entry, pl placement, watch *invalidate.Watch) {
 	var res shared
 	if p.put(ctx, c, e, pl, watch) {
+		c.kept = e
 		p.superseded(c, e)
 		res = shared{e: e, v: verdict{x: xMissCoalesced, rule: c.rule, fwd: c.why, stored: true, collapsed: true}, out: outcome{result: metrics.ResultMiss, layer: metrics.LayerOrigin, abort: false}, vary: pl.names, varyKey: pl.vk}
 	} else {
@@ -58,13 +59,24 @@ func flags(d httpcache.Decision) entry.Flag {
 // fill's key parts, the stored header fields and the freshness d gives.
 // The caller sets the body (inline or a file reference).
 func responseEntry(c *call, resp *http.Response, d httpcache.Decision, reqTime, respTime time.Time) *entry.Entry {
+	h := storedHeader(resp.Header, d.Strip)
+	fl, size := flags(d), int64(0)
+	if c.norm {
+		// Coded (coding.go): every answer from it says Vary:
+		// Accept-Encoding; its decoded size is set when its body is
+		// checked (codeBody, codingCheck).
+		codedHeader(h)
+		fl |= entry.FlagCoded
+		size = -1
+	}
 	return &entry.Entry{
 		Kind:                 entry.KindResponse,
 		Host:                 c.host,
 		Target:               c.tgt,
 		Tags:                 httpcache.Tags(resp.Header),
 		Status:               resp.StatusCode,
-		Header:               entry.FieldsFrom(storedHeader(resp.Header, d.Strip)),
+		Header:               entry.FieldsFrom(h),
+		DecodedSize:          size,
 		RequestTime:          reqTime,
 		ResponseTime:         respTime,
 		InitialAge:           d.InitialAge,
@@ -72,7 +84,7 @@ func responseEntry(c *call, resp *http.Response, d httpcache.Decision, reqTime, 
 		StaleWhileRevalidate: d.StaleWhileRevalidate,
 		StaleIfError:         d.StaleIfError,
 		StaleIfUnreachable:   d.StaleIfUnreachable,
-		Flags:                flags(d),
+		Flags:                fl,
 	}
 }
 
@@ -88,13 +100,17 @@ func updatedEntry(c *call, h http.Header, reqTime, respTime time.Time) (entry.En
 		RequestTime: reqTime, ResponseTime: respTime,
 	}, c.rule.Policy)
 	e := *c.stale
-	e.Header = entry.FieldsFrom(storedHeader(merged, d.Strip))
+	sh := storedHeader(merged, d.Strip)
+	if e.Flags&entry.FlagCoded != 0 {
+		codedHeader(sh)
+	}
+	e.Header = entry.FieldsFrom(sh)
 	e.Tags = httpcache.Tags(merged)
 	e.RequestTime, e.ResponseTime = reqTime, respTime
 	e.InitialAge, e.Lifetime = d.InitialAge, d.Lifetime
 	e.StaleWhileRevalidate, e.StaleIfError = d.StaleWhileRevalidate, d.StaleIfError
 	e.StaleIfUnreachable = d.StaleIfUnreachable
-	e.Flags = flags(d)
+	e.Flags = flags(d) | c.stale.Flags&(entry.FlagCoded|entry.FlagUndecodable|entry.FlagCompressed)
 	return e, d
 }
 
@@ -144,6 +160,12 @@ type placement struct {
 // the response is stored).
 func (p *Proxy) place(ctx context.Context, c *call, respH http.Header, r *http.Request) placement {
 	names, _ := httpcache.VaryNames(respH)
+	if c.norm {
+		// The origin saw the tier's Accept-Encoding, not the client's:
+		// the stored copy does not vary by it (coded.go serves each
+		// client the coding it takes).
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "accept-encoding" })
+	}
 	// The variant is keyed by what the origin received: a Vary field this
 	// fill withheld counts as absent (the next fill, knowing the marker,
 	// forwards it).

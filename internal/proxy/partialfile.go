@@ -408,6 +408,7 @@ func (p *Proxy) buildComplete(ctx context.Context, c *call, key string, e *entry
 	}
 	whole := *e
 	whole.Kind, whole.Partial, whole.Body = entry.KindResponse, nil, nil
+	assembled(&whole, length)
 	ref, err := bw.Commit(func(ref entry.BodyFile) []byte {
 		m := whole
 		m.File = &ref

@@ -316,6 +316,7 @@ func (p *Proxy) keepPart(f *fetch, pd httpcache.PartialDecision, sink *partSink,
 		}
 		if len(spans) == 1 && spans[0].Start == 0 && spans[0].End == pd.Length-1 {
 			e.Kind = entry.KindResponse
+			assembled(e, pd.Length)
 			p.set(ctx, c, pl.key, e)
 			complete = e
 			return
@@ -342,6 +343,14 @@ func (p *Proxy) keepPart(f *fetch, pd httpcache.PartialDecision, sink *partSink,
 // as pd, with header (the stored fields of the complete response); the
 // caller sets what it holds (Body and Partial).
 func partEntry(c *call, header http.Header, pd httpcache.PartialDecision, reqTime, respTime time.Time) *entry.Entry {
+	fl := flags(pd.Decision)
+	if c.norm {
+		// Asked with the tier's Accept-Encoding: once complete, a coded
+		// entry (assembled).
+		header = header.Clone()
+		codedHeader(header)
+		fl |= entry.FlagCoded
+	}
 	return &entry.Entry{
 		Kind:                 entry.KindPartial,
 		Host:                 c.host,
@@ -356,8 +365,23 @@ func partEntry(c *call, header http.Header, pd httpcache.PartialDecision, reqTim
 		StaleWhileRevalidate: pd.StaleWhileRevalidate,
 		StaleIfError:         pd.StaleIfError,
 		StaleIfUnreachable:   pd.StaleIfUnreachable,
-		Flags:                flags(pd.Decision),
+		Flags:                fl,
 	}
+}
+
+// assembled sets what a coded response made whole from parts records of
+// its coding: the parts were never checked as one stream, so one in a
+// coding is served only as stored (coded.go); identity is its own length.
+func assembled(e *entry.Entry, length int64) {
+	if e.Flags&entry.FlagCoded == 0 {
+		return
+	}
+	if c, _ := storedCoding(e); c == httpcache.CodingIdentity {
+		e.DecodedSize = length
+		return
+	}
+	e.Flags |= entry.FlagUndecodable
+	e.DecodedSize = -1
 }
 
 // pieceEntry is what a piece file's trailer records (bodystore): the

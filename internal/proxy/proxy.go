@@ -138,6 +138,7 @@ type Proxy struct {
 	reqBudget, respBudget *byteBudget
 	keys                  sync.Pool // *keyBuf
 	bufs                  sync.Pool // *[]byte copy buffers
+	codecs                codecs    // content-coding decoders and the gzip writer (coding.go)
 	// parts serializes the read-combine-store of partial responses
 	// (partial.go), so that two parts stored at once never lose one
 	// another's bytes or remove a piece file the other keeps.

@@ -243,8 +243,10 @@ func TestHeadIsAnsweredFromGetAndAHeadMissIsNeverStored(t *testing.T) {
 	}
 }
 
+// With defaults.contentCoding.normalize off, Accept-Encoding is a header
+// like any other (coding_test.go tests the default, one copy for all).
 func TestVaryKeepsVariantsApart(t *testing.T) {
-	f := newFixture(t, "", func(w http.ResponseWriter, r *http.Request) {
+	f := newFixture(t, "defaults: {contentCoding: {normalize: false}}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=60")
 		w.Header().Set("Vary", "Accept-Encoding")
 		_, _ = io.WriteString(w, "enc="+r.Header.Get("Accept-Encoding"))

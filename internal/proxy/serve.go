@@ -70,6 +70,11 @@ type call struct {
 	// rng, when set, makes the fill ask for part of the representation
 	// (partial.go).
 	rng *rangeFill
+	// norm: the tier normalizes Accept-Encoding (coding.go): the fill
+	// asks with the tier's list and stores a coded entry.
+	norm bool
+	// kept is the entry the fill stored, once stored (keep).
+	kept *entry.Entry
 }
 
 // releaseLease gives the tier-wide lease back, if held, at most once.
@@ -136,6 +141,12 @@ func (p *Proxy) serveCacheable(w http.ResponseWriter, r *http.Request, cfg *tier
 		dbg.key = strings.Clone(kb.Key())
 	}
 	if q.f.part != nil {
+		if c, name := storedCoding(q.f.part); c != httpcache.CodingIdentity && !httpcache.Acceptable(r.Header, c, name) {
+			// Parts are kept as the origin sent them: one in a coding this
+			// client does not take is not decoded (a part of a coded
+			// stream cannot be), the request passes.
+			return p.pass(w, r, cfg, verdict{x: xMiss, rule: rule, fwd: fwdMiss, dbg: dbg}, metrics.ResultMiss)
+		}
 		return p.servePart(w, r, &q)
 	}
 	return p.serveStored(w, r, &q, nil)
@@ -267,7 +278,7 @@ func (p *Proxy) serveMiss(w http.ResponseWriter, r *http.Request, q *cacheReq, b
 // back to its pool when the request ends).
 func (p *Proxy) newCall(q *cacheReq) *call {
 	kb, f := q.kb, &q.f
-	c := &call{cfg: q.cfg, rule: q.rule, rcc: q.rcc, reqH: q.reqH, host: kb.Host(), tgt: kb.Target()}
+	c := &call{cfg: q.cfg, rule: q.rule, rcc: q.rcc, reqH: q.reqH, host: kb.Host(), tgt: kb.Target(), norm: q.cfg.Coding.Normalize}
 	c.prim = strings.Clone(kb.Primary())
 	c.key = c.prim
 	if kb.HasExtras() {
@@ -334,11 +345,32 @@ func (w withoutCacheControl) Values(name string) []string {
 // entry's body is read from file, opened by openBody (nil when the request
 // needs no body).
 func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entry, age time.Duration, v verdict, file *bodystore.Body) sent {
+	// A coded entry reaches each client as its Accept-Encoding says
+	// (coded.go); what it is conditional on is the header it gets.
+	how := asStored
+	var cond httpcache.Header = e
+	if e.Flags&entry.FlagCoded != 0 {
+		switch how = codedPlan(r, e); how {
+		case passed:
+			return p.passCoded(w, r, v)
+		case refused:
+			return refuseCoding(w, r)
+		}
+	}
 	h := w.Header()
-	s := newHeaderScratch(len(e.Header))
+	rewrite := how != asStored || e.Flags&entry.FlagCompressed != 0
+	extra := 0
+	if rewrite {
+		extra = 2 // Content-Encoding, ETag
+	}
+	s := newHeaderScratch(len(e.Header) + extra)
 	for i := range e.Header {
 		f := &e.Header[i]
 		s.add(h, f.Name, f.Value)
+	}
+	if rewrite {
+		rewriteCoded(h, &s, e, how)
+		cond = h
 	}
 	// Read from the live config rather than passed in: every path that
 	// serves an entry (hit, stale, revalidated, coalesced) strips alike.
@@ -358,15 +390,21 @@ func (p *Proxy) serveEntry(w http.ResponseWriter, r *http.Request, e *entry.Entr
 	if v.dbg != nil {
 		h[debugHeader] = []string{v.dbg.value(v, e.Lifetime, true)}
 	}
-	if httpcache.NotModified(r.Header, e.Status, e) {
+	if httpcache.NotModified(r.Header, e.Status, cond) {
 		notModified(w)
 		return sent{status: http.StatusNotModified}
+	}
+	if how == decoded {
+		return p.serveDecoded(w, r, e, file)
 	}
 	if e.File != nil {
 		return p.serveFile(w, r, e, file)
 	}
 	status, body := e.Status, e.Body
-	if e.Status == http.StatusOK && r.Method == http.MethodGet && len(r.Header["Range"]) > 0 {
+	// A body the cache compressed has no validator of its own to compare
+	// an If-Range with: its Range is ignored then (a 200 with all of it).
+	if e.Status == http.StatusOK && r.Method == http.MethodGet && len(r.Header["Range"]) > 0 &&
+		(e.Flags&entry.FlagCompressed == 0 || len(r.Header["If-Range"]) == 0) {
 		status, body = rangeOfBody(h, r, e) // partial.go
 	}
 	if bodyAllowed(status) {

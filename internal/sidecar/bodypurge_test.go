@@ -46,7 +46,10 @@ func TestAPurgedBodyWhoseEntryLeftL1DoesNotComeBackAfterARestart(t *testing.T) {
 					_, _ = w.Write([]byte(head + strings.Repeat("s", 200<<10-len(head))))
 					return
 				}
-				_, _ = w.Write([]byte(strings.Repeat("f", 40<<10))) // inline in L1
+				// Inline in L1, at its size: a type not compressed at
+				// store time.
+				w.Header().Set("Content-Type", "application/octet-stream")
+				_, _ = w.Write([]byte(strings.Repeat("f", 40<<10)))
 			}))
 			t.Cleanup(origin.Close)
 			dir := filepath.Join(t.TempDir(), "bodies")

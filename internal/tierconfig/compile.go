@@ -35,6 +35,8 @@ type Compiled struct {
 	// CacheStatus: responses carry Cache-Status (defaults.cacheStatus).
 	CacheStatus bool
 	rules       []*CompiledRule
+	// Coding is defaults.contentCoding (coding.go).
+	Coding CodingCompiled
 	// ignoreCookies: defaults.ignoreCookies (StripIgnoredCookies).
 	ignoreCookies cookieIgnore
 }
@@ -116,6 +118,7 @@ func Compile(c Config) (*Compiled, error) {
 		rules:   make([]*CompiledRule, 0, len(c.Rules)),
 	}
 	out.CacheStatus = d.CacheStatusOn()
+	out.Coding = compileCoding(d.ContentCoding)
 	out.ignoreCookies = compileCookieIgnore(c)
 	if d.StripTargeted() {
 		out.StripTargeted = base.TargetedFields

@@ -341,6 +341,10 @@ type Defaults struct {
 	// ttl, and apply to requests with credentials only as those do. A
 	// rule's statusTTLs replace these. Default: none.
 	StatusTTLs []StatusTTL `json:"statusTTLs,omitempty"`
+	// ContentCoding is how fills ask for content codings and how one
+	// stored copy serves every client (coding.go). Default: normalize,
+	// ask for br and gzip, compress text types of 1Ki and more.
+	ContentCoding ContentCoding `json:"contentCoding,omitzero"`
 }
 
 // Rule applies to requests that Match selects. The first matching rule

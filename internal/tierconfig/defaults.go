@@ -256,6 +256,11 @@ func (c Config) clone() Config {
 	c.Coalescing.ClusterWide = clonePtr(c.Coalescing.ClusterWide)
 	c.RequestHeaders.Allow = cloneSlice(c.RequestHeaders.Allow)
 	c.Defaults.TargetedCacheControl = c.Defaults.TargetedCacheControl.clone()
+	cc := &c.Defaults.ContentCoding
+	cc.Normalize = clonePtr(cc.Normalize)
+	cc.OriginAccepts = cloneSlice(cc.OriginAccepts)
+	cc.Compress.Enabled = clonePtr(cc.Compress.Enabled)
+	cc.Compress.Types = cloneSlice(cc.Compress.Types)
 	c.SecretVersions = maps.Clone(c.SecretVersions)
 	return c
 }

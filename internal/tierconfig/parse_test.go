@@ -78,6 +78,11 @@ func TestParseExampleFile(t *testing.T) {
 				{Statuses: []int32{301, 308}, TTL: Duration(24 * time.Hour)},
 				{Statuses: []int32{302, 307}, TTL: Duration(5 * time.Minute)},
 			},
+			ContentCoding: ContentCoding{
+				Normalize:     ptr(true),
+				OriginAccepts: []string{"br", "gzip"},
+				Compress:      ContentCompress{Enabled: ptr(true), MinSize: 2 * Ki, Types: []string{"text/*", "application/json", "image/svg+xml"}},
+			},
 		},
 		Rules: []Rule{
 			{Name: "health", Match: Match{Path: "/healthz"}, Bypass: true},

@@ -250,6 +250,7 @@ func (d Defaults) validate(p *problems) {
 	checkDuration(p, "defaults.hitForMissTTL", d.HitForMissTTL)
 	d.TargetedCacheControl.validate(p)
 	validateStatusTTLs(p, "defaults.statusTTLs", d.StatusTTLs)
+	d.ContentCoding.validate(p)
 	if w := d.StaleIfUnreachable; w != nil {
 		switch {
 		case *w < 0:

@@ -430,6 +430,58 @@ type DefaultsSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	StatusTTLs []StatusTTLSpec `json:"statusTTLs,omitempty"`
+	// ContentCoding is how the sidecars ask the origin for content codings
+	// on requests a caching rule matches, and serve one stored copy to
+	// every client (docs/caching.md, content codings).
+	// +optional
+	ContentCoding ContentCodingSpec `json:"contentCoding,omitzero"`
+}
+
+// ContentCodingSpec normalizes Accept-Encoding: fills ask the origin with
+// originAccepts whatever the client sent, one copy per URL is stored, and
+// each client gets it as stored when it accepts its coding, decoded when
+// it does not.
+type ContentCodingSpec struct {
+	// Normalize replaces the Accept-Encoding of every fill with
+	// originAccepts and takes Accept-Encoding out of the variant key.
+	// Default true.
+	// +optional
+	Normalize *bool `json:"normalize,omitempty"`
+	// OriginAccepts are the codings fills ask the origin for, most
+	// preferred first: br, gzip, zstd (identity is always acceptable).
+	// Default [br, gzip]; an empty list asks for identity.
+	// +optional
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=br;gzip;zstd
+	// +listType=set
+	OriginAccepts []string `json:"originAccepts,omitzero"`
+	// Compress stores identity responses gzip-compressed once.
+	// +optional
+	Compress ContentCompressSpec `json:"compress,omitzero"`
+}
+
+// ContentCompressSpec is store-time compression: an identity response of
+// one of types, at least minSize long, kept inline, is stored
+// gzip-compressed once and its hits are served compressed.
+type ContentCompressSpec struct {
+	// Enabled: default true (with normalize).
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// MinSize is the least body length compressed. Default 1Ki.
+	// +optional
+	MinSize *resource.Quantity `json:"minSize,omitempty"`
+	// Types are media types ("text/html", or "text/*" for a whole type).
+	// Default: text/*, application/json, application/javascript,
+	// application/xml, application/xhtml+xml, application/rss+xml,
+	// application/atom+xml, application/ld+json,
+	// application/manifest+json, application/wasm, image/svg+xml,
+	// font/ttf, font/otf.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[!#$%&'*+.^_|~0-9A-Za-z-]+/[!#$%&'*+.^_|~0-9A-Za-z-]+$`
+	// +listType=set
+	Types []string `json:"types,omitzero"`
 }
 
 // StatusTTLSpec is the lifetime of responses with one of statuses.

@@ -96,6 +96,7 @@ func (cv *converter) defaultsSpec(path string, in *v1alpha1.DefaultsSpec, out *t
 		cv.statusTTLSpec(fmt.Sprintf("%sstatusTTLs[%d].", path, i), &in.StatusTTLs[i], &v)
 		out.StatusTTLs = append(out.StatusTTLs, v)
 	}
+	cv.contentCodingSpec(path+"contentCoding.", &in.ContentCoding, &out.ContentCoding)
 }
 
 // rule converts v1alpha1.Rule into tierconfig.Rule.
@@ -152,4 +153,24 @@ func (cv *converter) warmStart(path string, in *v1alpha1.WarmStart, out *tiercon
 func (cv *converter) statusTTLSpec(path string, in *v1alpha1.StatusTTLSpec, out *tierconfig.StatusTTL) {
 	out.Statuses = slices.Clone(in.Statuses)
 	out.TTL = cv.duration(path+"ttl", in.TTL)
+}
+
+// contentCodingSpec converts v1alpha1.ContentCodingSpec into tierconfig.ContentCoding.
+func (cv *converter) contentCodingSpec(path string, in *v1alpha1.ContentCodingSpec, out *tierconfig.ContentCoding) {
+	if in.Normalize != nil {
+		v := *in.Normalize
+		out.Normalize = &v
+	}
+	out.OriginAccepts = slices.Clone(in.OriginAccepts)
+	cv.contentCompressSpec(path+"compress.", &in.Compress, &out.Compress)
+}
+
+// contentCompressSpec converts v1alpha1.ContentCompressSpec into tierconfig.ContentCompress.
+func (cv *converter) contentCompressSpec(path string, in *v1alpha1.ContentCompressSpec, out *tierconfig.ContentCompress) {
+	if in.Enabled != nil {
+		v := *in.Enabled
+		out.Enabled = &v
+	}
+	out.MinSize = cv.size(path+"minSize", in.MinSize)
+	out.Types = slices.Clone(in.Types)
 }
