@@ -114,15 +114,7 @@ type Client struct {
 
 // NewClient checks opts and returns a Client; Run starts it.
 func NewClient(opts ClientOptions) (*Client, error) {
-	var errs []error
-	if opts.Target == "" {
-		errs = append(errs, errors.New("controlplane client: target: required"))
-	}
-	for _, f := range []struct{ name, v string }{{"namespace", opts.Namespace}, {"pod", opts.Pod}, {"tier", opts.Tier}} {
-		if f.v == "" || strings.Contains(f.v, "/") {
-			errs = append(errs, fmt.Errorf("controlplane client: %s: must be non-empty without '/' (got %q)", f.name, f.v))
-		}
-	}
+	errs := checkPeer("controlplane client", opts.Target, opts.Namespace, opts.Pod, opts.Tier)
 	if opts.Apply == nil {
 		errs = append(errs, errors.New("controlplane client: apply: required"))
 	}
@@ -377,4 +369,19 @@ func IsConnError(err error) bool {
 		return true
 	}
 	return false
+}
+
+// checkPeer checks what a client of the control plane (what names
+// it in errors) needs of its own: a target and the pod's identity.
+func checkPeer(what, target, namespace, pod, tier string) []error {
+	var errs []error
+	if target == "" {
+		errs = append(errs, fmt.Errorf("%s: target: required", what))
+	}
+	for _, f := range []struct{ name, v string }{{"namespace", namespace}, {"pod", pod}, {"tier", tier}} {
+		if f.v == "" || strings.Contains(f.v, "/") {
+			errs = append(errs, fmt.Errorf("%s: %s: must be non-empty without '/' (got %q)", what, f.name, f.v))
+		}
+	}
+	return errs
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -54,15 +53,7 @@ type RelayClient struct {
 // NewRelayClient checks opts and returns a RelayClient; it connects
 // lazily. Close releases it.
 func NewRelayClient(opts RelayClientOptions) (*RelayClient, error) {
-	var errs []error
-	if opts.Target == "" {
-		errs = append(errs, errors.New("relay client: target: required"))
-	}
-	for _, f := range []struct{ name, v string }{{"namespace", opts.Namespace}, {"pod", opts.Pod}, {"tier", opts.Tier}} {
-		if f.v == "" || strings.Contains(f.v, "/") {
-			errs = append(errs, fmt.Errorf("relay client: %s: must be non-empty without '/' (got %q)", f.name, f.v))
-		}
-	}
+	errs := checkPeer("relay client", opts.Target, opts.Namespace, opts.Pod, opts.Tier)
 	opts.Backoff = opts.Backoff.withDefaults()
 	if err := opts.Backoff.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("relay client: %w", err))

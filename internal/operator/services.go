@@ -68,50 +68,35 @@ func (b serviceBypass) String() string {
 // pod's application port by number, by Service and port. A port that
 // leaves targetPort out targets its own number.
 func servicesBypassing(svcs []corev1.Service, pods []*corev1.Pod) []serviceBypass {
-	var out []serviceBypass
-	for i := range svcs {
-		svc := &svcs[i]
-		if len(svc.Spec.Selector) == 0 || svc.Spec.Type == corev1.ServiceTypeExternalName {
-			continue
+	return selectedPorts(svcs, pods, func(svc *corev1.Service, p *corev1.Pod, sp corev1.ServicePort) (serviceBypass, bool) {
+		app, err := strconv.ParseInt(p.Annotations[inject.AnnotationUpstreamPort], 10, 32)
+		if err != nil || sp.TargetPort.Type == intstr.String {
+			return serviceBypass{}, false
 		}
-		sel := labels.SelectorFromSet(svc.Spec.Selector)
-		seen := map[string]bool{}
-		for _, p := range pods {
-			if p.Annotations[inject.AnnotationInjected] != "true" || !sel.Matches(labels.Set(p.Labels)) {
-				continue
-			}
-			app, err := strconv.ParseInt(p.Annotations[inject.AnnotationUpstreamPort], 10, 32)
-			if err != nil {
-				continue
-			}
-			for _, sp := range svc.Spec.Ports {
-				tp := sp.TargetPort
-				if tp.Type == intstr.String || (sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP) {
-					continue
-				}
-				n := tp.IntVal
-				if n == 0 {
-					n = sp.Port
-				}
-				port := cmp.Or(sp.Name, strconv.Itoa(int(sp.Port)))
-				if n != int32(app) || seen[port] {
-					continue
-				}
-				seen[port] = true
-				out = append(out, serviceBypass{Service: svc, Port: port, AppPort: n, Name: sidecarPortName(p)})
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b serviceBypass) int {
-		return cmp.Or(strings.Compare(a.Service.Name, b.Service.Name), strings.Compare(a.Port, b.Port))
+		n := cmp.Or(sp.TargetPort.IntVal, sp.Port)
+		return serviceBypass{Service: svc, AppPort: n, Name: sidecarPortName(p)}, n == int32(app)
 	})
-	return out
 }
 
 // servicesDeclaringHTTP2 lists the ports of svcs that target the
 // serving port of an injected pod's sidecar (by name or number) and
 // declare it HTTP/2 or gRPC by their appProtocol, by Service and port.
 func servicesDeclaringHTTP2(svcs []corev1.Service, pods []*corev1.Pod) []serviceBypass {
+	return selectedPorts(svcs, pods, func(svc *corev1.Service, p *corev1.Pod, sp corev1.ServicePort) (serviceBypass, bool) {
+		serving, ok := sidecarServingPort(p)
+		if !ok || inject.AppProtocolHTTP2(sp.AppProtocol) == "" || !inject.Targets(sp, serving) {
+			return serviceBypass{}, false
+		}
+		return serviceBypass{Service: svc, AppPort: serving.ContainerPort, Name: serving.Name, AppProtocol: *sp.AppProtocol}, true
+	})
+}
+
+// selectedPorts lists, by Service and port, the TCP ports of svcs for
+// which match holds with an injected pod the Service selects; each port
+// once (the first pod's finding), its Port set to the port's name or
+// number.
+func selectedPorts(svcs []corev1.Service, pods []*corev1.Pod,
+	match func(svc *corev1.Service, p *corev1.Pod, sp corev1.ServicePort) (serviceBypass, bool)) []serviceBypass {
 	var out []serviceBypass
 	for i := range svcs {
 		svc := &svcs[i]
@@ -124,30 +109,19 @@ func servicesDeclaringHTTP2(svcs []corev1.Service, pods []*corev1.Pod) []service
 			if p.Annotations[inject.AnnotationInjected] != "true" || !sel.Matches(labels.Set(p.Labels)) {
 				continue
 			}
-			serving, ok := sidecarServingPort(p)
-			if !ok {
-				continue
-			}
 			for _, sp := range svc.Spec.Ports {
-				if inject.AppProtocolHTTP2(sp.AppProtocol) == "" || (sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP) {
+				if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
 					continue
-				}
-				tp := sp.TargetPort
-				var targets bool
-				switch {
-				case tp.Type == intstr.String:
-					targets = tp.StrVal != "" && tp.StrVal == serving.Name
-				case tp.IntVal == 0:
-					targets = sp.Port == serving.ContainerPort
-				default:
-					targets = tp.IntVal == serving.ContainerPort
 				}
 				port := cmp.Or(sp.Name, strconv.Itoa(int(sp.Port)))
-				if !targets || seen[port] {
+				if seen[port] {
 					continue
 				}
-				seen[port] = true
-				out = append(out, serviceBypass{Service: svc, Port: port, AppPort: serving.ContainerPort, Name: serving.Name, AppProtocol: *sp.AppProtocol})
+				if b, ok := match(svc, p, sp); ok {
+					seen[port] = true
+					b.Port = port
+					out = append(out, b)
+				}
 			}
 		}
 	}

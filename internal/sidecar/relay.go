@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -55,20 +54,5 @@ func newRelayClient(o Options, log *slog.Logger) (*controlplane.RelayClient, err
 // goroutine is owned by wg and ends with ctx.
 func subscribeRelay(ctx context.Context, wg *sync.WaitGroup, c *controlplane.RelayClient, purger *invalidate.Purger,
 	subscribed chan struct{}, lost prometheus.Counter, log *slog.Logger) {
-	var once sync.Once
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		err := c.Subscribe(ctx, purger.HandleMessage, func(since time.Time) {
-			purger.Subscribed(ctx, since)
-			first := false
-			once.Do(func() { first = true; close(subscribed) })
-			if !first {
-				lost.Inc()
-			}
-		})
-		if err != nil && ctx.Err() == nil {
-			log.Error("relayed invalidation subscription ended", "err", err)
-		}
-	}()
+	subscribeInvalidations(ctx, wg, c.Subscribe, purger, subscribed, lost, log, "relayed invalidation subscription ended")
 }

@@ -27,22 +27,8 @@ import (
 func subscribeAndPreload(ctx context.Context, wg *sync.WaitGroup, client *l2.Client, st *store.Layered,
 	purger *invalidate.Purger, ws tierconfig.WarmStart, ready *atomic.Bool, subscribed chan struct{},
 	lost prometheus.Counter, log *slog.Logger) {
-	var once sync.Once
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		err := client.Subscribe(ctx, purger.HandleMessage, func(since time.Time) {
-			purger.Subscribed(ctx, since)
-			first := false
-			once.Do(func() { first = true; close(subscribed) })
-			if !first {
-				lost.Inc()
-			}
-		})
-		if err != nil && ctx.Err() == nil {
-			log.Error("invalidation subscription ended", "err", err)
-		}
-	}()
+	subscribeInvalidations(ctx, wg, client.Subscribe, purger, subscribed, lost, log, "invalidation subscription ended")
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer ready.Store(true)
@@ -65,5 +51,31 @@ func subscribeAndPreload(ctx context.Context, wg *sync.WaitGroup, client *l2.Cli
 			return
 		}
 		log.Info("warm start", "loaded", n)
+	}()
+}
+
+// subscribeInvalidations runs subscribe (L2's or the relay's) in a
+// goroutine owned by wg, until ctx ends: its messages go to purger, each
+// (re)subscription is reported to purger, the first closes subscribed,
+// and each after the first (one was lost) counts in lost. An end other
+// than ctx's is logged as ended.
+func subscribeInvalidations(ctx context.Context, wg *sync.WaitGroup,
+	subscribe func(ctx context.Context, onMessage func([]byte), onSubscribed func(since time.Time)) error,
+	purger *invalidate.Purger, subscribed chan struct{}, lost prometheus.Counter, log *slog.Logger, ended string) {
+	var once sync.Once
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := subscribe(ctx, purger.HandleMessage, func(since time.Time) {
+			purger.Subscribed(ctx, since)
+			first := false
+			once.Do(func() { first = true; close(subscribed) })
+			if !first {
+				lost.Inc()
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Error(ended, "err", err)
+		}
 	}()
 }

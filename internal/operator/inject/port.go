@@ -129,17 +129,7 @@ func DeclaredHTTP2(pod *corev1.Pod, svcs []corev1.Service) string {
 			if proto == "" || (sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP) {
 				continue
 			}
-			tp := sp.TargetPort
-			var targets bool
-			switch {
-			case tp.Type == intstr.String:
-				targets = tp.StrVal != "" && tp.StrVal == cp.Name
-			case tp.IntVal == 0:
-				targets = sp.Port == cp.ContainerPort
-			default:
-				targets = tp.IntVal == cp.ContainerPort
-			}
-			if targets {
+			if Targets(sp, cp) {
 				return fmt.Sprintf("Service %s port %s declares appProtocol %s (%s) for the pod's port %s", svc.Name, servicePortName(sp), *sp.AppProtocol, proto, describePort(cp))
 			}
 		}
@@ -178,4 +168,18 @@ func describePort(cp corev1.ContainerPort) string {
 // isTCP treats an empty protocol as TCP, its default.
 func isTCP(cp corev1.ContainerPort) bool {
 	return cp.Protocol == "" || cp.Protocol == corev1.ProtocolTCP
+}
+
+// Targets reports whether a Service port sends its traffic to the
+// container port cp: by cp's name, or by its number (a targetPort left
+// out targets the Service port's own number).
+func Targets(sp corev1.ServicePort, cp corev1.ContainerPort) bool {
+	tp := sp.TargetPort
+	switch {
+	case tp.Type == intstr.String:
+		return tp.StrVal != "" && tp.StrVal == cp.Name
+	case tp.IntVal == 0:
+		return sp.Port == cp.ContainerPort
+	}
+	return tp.IntVal == cp.ContainerPort
 }
