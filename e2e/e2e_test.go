@@ -224,7 +224,15 @@ func TestEndToEnd(t *testing.T) {
 		// The certificate names localhost (below), not 127.0.0.1.
 		"--control-plane-address": "localhost:" + portOf(xdsAddr),
 	})
-	opArgs = append(opArgs, "--webhook-host=127.0.0.1", "--webhook-cert-extra-dns-names=localhost")
+	// The token a kubelet would mount: the operator presents it to its
+	// other replicas (--relay-peers).
+	opToken, err := testkube.ServiceAccountToken(ctx, c, releaseNS, dep.Spec.Template.Spec.ServiceAccountName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opTokenFile := filepath.Join(t.TempDir(), "token")
+	testkube.WriteToken(t, opTokenFile, opToken)
+	opArgs = append(opArgs, "--webhook-host=127.0.0.1", "--webhook-cert-extra-dns-names=localhost", "--relay-token-file="+opTokenFile)
 	opKubeconfig := testkube.Kubeconfig(t, env, testkube.ServiceAccount(releaseNS, dep.Spec.Template.Spec.ServiceAccountName))
 	startOperator := func() *proc {
 		return start(t, "operator", bins.operator, opArgs, []string{"KUBECONFIG=" + opKubeconfig, "POD_NAMESPACE=" + releaseNS})

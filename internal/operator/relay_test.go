@@ -25,9 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -282,16 +280,11 @@ func newRelayOrigin(t *testing.T) string {
 // server's own audience, as the kubelet mounts it.
 func saToken(t *testing.T, ns, name string) string {
 	t.Helper()
-	ctx := context.Background()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	if err := cluster.client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+	tok, err := testkube.ServiceAccountToken(context.Background(), cluster.client, ns, name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &authnv1.TokenRequest{}
-	if err := cluster.client.SubResource("token").Create(ctx, sa, tr); err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
+	return tok
 }
 
 // TestRelayPeersAreTheOperatorsOwnServiceAccount: another replica is

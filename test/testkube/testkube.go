@@ -17,6 +17,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -77,6 +78,21 @@ func ProjectSecret(ctx context.Context, c client.Reader, key client.ObjectKey, d
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// ServiceAccountToken requests a token of ServiceAccount ns/name (made
+// when missing) for the API server's own audience, unbound, as a
+// kubelet mounts it at /var/run/secrets/kubernetes.io/serviceaccount.
+func ServiceAccountToken(ctx context.Context, c client.Client, ns, name string) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	tr := &authnv1.TokenRequest{}
+	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return "", fmt.Errorf("token of %s/%s: %w", ns, name, err)
+	}
+	return tr.Status.Token, nil
 }
 
 // PodToken requests a token of the pod's ServiceAccount bound to the pod,
